@@ -1,0 +1,283 @@
+"""`Comm`: the one interface every algorithm in syncedu is written against.
+
+A `Comm` is one rank's view of a group of `world_size` ranks: point-to-point
+messages (`send`/`recv`, non-blocking `isend`/`irecv` returning a handle with
+`.wait()`) and the usual collectives (`broadcast`, `reduce`, `all_reduce`,
+`reduce_scatter`, `all_gather`, `barrier`). Two implementations:
+
+- `TorchComm` (torch_comm.py): real processes over torch.distributed.
+- `SimComm` (sim.py): ranks as threads in one process with a logical clock.
+
+This base class does the parts both share, so they cannot drift apart:
+
+1. validate arguments (a wrong rank or a non-tensor gives `ValueError`/`TypeError`
+   naming the parameter);
+2. charge the rank's ledger: point-to-point by payload bytes, built-in
+   collectives as a ring would send them (see ledger.py);
+3. call the backend's `_send`, `_recv`, `_all_reduce`, ... to move the data.
+
+Used in: every notebook.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from abc import ABC, abstractmethod
+from typing import Iterator
+
+import torch
+
+from .ledger import RankLedger, ring_allreduce_elements, ring_chunks
+
+REDUCE_OPS = ("sum", "prod", "max", "min", "avg")
+
+
+class Work(ABC):
+    """Handle of a non-blocking operation; `wait()` blocks until it is done."""
+
+    @abstractmethod
+    def wait(self, timeout: float | None = None) -> None: ...
+
+
+class DoneWork(Work):
+    """A handle for an operation that has already completed."""
+
+    def wait(self, timeout: float | None = None) -> None:
+        return None
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _check_tensor(t, name: str) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (call .contiguous() first)")
+    return t
+
+
+class Comm(ABC):
+    """One rank's communicator. Subclasses implement the underscore methods."""
+
+    rank: int
+    world_size: int
+    device: torch.device
+    backend: str
+
+    def __init__(self, rank: int, world_size: int, network=None):
+        self.rank = rank
+        self.world_size = world_size
+        self.network = network
+        self.ledger = RankLedger(rank)
+        self._scopes: list[str] = []
+
+    # ----------------------------------------------------------------- helpers
+    def _peer(self, peer: int, name: str) -> int:
+        if not isinstance(peer, int) or isinstance(peer, bool):
+            raise TypeError(f"{name} must be an int rank, got {type(peer).__name__}")
+        if not 0 <= peer < self.world_size or peer == self.rank:
+            raise ValueError(f"{name}={peer} must be another rank in 0..{self.world_size - 1} "
+                             f"(this is rank {self.rank})")
+        return peer
+
+    def _root(self, root: int, name: str) -> int:
+        if not isinstance(root, int) or not 0 <= root < self.world_size:
+            raise ValueError(f"{name}={root!r} must be a rank in 0..{self.world_size - 1}")
+        return root
+
+    @staticmethod
+    def _op(op: str) -> str:
+        if op not in REDUCE_OPS:
+            raise ValueError(f"op={op!r} is not supported; choose one of {REDUCE_OPS}")
+        return op
+
+    def _charge(self, op: str, **counts) -> None:
+        self.ledger.record(self._scopes[-1] if self._scopes else op, **counts)
+
+    @contextlib.contextmanager
+    def scope(self, name: str) -> Iterator[None]:
+        """Charge everything sent inside the block to ledger op `name`.
+
+        Lets a from-scratch algorithm show up as e.g. "ring_allreduce" in the
+        ledger instead of as loose sends and receives.
+        """
+        self._scopes.append(name)
+        try:
+            yield
+        finally:
+            self._scopes.pop()
+
+    # ------------------------------------------------------- point-to-point
+    def send(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> None:
+        """Send `tensor` to rank `dst`; returns when the data has been handed over."""
+        self.isend(tensor, dst, tag).wait()
+
+    def recv(self, tensor: torch.Tensor, src: int, tag: int = 0) -> torch.Tensor:
+        """Receive from rank `src` into `tensor` (in place); returns `tensor`."""
+        self.irecv(tensor, src, tag).wait()
+        return tensor
+
+    def isend(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> Work:
+        """Start sending `tensor` to `dst`; do not modify it before `.wait()`."""
+        _check_tensor(tensor, "tensor")
+        self._peer(dst, "dst")
+        self._charge("send", sent=_nbytes(tensor), msgs_sent=1)
+        return self._isend(tensor, dst, tag)
+
+    def irecv(self, tensor: torch.Tensor, src: int, tag: int = 0) -> Work:
+        """Start receiving from `src` into `tensor`; valid after `.wait()`."""
+        _check_tensor(tensor, "tensor")
+        self._peer(src, "src")
+        self._charge("recv", received=_nbytes(tensor), msgs_received=1)
+        return self._irecv(tensor, src, tag)
+
+    # ---------------------------------------------------------- collectives
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+        """Copy `src`'s tensor into every rank's `tensor` (charged as a ring pipeline)."""
+        _check_tensor(tensor, "tensor")
+        self._root(src, "src")
+        n, b = self.world_size, _nbytes(tensor)
+        last = (src - 1) % n  # the end of the chain src -> src+1 -> ... -> src-1
+        sends = int(n > 1 and self.rank != last)
+        recvs = int(n > 1 and self.rank != src)
+        self._charge("broadcast", sent=sends * b, received=recvs * b,
+                     msgs_sent=sends, msgs_received=recvs)
+        if n > 1:
+            self._broadcast(tensor, src)
+        return tensor
+
+    def reduce(self, tensor: torch.Tensor, dst: int = 0, op: str = "sum") -> torch.Tensor:
+        """Reduce every rank's `tensor` into `dst`'s (a chain ending at `dst`)."""
+        _check_tensor(tensor, "tensor")
+        self._root(dst, "dst")
+        self._op(op)
+        n, b = self.world_size, _nbytes(tensor)
+        first = (dst + 1) % n  # the chain dst+1 -> dst+2 -> ... -> dst
+        sends = int(n > 1 and self.rank != dst)
+        recvs = int(n > 1 and self.rank != first)
+        self._charge("reduce", sent=sends * b, received=recvs * b,
+                     msgs_sent=sends, msgs_received=recvs)
+        if n > 1:
+            self._reduce(tensor, dst, "sum" if op == "avg" else op)
+        if op == "avg" and self.rank == dst:
+            tensor.div_(n)
+        return tensor
+
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """Reduce `tensor` over all ranks, in place (charged as a ring allreduce)."""
+        _check_tensor(tensor, "tensor")
+        self._op(op)
+        n = self.world_size
+        sent, recv = ring_allreduce_elements(tensor.numel(), n, self.rank)
+        es = tensor.element_size()
+        self._charge("all_reduce", sent=sent * es, received=recv * es,
+                     msgs_sent=2 * (n - 1), msgs_received=2 * (n - 1))
+        if n > 1:
+            self._all_reduce(tensor, "sum" if op == "avg" else op)
+        if op == "avg":
+            tensor.div_(n)
+        return tensor
+
+    def reduce_scatter(self, output: torch.Tensor, input_list: list[torch.Tensor],
+                       op: str = "sum") -> torch.Tensor:
+        """Rank r gets the reduction of every rank's `input_list[r]` in `output`."""
+        _check_tensor(output, "output")
+        self._check_list(input_list, "input_list", output)
+        self._op(op)
+        n, r = self.world_size, self.rank
+        sizes = [_nbytes(t) for t in input_list]
+        # A ring in which rank r ends up owning chunk r: r sends all chunks but
+        # its own and receives all but r - 1's.
+        self._charge("reduce_scatter", sent=sum(sizes) - sizes[r],
+                     received=sum(sizes) - sizes[(r - 1) % n],
+                     msgs_sent=n - 1, msgs_received=n - 1)
+        if n > 1:
+            self._reduce_scatter(output, input_list, "sum" if op == "avg" else op)
+        else:
+            output.copy_(input_list[0])
+        if op == "avg":
+            output.div_(n)
+        return output
+
+    def all_gather(self, tensor_list: list[torch.Tensor], tensor: torch.Tensor) -> list:
+        """Every rank gets every rank's `tensor`: `tensor_list[r]` is rank r's."""
+        _check_tensor(tensor, "tensor")
+        self._check_list(tensor_list, "tensor_list", tensor)
+        n, r = self.world_size, self.rank
+        sizes = [_nbytes(t) for t in tensor_list]
+        # Ring: rank r forwards every chunk but (r + 1)'s and receives all but its own.
+        self._charge("all_gather", sent=sum(sizes) - sizes[(r + 1) % n],
+                     received=sum(sizes) - sizes[r], msgs_sent=n - 1, msgs_received=n - 1)
+        if n > 1:
+            self._all_gather(tensor_list, tensor)
+        else:
+            tensor_list[0].copy_(tensor)
+        return tensor_list
+
+    def barrier(self) -> None:
+        """Wait until every rank has reached the barrier."""
+        self._charge("barrier")
+        if self.world_size > 1:
+            self._barrier()
+
+    def _check_list(self, tensors, name: str, like: torch.Tensor) -> None:
+        if not isinstance(tensors, (list, tuple)) or len(tensors) != self.world_size:
+            raise ValueError(f"{name} must be a list of world_size={self.world_size} tensors")
+        for i, t in enumerate(tensors):
+            _check_tensor(t, f"{name}[{i}]")
+            if t.shape != like.shape or t.dtype != like.dtype:
+                raise ValueError(f"{name}[{i}] has shape {tuple(t.shape)} and dtype {t.dtype}; "
+                                 f"expected {tuple(like.shape)} and {like.dtype}")
+
+    # --------------------------------------------------------------- time
+    def compute(self, seconds: float) -> None:
+        """Spend `seconds` of modeled compute (times this rank's network slowdown)."""
+        if seconds < 0:
+            raise ValueError(f"seconds={seconds} must be >= 0")
+        self._compute(seconds * self.slowdown)
+
+    @property
+    def slowdown(self) -> float:
+        """This rank's compute slowdown factor from the network model (1.0 = normal)."""
+        return self.network.slowdown_of(self.rank) if self.network is not None else 1.0
+
+    def now(self) -> float:
+        """Seconds since the run started (logical time on simulated ranks)."""
+        return time.perf_counter() - self._t0
+
+    _t0 = 0.0
+
+    def _compute(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    # ------------------------------------------------------ backend hooks
+    @abstractmethod
+    def _isend(self, tensor: torch.Tensor, dst: int, tag: int) -> Work: ...
+
+    @abstractmethod
+    def _irecv(self, tensor: torch.Tensor, src: int, tag: int) -> Work: ...
+
+    @abstractmethod
+    def _broadcast(self, tensor: torch.Tensor, src: int) -> None: ...
+
+    @abstractmethod
+    def _reduce(self, tensor: torch.Tensor, dst: int, op: str) -> None: ...
+
+    @abstractmethod
+    def _all_reduce(self, tensor: torch.Tensor, op: str) -> None: ...
+
+    @abstractmethod
+    def _reduce_scatter(self, output: torch.Tensor, inputs: list, op: str) -> None: ...
+
+    @abstractmethod
+    def _all_gather(self, outputs: list, tensor: torch.Tensor) -> None: ...
+
+    @abstractmethod
+    def _barrier(self) -> None: ...
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(rank={self.rank}, world_size={self.world_size}, "
+                f"backend={getattr(self, 'backend', '?')!r})")

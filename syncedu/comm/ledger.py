@@ -1,0 +1,163 @@
+"""The ledger: who sent how many payload bytes and messages, per rank and per op.
+
+Every `Comm` keeps a `RankLedger` of its own calls. When a run ends, the
+launcher (or the simulator) merges the per-rank ledgers into one `Ledger`,
+which is what `res.ledger` is:
+
+    res.ledger.sent[r]       payload bytes rank r sent through its comm
+    res.ledger.received[r]   payload bytes rank r received
+    res.ledger.ops["all_reduce"].sent[r]   the same, for one op only
+
+Built-in collectives are charged as a ring would send them (`ring_chunks`), so
+a from-scratch ring and `comm.all_reduce` give the same numbers.
+
+Used in: notebooks/00_start_here, 01_collectives, 02_allreduce_algorithms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def ring_chunks(numel: int, world_size: int) -> list[int]:
+    """Split `numel` elements into `world_size` contiguous chunks, sizes differing by <= 1.
+
+    The first `numel % world_size` chunks get one extra element. This is the
+    split the ring algorithms use, so the ledger's charge and the algorithm agree.
+    """
+    base, extra = divmod(numel, world_size)
+    return [base + (1 if i < extra else 0) for i in range(world_size)]
+
+
+def ring_allreduce_elements(numel: int, world_size: int, rank: int) -> tuple[int, int]:
+    """Elements rank `rank` sends and receives in a ring allreduce of `numel` elements.
+
+    Patarasuk & Yuan (2009): reduce-scatter then all-gather, N-1 steps each,
+    arranged so that rank r owns chunk r after the reduce-scatter (as
+    `reduce_scatter` promises). In the reduce-scatter rank r forwards every chunk
+    except its own, r; in the all-gather every chunk except (r + 1) mod N, the
+    one it receives last. It receives what rank r - 1 sends.
+    """
+    n = world_size
+    if n == 1:
+        return 0, 0
+    c = ring_chunks(numel, n)
+
+    def sent_by(r: int) -> int:
+        return 2 * numel - c[r] - c[(r + 1) % n]
+
+    return sent_by(rank), sent_by((rank - 1) % n)
+
+
+@dataclass
+class OpCount:
+    """Bytes and messages of one op (or of everything) on one rank."""
+
+    sent: int = 0
+    received: int = 0
+    msgs_sent: int = 0
+    msgs_received: int = 0
+    calls: int = 0
+
+
+@dataclass
+class RankLedger:
+    """What one rank's comm sent and received, kept by the comm itself."""
+
+    rank: int
+    ops: dict[str, OpCount] = field(default_factory=dict)
+
+    def record(self, op: str, sent: int = 0, received: int = 0,
+               msgs_sent: int = 0, msgs_received: int = 0, calls: int = 1) -> None:
+        """Charge one call of `op` (payload bytes and message counts)."""
+        c = self.ops.setdefault(op, OpCount())
+        c.sent += int(sent)
+        c.received += int(received)
+        c.msgs_sent += int(msgs_sent)
+        c.msgs_received += int(msgs_received)
+        c.calls += calls
+
+    def reset(self) -> None:
+        self.ops.clear()
+
+    @property
+    def sent(self) -> int:
+        return sum(c.sent for c in self.ops.values())
+
+    @property
+    def received(self) -> int:
+        return sum(c.received for c in self.ops.values())
+
+
+@dataclass(frozen=True)
+class OpLedger:
+    """Per-rank lists for one op (or the total): index r is rank r."""
+
+    sent: list[int]
+    received: list[int]
+    msgs_sent: list[int]
+    msgs_received: list[int]
+    calls: list[int]
+
+
+class Ledger:
+    """Merged ledger of a run: per-rank lists, overall and per op.
+
+    `sent`, `received`, `msgs_sent`, `msgs_received` are lists of length
+    `world_size`; `ops[name]` is an `OpLedger` with the same lists for one op.
+    """
+
+    def __init__(self, rank_ledgers: list[RankLedger]):
+        self.world_size = len(rank_ledgers)
+        names = sorted({op for rl in rank_ledgers for op in rl.ops})
+        self.ops: dict[str, OpLedger] = {name: self._collect(rank_ledgers, name) for name in names}
+        self._total = self._collect(rank_ledgers, None)
+
+    @staticmethod
+    def _collect(rank_ledgers: list[RankLedger], name: str | None) -> OpLedger:
+        def get(rl: RankLedger, attr: str) -> int:
+            counts = rl.ops.values() if name is None else [rl.ops.get(name, OpCount())]
+            return sum(getattr(c, attr) for c in counts)
+
+        attrs = ("sent", "received", "msgs_sent", "msgs_received", "calls")
+        return OpLedger(*[[get(rl, a) for rl in rank_ledgers] for a in attrs])
+
+    @classmethod
+    def empty(cls, world_size: int) -> Ledger:
+        return cls([RankLedger(r) for r in range(world_size)])
+
+    sent = property(lambda self: self._total.sent)
+    received = property(lambda self: self._total.received)
+    msgs_sent = property(lambda self: self._total.msgs_sent)
+    msgs_received = property(lambda self: self._total.msgs_received)
+
+    @property
+    def total_sent(self) -> int:
+        """Bytes sent by all ranks together."""
+        return sum(self.sent)
+
+    def rows(self) -> list[tuple[str, int, int, int, int, int]]:
+        """(op, rank, bytes sent, bytes received, messages sent, messages received)."""
+        out = []
+        for name, op in self.ops.items():
+            for r in range(self.world_size):
+                out.append((name, r, op.sent[r], op.received[r],
+                            op.msgs_sent[r], op.msgs_received[r]))
+        return out
+
+    def table(self) -> str:
+        """A fixed-width text table: one row per (op, rank) plus a total per rank."""
+        head = f"{'op':<16}{'rank':>5}{'sent B':>14}{'recv B':>14}{'msgs out':>10}{'msgs in':>9}"
+        lines = [head, "-" * len(head)]
+        for name, r, s, rcv, ms, mr in self.rows():
+            lines.append(f"{name:<16}{r:>5}{s:>14,}{rcv:>14,}{ms:>10}{mr:>9}")
+        for r in range(self.world_size):
+            lines.append(f"{'total':<16}{r:>5}{self.sent[r]:>14,}{self.received[r]:>14,}"
+                         f"{self.msgs_sent[r]:>10}{self.msgs_received[r]:>9}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"Ledger(world_size={self.world_size}, sent={self.sent}, received={self.received})"
+
+    def _repr_pretty_(self, p, cycle) -> None:  # IPython display
+        p.text(self.table())

@@ -1,0 +1,27 @@
+"""Layer 1, comm: the `Comm` interface, its two implementations, the ledger, the launcher.
+
+- base.py: `Comm`, the interface every algorithm is written against;
+- torch_comm.py: `TorchComm`, real processes over torch.distributed;
+- sim.py: `SimComm`, simulated ranks with a logical clock;
+- network.py: `Network`, the alpha-beta model with stragglers, jitter, loss;
+- emulation.py: that model applied to real processes;
+- ledger.py: bytes and messages per rank and per op;
+- launch.py / procs.py / _worker.py: starting real ranks.
+"""
+
+from .base import Comm, Work
+from .errors import DeadlockError, TimeoutError, WorkerError
+from .ledger import Ledger, RankLedger
+from .network import PRESETS, Network
+from .result import RunResult
+
+
+def __getattr__(name):  # TorchComm imports torch.distributed: load it on first use
+    if name == "TorchComm":
+        from .torch_comm import TorchComm
+        return TorchComm
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Comm", "Work", "TorchComm", "Network", "PRESETS", "Ledger", "RankLedger",
+           "RunResult", "WorkerError", "TimeoutError", "DeadlockError"]

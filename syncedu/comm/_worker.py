@@ -1,0 +1,112 @@
+"""Entry point of one real rank started by `syncedu.launch` (python -m syncedu.comm._worker).
+
+The rank talks to the launcher over a socket pair inherited as a file
+descriptor (no port, nothing listening):
+
+1. receive the set-up (rank, world size, backend, rendezvous file, timeout);
+2. join the process group and build a `TorchComm`;
+3. loop: receive a pickled `fn` and its arguments, barrier, run
+   `fn(comm, *args, **kwargs)`, send back the value, the ledger and the time
+   (or the traceback), then print an end-of-run marker so the launcher knows
+   this rank's output is complete;
+4. on "stop", or if the launcher goes away, leave the process group and exit.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+from multiprocessing.connection import Connection
+
+END_MARK = "\x00syncedu-end"
+
+
+def _watch_parent(ppid: int) -> None:
+    # A rank must never outlive its launcher (a killed kernel, say).
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != ppid:
+            os._exit(1)
+
+
+def _setup(cfg: dict):
+    import torch
+    import torch.distributed as dist
+
+    from syncedu.comm.torch_comm import TorchComm
+
+    torch.set_num_threads(cfg["threads"])
+    if cfg["backend"] == "nccl":
+        torch.cuda.set_device(cfg["rank"])
+    store = dist.FileStore(cfg["store"], cfg["world_size"])
+    dist.init_process_group(cfg["backend"], store=store, rank=cfg["rank"],
+                            world_size=cfg["world_size"],
+                            timeout=timedelta(seconds=cfg["pg_timeout"]))
+    return TorchComm(network=cfg["network"])
+
+
+def _run_one(comm, payload: bytes) -> tuple:
+    import cloudpickle  # noqa: F401  (registers nothing, but unpickling may need it)
+    import torch.distributed as dist
+
+    fn, args, kwargs = pickle.loads(payload)
+    comm.ledger.reset()
+    dist.barrier()  # launcher traffic, not charged: aligns the ranks' start
+    t0 = time.perf_counter()
+    comm._t0 = t0
+    value = fn(comm, *args, **kwargs)
+    seconds = time.perf_counter() - t0
+    return ("done", pickle.dumps(value), comm.ledger, seconds)
+
+
+def main() -> None:
+    conn = Connection(int(os.environ["SYNCEDU_FD"]))
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    cfg = pickle.loads(conn.recv_bytes())
+    try:
+        comm = _setup(cfg)
+        conn.send_bytes(pickle.dumps(("ready",)))
+    except BaseException as e:
+        conn.send_bytes(pickle.dumps(("error", repr(e), traceback.format_exc())))
+        return
+    while True:
+        try:
+            msg = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            break
+        if msg[0] == "stop":
+            break
+        try:
+            reply = _run_one(comm, msg[1])
+        except BaseException as e:
+            reply = ("error", f"{type(e).__name__}: {e}", traceback.format_exc())
+        sys.stdout.flush()
+        try:
+            conn.send_bytes(pickle.dumps(reply))
+        except Exception as e:  # e.g. an unpicklable return value
+            conn.send_bytes(pickle.dumps(("error", f"could not send the result back: {e!r}",
+                                          traceback.format_exc())))
+        print(END_MARK, flush=True)
+    _shutdown()
+
+
+def _shutdown() -> None:
+    import torch.distributed as dist
+
+    try:
+        dist.destroy_process_group()
+    except Exception:
+        pass
+    sys.stdout.flush()
+    # Skip interpreter teardown: Gloo/NCCL threads sometimes abort at exit
+    # ("terminate called without an active exception") after all work is done.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+"""Start real ranks and run a worker on each: `run`, `Pool`, `from_env`.
+
+    from syncedu import launch
+
+    def hello(comm):                       # may be defined in a notebook cell
+        print("I am rank", comm.rank)
+        t = torch.ones(3) * comm.rank
+        comm.all_reduce(t)
+        return t
+
+    res = launch.run(hello, world_size=4)  # four processes, Gloo on CPU
+    res[0], res.ledger.sent, res.seconds
+
+`fn` is serialized by value (cloudpickle), so a function written in a notebook
+cell works in freshly started processes. Each rank's prints come back to the
+caller's stdout marked `[rank r]`. A rank that raises gives `WorkerError` with
+its traceback; a rank that dies gives `WorkerError` within seconds; a run past
+`timeout` gives `TimeoutError` with `.ranks`. Every rank is reaped in every case.
+
+`Pool` keeps the ranks (and their process group) alive between runs, so a
+widget can re-run a worker in milliseconds. `from_env()` gives the same `comm`
+to a script started by `torchrun`, so notebook workers also run multi-node.
+
+Used in: every notebook.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import weakref
+
+import cloudpickle
+import torch
+
+from .errors import TimeoutError, WorkerError
+from .ledger import Ledger
+from .network import Network
+from .procs import OUTPUT_MODES, Ranks, default_threads
+from .result import RunResult
+
+__all__ = ["run", "Pool", "from_env", "resolve_backend", "WorkerError", "TimeoutError",
+           "RunResult", "MAX_WORLD_SIZE", "DEFAULT_TIMEOUT"]
+
+MAX_WORLD_SIZE = 64  # real processes on one machine; use syncedu.sim for more
+DEFAULT_TIMEOUT = 120.0
+BACKENDS = ("auto", "gloo", "nccl")
+
+
+def resolve_backend(backend: str, world_size: int) -> str:
+    """"auto" -> NCCL when every rank can have its own GPU, else Gloo (CPU)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is unknown; choose one of {BACKENDS}")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    nccl = torch.distributed.is_nccl_available()
+    if backend == "nccl" and (gpus < world_size or not nccl):
+        raise ValueError(f"backend='nccl' needs one GPU per rank: world_size={world_size} but "
+                         f"{gpus} GPU(s) visible{'' if nccl else ' and NCCL is not built in'}; "
+                         "use backend='gloo' or 'auto'")
+    if backend == "auto":
+        return "nccl" if nccl and gpus >= world_size else "gloo"
+    return backend
+
+
+def _check_call(fn, args, kwargs) -> None:
+    if not callable(fn):
+        raise ValueError(f"fn must be callable (a function taking comm first), got {fn!r}")
+    if not isinstance(args, (tuple, list)):
+        raise ValueError(f"args must be a tuple, got {type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise ValueError(f"kwargs must be a dict or None, got {type(kwargs).__name__}")
+
+
+def _check(world_size, timeout, network, threads, output) -> None:
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or not (
+            1 <= world_size <= MAX_WORLD_SIZE):
+        raise ValueError(f"world_size={world_size!r} must be an int in 1..{MAX_WORLD_SIZE} "
+                         "(for more ranks use syncedu.sim.run)")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout={timeout!r} must be a number of seconds > 0 (or None)")
+    if network is not None:
+        if not isinstance(network, Network):
+            raise ValueError(f"network must be a syncedu.Network or None, got {network!r}")
+        network.check_world_size(world_size)
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads={threads!r} must be an int >= 1 (or None for a fair share)")
+    if output not in OUTPUT_MODES:
+        raise ValueError(f"output={output!r} must be one of {OUTPUT_MODES}")
+
+
+def _payload(fn, args, kwargs) -> bytes:
+    try:
+        return cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))
+    except Exception as e:
+        raise ValueError(f"fn and its arguments must be picklable to reach the ranks: {e}") from e
+
+
+def _result(replies: list) -> RunResult:
+    values = [cloudpickle.loads(rep[1]) for rep in replies]
+    ledger = Ledger([rep[2] for rep in replies])
+    return RunResult(values, ledger, max(rep[3] for rep in replies))
+
+
+class Pool:
+    """Live ranks with their process group, reused by every `pool.run`.
+
+    Use as a context manager (`with launch.Pool(4) as pool: pool.run(fn)`). After
+    a failure (a rank raised, died or timed out) the ranks are stopped and the
+    next `run` starts fresh ones, so a widget keeps working.
+
+    Args:
+        world_size: number of ranks (1..MAX_WORLD_SIZE).
+        backend: "auto" (NCCL with one GPU per rank, else Gloo), "gloo" or "nccl".
+        timeout: default seconds for each `run` (None: no limit); the process
+            group's own timeout is set above it, so no wait inside a rank is endless.
+        network: a `Network` to emulate (delays, stragglers), or None.
+        threads: CPU threads per rank (default: this machine's cores / world_size).
+        output: "live" (stream lines as they come), "ordered" (all of rank 0's
+            lines, then rank 1's, ...: deterministic), or "quiet".
+    """
+
+    def __init__(self, world_size: int, *, backend: str = "auto",
+                 timeout: float | None = DEFAULT_TIMEOUT, network: Network | None = None,
+                 threads: int | None = None, output: str = "live"):
+        _check(world_size, timeout, network, threads, output)
+        self.world_size = world_size
+        self.backend = resolve_backend(backend, world_size)
+        self.timeout = timeout
+        self.network = network
+        self.threads = threads or default_threads(world_size)
+        self.output = output
+        self._ranks: Ranks | None = None
+        self._closed = False
+        self._start()
+        _live_pools.add(self)
+
+    def _start(self) -> None:
+        pg_timeout = max(self.timeout or 0, DEFAULT_TIMEOUT) + 30
+        start_timeout = max(60.0, 10.0 * self.world_size)
+        self._ranks = Ranks(self.world_size, backend=self.backend, threads=self.threads,
+                            network=self.network, pg_timeout=pg_timeout,
+                            start_timeout=start_timeout, output=self.output)
+
+    def run(self, fn, args=(), kwargs=None, timeout: float | None = ...) -> RunResult:
+        """Run `fn(comm, *args, **kwargs)` on every rank; see `launch.run`."""
+        timeout = self.timeout if timeout is ... else timeout
+        _check_call(fn, args, kwargs)
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout={timeout!r} must be a number of seconds > 0 (or None)")
+        if self._closed:
+            raise RuntimeError("this Pool is closed; create a new one")
+        payload = _payload(fn, args, kwargs)
+        if self._ranks is None or not self._ranks.alive():
+            self._recover()
+        try:
+            return _result(self._ranks.run(payload, timeout))
+        except BaseException:  # failed, timed out or interrupted: no rank survives it
+            self._ranks.kill()
+            self._ranks = None
+            raise
+
+    def _recover(self) -> None:
+        if self._ranks is not None:
+            self._ranks.kill()
+        self._ranks = None
+        self._start()
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the live ranks (empty after a failure, until the next run)."""
+        return [p.pid for p in self._ranks.procs] if self._ranks else []
+
+    def close(self) -> None:
+        """Stop every rank (idempotent)."""
+        self._closed = True
+        if self._ranks is not None:
+            self._ranks.stop()
+            self._ranks = None
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if self._ranks is not None:
+                self._ranks.kill()
+        except Exception:
+            pass
+
+
+_live_pools: weakref.WeakSet = weakref.WeakSet()
+atexit.register(lambda: [p.close() for p in list(_live_pools)])
+
+
+def run(fn, world_size: int, args=(), kwargs=None, *, backend: str = "auto",
+        timeout: float | None = DEFAULT_TIMEOUT, network: Network | None = None,
+        threads: int | None = None, output: str = "live") -> RunResult:
+    """Start `world_size` ranks, run `fn(comm, *args, **kwargs)` on each, return the values.
+
+    Steps: 1. validate; 2. start the ranks and join them in a process group
+    (fresh rendezvous every call, so runs never clash); 3. run `fn` (after a
+    barrier, so `.seconds` starts together); 4. collect values, ledgers and
+    times, or the first failure; 5. stop and reap every rank, whatever happened.
+
+    Returns a `RunResult`: `res[r]` is rank r's return value, plus `.ledger`
+    (bytes and messages each rank sent through its comm) and `.seconds` (time of
+    `fn` on the slowest rank). Raises `WorkerError`, `TimeoutError` (`.ranks`),
+    or `ValueError` for bad arguments. Keyword arguments are as for `Pool`.
+    """
+    _check_call(fn, args, kwargs)
+    _check(world_size, timeout, network, threads, output)
+    pool = Pool(world_size, backend=backend, timeout=timeout, network=network,
+                threads=threads, output=output)
+    try:
+        return pool.run(fn, args, kwargs, timeout=timeout)
+    finally:
+        pool.close()
+
+
+def from_env(backend: str = "auto", *, network: Network | None = None, timeout: float = 300.0):
+    """A `TorchComm` for a script started by torchrun (or anything that sets RANK etc.).
+
+    Joins the default process group from the environment (MASTER_ADDR,
+    MASTER_PORT, RANK, WORLD_SIZE) unless the script already did, so a worker
+    written for `launch.run` runs unchanged: `fn(launch.from_env())`.
+    """
+    import datetime
+
+    import torch.distributed as dist
+
+    from .torch_comm import TorchComm
+
+    if not dist.is_initialized():
+        missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+                   if k not in os.environ]
+        if missing:
+            raise RuntimeError(f"from_env() needs {missing} in the environment: start the script "
+                               "with torchrun, or use launch.run from Python")
+        world_size = int(os.environ["WORLD_SIZE"])
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        local_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        chosen = resolve_backend(backend, local_size)
+        if chosen == "nccl":
+            torch.cuda.set_device(local)
+        dist.init_process_group(chosen, timeout=datetime.timedelta(seconds=timeout))
+    return TorchComm(network=network)

@@ -1,0 +1,244 @@
+"""`Ranks`: a set of live rank processes, their pipes and their output.
+
+The mechanics behind `launch.run` and `launch.Pool`:
+
+1. start `world_size` Python processes (`python -m syncedu.comm._worker`), each in
+   its own session so that a kill reaches anything it started; each gets one end
+   of a socket pair (no port) and a share of the CPU threads;
+2. rendezvous through a file store in a fresh temporary folder (nothing listens
+   on the network for it; Gloo's own sockets are bound to the loopback device);
+3. pump every rank's stdout+stderr line by line into a queue that the calling
+   thread drains into its own `sys.stdout`, each line marked `[rank r]`;
+4. wait for replies with a deadline, noticing a rank that raised (its traceback
+   comes back), died (its pipe closes) or is too slow;
+5. on any failure or interrupt kill every rank's process group and reap it.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import pickle
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from multiprocessing.connection import Pipe, wait
+
+from ._worker import END_MARK
+from .errors import TimeoutError, WorkerError
+
+OUTPUT_MODES = ("live", "ordered", "quiet")
+
+
+def default_threads(world_size: int) -> int:
+    """Each rank's share of this machine's cores (at least 1), so ranks don't oversubscribe."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // world_size)
+
+
+def loopback_interface() -> str | None:
+    """Name of the loopback device ("lo" on Linux, "lo0" on macOS), if found."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except (AttributeError, OSError):
+        return None
+    return next((n for n in names if n.startswith("lo")), None)
+
+
+def _child_env(rank: int, world_size: int, threads: int, fd: int) -> dict:
+    env = dict(os.environ)
+    env.update(SYNCEDU_FD=str(fd), RANK=str(rank), WORLD_SIZE=str(world_size),
+               LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
+               OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               PYTHONUNBUFFERED="1", PYTHONWARNINGS=env.get("PYTHONWARNINGS", "ignore"))
+    lo = loopback_interface()
+    if lo:  # safe by default: Gloo and NCCL listen on loopback only, unless told otherwise
+        env.setdefault("GLOO_SOCKET_IFNAME", lo)
+        env.setdefault("NCCL_SOCKET_IFNAME", lo)
+    # The caller's working directory and sys.path, so `fn` imported from a local module works.
+    path = [p for p in sys.path if p]
+    env["PYTHONPATH"] = os.pathsep.join(path + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is None:
+        return "closed its connection to the launcher"
+    if code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class Ranks:
+    """`world_size` live rank processes joined in one process group."""
+
+    def __init__(self, world_size: int, *, backend: str, threads: int, network,
+                 pg_timeout: float, start_timeout: float, output: str):
+        self.world_size = world_size
+        self.output = output
+        self._lines: queue.Queue = queue.Queue()
+        self._recent = [collections.deque(maxlen=30) for _ in range(world_size)]
+        self._ends = [0] * world_size
+        self._runs = 0
+        self._tmp = tempfile.mkdtemp(prefix="syncedu-")
+        self.procs: list[subprocess.Popen] = []
+        self.conns = []
+        try:
+            cfg = dict(world_size=world_size, backend=backend, threads=threads, network=network,
+                       pg_timeout=pg_timeout, store=os.path.join(self._tmp, "store"))
+            for r in range(world_size):
+                self._spawn(r, dict(cfg, rank=r))
+            self._collect(start_timeout, "start")
+        except BaseException:
+            self.kill()
+            raise
+
+    # ------------------------------------------------------------- start
+    def _spawn(self, rank: int, cfg: dict) -> None:
+        mine, theirs = Pipe(duplex=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "syncedu.comm._worker"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            pass_fds=[theirs.fileno()], env=_child_env(rank, cfg["world_size"], cfg["threads"],
+                                                       theirs.fileno()),
+            start_new_session=True)
+        theirs.close()
+        self.procs.append(proc)
+        self.conns.append(mine)
+        threading.Thread(target=self._pump, args=(rank, proc.stdout), daemon=True,
+                         name=f"syncedu-out-{rank}").start()
+        mine.send_bytes(pickle.dumps(cfg))
+
+    def _pump(self, rank: int, stream) -> None:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            if line == END_MARK:
+                self._lines.put((rank, None))
+            else:
+                self._lines.put((rank, line))
+        stream.close()
+
+    # ------------------------------------------------------------ output
+    def _drain(self, held: list | None) -> None:
+        """Write waiting output lines (or hold them, in "ordered" mode)."""
+        while True:
+            try:
+                rank, line = self._lines.get_nowait()
+            except queue.Empty:
+                return
+            if line is None:
+                self._ends[rank] += 1
+                continue
+            self._recent[rank].append(line)
+            if self.output == "live":
+                sys.stdout.write(f"[rank {rank}] {line}\n")
+            elif self.output == "ordered" and held is not None:
+                held.append((rank, line))
+
+    def _finish_output(self, held: list, ranks, grace: float = 2.0) -> None:
+        # Wait (briefly) for each rank's end-of-run marker, so no line is lost.
+        deadline = time.monotonic() + grace
+        while any(self._ends[r] < self._runs for r in ranks) and time.monotonic() < deadline:
+            self._drain(held)
+            time.sleep(0.005)
+        self._drain(held)
+        for rank, line in sorted(held, key=lambda x: x[0]):  # stable: keeps each rank's order
+            sys.stdout.write(f"[rank {rank}] {line}\n")
+        held.clear()
+        sys.stdout.flush()
+
+    # ----------------------------------------------------------- replies
+    def _collect(self, timeout: float | None, what: str) -> list:
+        """Wait for one reply per rank; raise on the first failure."""
+        pending, replies, held = set(range(self.world_size)), {}, []
+        deadline = None if timeout is None else time.monotonic() + timeout
+        index = {id(c): r for r, c in enumerate(self.conns)}
+        try:
+            while pending:
+                self._drain(held)
+                for conn in wait([self.conns[r] for r in sorted(pending)], timeout=0.02):
+                    r = index[id(conn)]
+                    replies[r] = self._receive(r, held)
+                    pending.discard(r)
+                if pending and deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"{what} did not finish within {timeout:g} s; ranks still running: "
+                        f"{sorted(pending)} (all ranks were stopped)", sorted(pending))
+        finally:
+            if what == "start":
+                self._drain(held)
+            else:  # all output of the run, even when it failed
+                self._finish_output(held, range(self.world_size), grace=0.5 if pending else 2.0)
+        return [replies[r] for r in range(self.world_size)]
+
+    def _receive(self, r: int, held: list):
+        try:
+            msg = pickle.loads(self.conns[r].recv_bytes())
+        except (EOFError, OSError):
+            try:
+                code = self.procs[r].wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                code = None
+            self._drain(held)
+            tail = "\n".join(self._recent[r])
+            raise WorkerError(r, f"the process {_exit_reason(code)} before returning a result",
+                              f"last output of rank {r}:\n{tail}" if tail else "") from None
+        if msg[0] == "error":
+            raise WorkerError(r, msg[1], msg[2])
+        return msg
+
+    def run(self, payload: bytes, timeout: float | None) -> list:
+        """Send one pickled (fn, args, kwargs) to every rank and collect the replies."""
+        self._runs += 1
+        for conn in self.conns:
+            conn.send_bytes(pickle.dumps(("run", payload)))
+        return self._collect(timeout, "the run")
+
+    # -------------------------------------------------------------- stop
+    def alive(self) -> bool:
+        return bool(self.procs) and all(p.poll() is None for p in self.procs)
+
+    def stop(self, grace: float = 3.0) -> None:
+        """Ask every rank to leave the process group and exit; kill what stays."""
+        for conn in self.conns:
+            try:
+                conn.send_bytes(pickle.dumps(("stop",)))
+            except OSError:
+                pass
+        deadline = time.monotonic() + grace
+        for p in self.procs:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+    def kill(self) -> None:
+        """Kill every rank (and anything it started) and reap it. Idempotent."""
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    p.kill()
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        for conn in self.conns:
+            conn.close()
+        self.conns = []
+        shutil.rmtree(self._tmp, ignore_errors=True)

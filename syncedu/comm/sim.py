@@ -4,7 +4,9 @@
 `SimComm`s, one thread each, and returns a `RunResult` whose `.seconds` is
 logical time under a `Network` model, not wall-clock time. This is how a laptop
 "runs" 256 GPUs: the values are real, the time is the model's, and the same
-call always gives the same values, ledger and seconds.
+call always gives the same values, ledger and seconds. One rank runs at a time
+and hands over when it must wait (sim_world.py), so even the order of prints
+repeats.
 
 The time model (alpha-beta, Hockney 1994; single-port, full-duplex, Thakur,
 Rabenseifner & Gropp 2005): every rank has a logical clock, a send port and a
@@ -45,56 +47,21 @@ Used in: notebooks/00_start_here, 02_allreduce_algorithms, 04_parameter_server.
 
 from __future__ import annotations
 
-import ctypes
-import threading
-import traceback
-
 import torch
 
 from .base import Comm, Work
 from .errors import TimeoutError as RunTimeoutError
-from .ledger import Ledger, ring_chunks
+from .ledger import Ledger
 from .network import Network
 from .result import RunResult
-from .sim_world import Cancelled, Message, RecvPort, World
+from .sim_messages import Message, RecvPort, RecvWork, SendWork, flat_view
+from .sim_world import World
 
 __all__ = ["SimComm", "run", "MAX_WORLD_SIZE", "DEFAULT_TIMEOUT"]
 
 MAX_WORLD_SIZE = 4096
 DEFAULT_TIMEOUT = 300.0  # real seconds before a run is stopped
 _COLL = "collective"  # the channel of built-in collectives, apart from user tags
-
-
-class SendWork(Work):
-    """Handle of an `isend`: `wait()` moves the clock to when the send port is done."""
-
-    __slots__ = ("comm", "end")
-
-    def __init__(self, comm: SimComm, end: float):
-        self.comm, self.end = comm, end
-
-    def wait(self, timeout: float | None = None) -> None:
-        self.comm._advance(self.end)
-
-
-class RecvWork(Work):
-    """Handle of an `irecv`: `wait()` blocks until the message is in, then copies it."""
-
-    __slots__ = ("comm", "src", "chan", "tensor", "nbytes", "what", "msg", "done")
-
-    def __init__(self, comm: SimComm, src: int, chan, tensor, what: str):
-        self.comm, self.src, self.chan, self.tensor, self.what = comm, src, chan, tensor, what
-        self.nbytes = tensor.numel() * tensor.element_size() if tensor is not None else 0
-        self.msg: Message | None = None
-        self.done = False
-
-    def wait(self, timeout: float | None = None) -> None:
-        if self.done:
-            return
-        data = self.comm._arrive(self, timeout)
-        _check_match(self, data)
-        self.tensor.detach().view(-1).copy_(data)
-        self.done = True
 
 
 class SimComm(Comm):
@@ -110,7 +77,7 @@ class SimComm(Comm):
         self._send_free = 0.0
         self._recv_port = RecvPort()
         self._rng = None if network.deterministic else network.rng(rank)
-        self._op_name = "recv"
+        self._op_name = ""  # the built-in collective running now
 
     # ------------------------------------------------------------ the clock
     def now(self) -> float:
@@ -143,30 +110,45 @@ class SimComm(Comm):
         self._world.post(self.rank, handle)
         return handle
 
-    def _arrive(self, handle: RecvWork, timeout: float | None = None):
+    def _arrive(self, handle: RecvWork):
         """Wait for `handle`'s message, book the receive port, advance the clock."""
-        msg = self._world.wait(self.rank, handle, timeout)
+        msg = self._world.wait(self.rank, handle)
         slot = self._recv_port.reserve(msg.start, msg.dur)  # Step 2
         self._advance(slot + msg.dur)  # Step 3
         return msg.data
 
-    def _exchange(self, data, dst: int, src: int) -> torch.Tensor | None:
+    def _exchange(self, data, dst: int, src: int, like=None) -> torch.Tensor | None:
         """Send `data` (copied) to `dst` and receive from `src` at the same time."""
-        what = self._op_name
-        handle = self._post(src, _COLL, None, what)
-        end = self._put(None if data is None else data.clone(), dst, _COLL, what)
-        got = self._arrive(handle)
-        if handle.msg.what != what:
-            raise RuntimeError(f"rank {self.rank} called {what} but rank {src} called "
-                               f"{handle.msg.what}: every rank must call the same "
-                               "collectives in the same order")
+        handle = self._post(src, _COLL, None, self._op_name)
+        end = self._put(None if data is None else data.clone(), dst, _COLL, self._op_name)
+        got = self._take(handle, like)
         self._advance(end)
         return got
 
+    def _take(self, handle: RecvWork, like=None) -> torch.Tensor | None:
+        """Wait for a collective's message; check it is from the same call and size."""
+        data = self._arrive(handle)
+        what, theirs = handle.what, handle.msg.what
+        if theirs != what:
+            raise RuntimeError(f"rank {self.rank} called {what} but rank {handle.src} called "
+                               f"{theirs}: every rank must call the same collectives in the "
+                               "same order")
+        if like is not None and (data.numel() != like.numel() or data.dtype != like.dtype):
+            raise RuntimeError(f"rank {self.rank}'s {what} got {data.numel()} x {data.dtype} "
+                               f"from rank {handle.src} where it expected {like.numel()} x "
+                               f"{like.dtype}: every rank must pass tensors of the same shape "
+                               "and dtype")
+        return data
+
+    def _take_from(self, src: int, like: torch.Tensor) -> torch.Tensor:
+        return self._take(self._post(src, _COLL, None, self._op_name), like)
+
+    def _give(self, data: torch.Tensor, dst: int) -> None:
+        self._advance(self._put(data.clone(), dst, _COLL, self._op_name))
+
     # ------------------------------------------------------ point-to-point
     def _isend(self, tensor: torch.Tensor, dst: int, tag: int) -> Work:
-        self._world.check()
-        data = tensor.detach().view(-1).clone()  # copied now: the buffer is free at once
+        data = flat_view(tensor).clone()  # copied now: the buffer is free at once
         return SendWork(self, self._put(data, dst, ("tag", tag), "send"))
 
     def _irecv(self, tensor: torch.Tensor, src: int, tag: int) -> Work:
@@ -175,55 +157,56 @@ class SimComm(Comm):
     # --------------------------------------------------------- collectives
     def _all_reduce(self, tensor: torch.Tensor, op: str) -> None:
         self._op_name = "all_reduce"
-        flat = tensor.detach().view(-1)
-        chunks = flat.split(ring_chunks(flat.numel(), self.world_size))
-        self._ring_reduce_scatter(list(chunks), op)
-        self._ring_all_gather(list(chunks))
+        flat = flat_view(tensor)
+        n = self.world_size
+        part = self._ring_reduce_scatter(lambda k: _chunk(flat, k, n), op)
+        _chunk(flat, self.rank, n).copy_(part)
+        self._ring_all_gather(lambda k: _chunk(flat, k, n))
 
     def _reduce_scatter(self, output: torch.Tensor, inputs: list, op: str) -> None:
         self._op_name = "reduce_scatter"
-        # Work on copies: the inputs stay as they were; chunk r ends up reduced.
-        chunks = [t.detach().view(-1).clone() for t in inputs]
-        self._ring_reduce_scatter(chunks, op)
-        output.detach().view(-1).copy_(chunks[self.rank])
+        flat_view(output).copy_(self._ring_reduce_scatter(lambda k: flat_view(inputs[k]), op))
 
     def _all_gather(self, outputs: list, tensor: torch.Tensor) -> None:
         self._op_name = "all_gather"
-        chunks = [t.detach().view(-1) for t in outputs]
-        chunks[self.rank].copy_(tensor.detach().view(-1))
-        self._ring_all_gather(chunks)
+        flat_view(outputs[self.rank]).copy_(flat_view(tensor))
+        self._ring_all_gather(lambda k: flat_view(outputs[k]))
 
-    def _ring_reduce_scatter(self, chunks: list, op: str) -> None:
-        """N-1 steps; in step s rank r sends chunk r-1-s and adds in chunk r-2-s."""
+    def _ring_reduce_scatter(self, mine, op: str) -> torch.Tensor:
+        """N-1 steps; in step s rank r sends its partial chunk r-1-s and adds its own
+        `mine(k)` to the partial chunk k = r-2-s it receives. Returns chunk r, reduced."""
         n, r = self.world_size, self.rank
+        part = mine((r - 1) % n)
         for s in range(n - 1):
-            got = self._exchange(chunks[(r - 1 - s) % n], (r + 1) % n, (r - 1) % n)
-            _combine(chunks[(r - 2 - s) % n], got, op)
+            own = mine((r - 2 - s) % n)
+            part = self._exchange(part, (r + 1) % n, (r - 1) % n, own)
+            _combine(part, own, op)  # `part` is the message's private copy
+        return part
 
-    def _ring_all_gather(self, chunks: list) -> None:
+    def _ring_all_gather(self, chunk) -> None:
         """N-1 steps; in step s rank r forwards chunk r-s and receives chunk r-1-s."""
         n, r = self.world_size, self.rank
         for s in range(n - 1):
-            got = self._exchange(chunks[(r - s) % n], (r + 1) % n, (r - 1) % n)
-            chunks[(r - 1 - s) % n].copy_(got)
+            into = chunk((r - 1 - s) % n)
+            into.copy_(self._exchange(chunk((r - s) % n), (r + 1) % n, (r - 1) % n, into))
 
     def _broadcast(self, tensor: torch.Tensor, src: int) -> None:
         self._op_name = "broadcast"
         n, r = self.world_size, self.rank
-        flat = tensor.detach().view(-1)
+        flat = flat_view(tensor)
         if r != src:
-            flat.copy_(self._take((r - 1) % n))
+            flat.copy_(self._take_from((r - 1) % n, flat))
         if r != (src - 1) % n:  # the chain ends at src - 1
             self._give(flat, (r + 1) % n)
 
     def _reduce(self, tensor: torch.Tensor, dst: int, op: str) -> None:
         self._op_name = "reduce"
         n, r = self.world_size, self.rank
-        acc = tensor.detach().view(-1)
+        acc = flat_view(tensor)
         if r != dst:
             acc = acc.clone()  # only dst's tensor changes
         if r != (dst + 1) % n:  # the chain starts at dst + 1
-            _combine(acc, self._take((r - 1) % n), op)
+            _combine(acc, self._take_from((r - 1) % n, acc), op)
         if r != dst:
             self._give(acc, (r + 1) % n)
 
@@ -234,17 +217,11 @@ class SimComm(Comm):
             self._exchange(None, (r + dist) % n, (r - dist) % n)
             dist *= 2
 
-    def _take(self, src: int) -> torch.Tensor:
-        handle = self._post(src, _COLL, None, self._op_name)
-        data = self._arrive(handle)
-        if handle.msg.what != self._op_name:
-            raise RuntimeError(f"rank {self.rank} called {self._op_name} but rank {src} "
-                               f"called {handle.msg.what}: every rank must call the same "
-                               "collectives in the same order")
-        return data
 
-    def _give(self, data: torch.Tensor, dst: int) -> None:
-        self._advance(self._put(data.clone(), dst, _COLL, self._op_name))
+def _chunk(flat: torch.Tensor, k: int, n: int) -> torch.Tensor:
+    """Chunk k of `n` of `flat`, as `ring_chunks` splits it (first chunks one longer)."""
+    base, extra = divmod(flat.numel(), n)
+    return flat.narrow(0, k * base + min(k, extra), base + (k < extra))
 
 
 def _combine(acc: torch.Tensor, data: torch.Tensor, op: str) -> None:
@@ -259,11 +236,59 @@ def _combine(acc: torch.Tensor, data: torch.Tensor, op: str) -> None:
         torch.minimum(acc, data, out=acc)
 
 
-def _check_match(handle: RecvWork, data: torch.Tensor) -> None:
-    t, comm = handle.tensor, handle.comm
-    if data.dtype != t.dtype or data.numel() != t.numel():
-        raise ValueError(
-            f"rank {comm.rank} posted a receive of {t.numel()} x {t.dtype} from rank "
-            f"{handle.src} (tag {handle.chan[1]}), but rank {handle.src} sent "
-            f"{data.numel()} x {data.dtype}: sender and receiver must agree on dtype "
-            "and number of elements")
+# ------------------------------------------------------------------ run
+def run(fn, world_size: int, args=(), kwargs=None, *, network: Network | None = None,
+        timeout: float | None = None) -> RunResult:
+    """Run `fn(comm, *args, **kwargs)` on `world_size` simulated ranks (threads).
+
+    Returns a `RunResult`: the ranks' return values, `.ledger`, and `.seconds`,
+    the latest final logical clock under `network` (default `Network()`: zero
+    latency, infinite bandwidth, so 0.0 unless a rank calls `comm.compute`).
+    Raises `WorkerError` if a rank raised (the lowest such rank), `DeadlockError`
+    if every unfinished rank waits for a message that cannot come, and
+    `TimeoutError` (`.ranks`: the unfinished ones) after `timeout` real seconds
+    (default 300). Every rank's thread is stopped before it returns or raises.
+    """
+    network, timeout = _check_run(fn, world_size, args, kwargs, network, timeout)
+    world = World(world_size)
+    comms = [SimComm(r, world_size, network, world) for r in range(world_size)]
+    world.launch(comms, fn, tuple(args), dict(kwargs or {}))
+    try:
+        if not world.all_done.wait(timeout):
+            ranks = world.unfinished()
+            world.stop(RunTimeoutError(f"sim.run: ranks {ranks} still running after "
+                                       f"{timeout} s of real time", ranks))
+    except BaseException:  # e.g. KeyboardInterrupt in a notebook: stop the ranks first
+        world.stop(RuntimeError("sim.run was interrupted"))
+        world.join()
+        raise
+    world.join()
+    error = world.outcome()
+    if error is not None:
+        raise error
+    seconds = max(c.now() for c in comms)
+    return RunResult(world.results, Ledger([c.ledger for c in comms]), seconds)
+
+
+def _check_run(fn, world_size, args, kwargs, network, timeout):
+    if not isinstance(world_size, int) or isinstance(world_size, bool) \
+            or not 1 <= world_size <= MAX_WORLD_SIZE:
+        raise ValueError(f"world_size={world_size!r} must be an int in 1..{MAX_WORLD_SIZE}")
+    if not callable(fn):
+        raise ValueError(f"fn must be callable as fn(comm, *args, **kwargs), "
+                         f"got {type(fn).__name__}")
+    if not isinstance(args, (tuple, list)):
+        raise ValueError(f"args must be a tuple, got {type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise ValueError(f"kwargs must be a dict or None, got {type(kwargs).__name__}")
+    if network is None:
+        network = Network()
+    elif not isinstance(network, Network):
+        raise ValueError(f"network must be a syncedu.Network or None, "
+                         f"got {type(network).__name__}")
+    network.check_world_size(world_size)
+    if timeout is None:
+        timeout = DEFAULT_TIMEOUT
+    elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout={timeout!r} must be a number of seconds > 0 or None")
+    return network, float(timeout)

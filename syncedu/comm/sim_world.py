@@ -1,35 +1,36 @@
-"""What the threads of one simulated run share: mailboxes, ports and a watch.
+"""What the threads of one simulated run share: mailboxes, a baton and a watch.
 
 `sim.py` runs each rank as a thread; this module holds everything those threads
-share, guarded by one lock per run (nothing lives at module level, so several
-runs can go on at once, even nested):
+share, in one `World` per run (nothing lives at module level, so several runs
+can go on at once, even nested):
 
 - **mailboxes**: per receiver, the messages not yet matched and the receives
   not yet matched, keyed by (source, channel) and matched first-in first-out,
   as MPI matches by (source, tag);
-- **the receive port** of each rank (`RecvPort`), busy while a message comes
-  in: the single-port, full-duplex model of Thakur, Rabenseifner & Gropp (2005),
-  where a rank sends one message and receives one message at a time;
-- **the watch**: which ranks are blocked and on what. When every unfinished
-  rank is blocked the run stops with a `DeadlockError`; a failure, a deadlock or
-  a timeout wakes every blocked rank with `Cancelled`, raised inside it.
-
-Logical time never depends on which thread runs first: a message's times are
-set by its sender in the sender's program order, and the receive port is
-reserved by the receiver in its own program order.
+- **the baton**: only one rank's thread runs at a time. A rank runs until it
+  must wait for a message that is not there, then hands the baton to the next
+  ready rank (first come, first served), or when it has sent `BACKLOG` messages
+  that nobody has received yet (memory). The threads never fight over the GIL
+  or the cores, the run order (and so the order of prints) is the same every
+  time, and a deadlock is exact: a rank that must wait finds nobody ready;
+- **the watch**: when a rank raises, or a deadlock or timeout stops the run,
+  every parked rank is woken and `Cancelled` is raised inside it.
 
 Used in: notebooks/00_start_here (through `syncedu.sim`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
-from bisect import bisect_right
+import traceback
 from collections import deque
 
 from .errors import DeadlockError, WorkerError
-from .errors import TimeoutError as RunTimeoutError
+from .sim_messages import Message
+
+BACKLOG = 64  # a sender with this many unreceived messages to one rank lets others run
 
 
 class Cancelled(BaseException):
@@ -39,67 +40,15 @@ class Cancelled(BaseException):
     """
 
 
-class Message:
-    """One message in flight: a private copy of the data and its timing."""
+class RankState:
+    """One rank's mailbox, baton and watch entry (changed only under the world lock)."""
 
-    __slots__ = ("data", "src", "chan", "start", "dur", "what")
-
-    def __init__(self, data, src: int, chan, start: float, dur: float, what: str):
-        self.data, self.src, self.chan, self.what = data, src, chan, what
-        self.start = start  # when it left the sender's send port
-        self.dur = dur  # latency + bytes / bandwidth (+ noise)
-
-
-class RecvPort:
-    """A rank's receive port: sorted, disjoint busy intervals, filled first-fit.
-
-    The receiver reserves a slot when it waits for a message, in its program
-    order. First-fit lets a message that left early but is waited for late
-    (after a straggler's) still come in early, in a gap.
-    """
-
-    __slots__ = ("starts", "ends")
+    __slots__ = ("baton", "parked", "unmatched", "posted", "waiting", "done")
 
     def __init__(self):
-        self.starts: list[float] = []
-        self.ends: list[float] = []
-
-    def reserve(self, earliest: float, dur: float) -> float:
-        """Book `dur` seconds at the first free slot from `earliest`; return its start."""
-        if dur <= 0:
-            return earliest
-        starts, ends = self.starts, self.ends
-        i = bisect_right(ends, earliest)  # busy intervals before i end in time
-        t = earliest
-        while i < len(starts) and starts[i] < t + dur:
-            t = max(t, ends[i])
-            i += 1
-        self._insert(i, t, t + dur)
-        return t
-
-    def _insert(self, i: int, t: float, end: float) -> None:
-        starts, ends = self.starts, self.ends
-        left = i > 0 and ends[i - 1] == t
-        right = i < len(starts) and starts[i] == end
-        if left and right:  # the new interval closes a gap: merge three into one
-            ends[i - 1] = ends.pop(i)
-            starts.pop(i)
-        elif left:
-            ends[i - 1] = end
-        elif right:
-            starts[i] = t
-        else:
-            starts.insert(i, t)
-            ends.insert(i, end)
-
-
-class RankState:
-    """One rank's mailbox and watch entry (touched only under the world lock)."""
-
-    __slots__ = ("cond", "unmatched", "posted", "waiting", "done")
-
-    def __init__(self, lock: threading.Lock):
-        self.cond = threading.Condition(lock)
+        self.baton = threading.Lock()  # held while the rank is parked
+        self.baton.acquire()
+        self.parked = True  # every rank starts parked, waiting for its first turn
         self.unmatched: dict = {}  # (src, chan) -> deque of Message
         self.posted: dict = {}  # (src, chan) -> deque of receive handles
         self.waiting = None  # the receive handle this rank is blocked on
@@ -112,13 +61,14 @@ class World:
     def __init__(self, world_size: int):
         self.n = world_size
         self.lock = threading.Lock()
-        self.ranks = [RankState(self.lock) for _ in range(world_size)]
+        self.ranks = [RankState() for _ in range(world_size)]
+        self.ready = deque(range(world_size))  # parked ranks that can run, in turn order
         self.results: list = [None] * world_size
         self.failures: dict[int, tuple[BaseException, str]] = {}
         self.error: BaseException | None = None  # why the run is stopping
-        self.n_blocked = 0
         self.n_done = 0
         self.all_done = threading.Event()
+        self.threads: list[threading.Thread] = []
 
     # ------------------------------------------------------------ messages
     def check(self) -> None:
@@ -134,14 +84,29 @@ class World:
             st = self.ranks[dst]
             posted = st.posted.get(key)
             if not posted:
-                st.unmatched.setdefault(key, deque()).append(msg)
+                queue = st.unmatched.setdefault(key, deque())
+                queue.append(msg)
+                far_ahead = len(queue) % BACKLOG == 0
+            else:
+                far_ahead = False
+                handle = posted.popleft()
+                handle.msg = msg
+                if st.waiting is handle:  # dst was blocked on it: it is ready to run again
+                    st.waiting = None
+                    self.ready.append(dst)
+        if far_ahead:
+            self.pause(msg.src)
+
+    def pause(self, rank: int) -> None:
+        """Let the ready ranks run before `rank` goes on (it is far ahead of a receiver)."""
+        with self.lock:
+            self.check()
+            if not self.ready:
                 return
-            handle = posted.popleft()
-            handle.msg = msg
-            if st.waiting is handle:  # wake the receiver; it is no longer blocked
-                st.waiting = None
-                self.n_blocked -= 1
-                st.cond.notify()
+            self.ranks[rank].parked = True
+            self.ready.append(rank)
+            self._pass_baton()
+        self._turn(rank)
 
     def post(self, rank: int, handle) -> None:
         """Match receive `handle` (fields src, chan) to a queued message or post it."""
@@ -155,39 +120,76 @@ class World:
             else:
                 st.posted.setdefault(key, deque()).append(handle)
 
-    def wait(self, rank: int, handle, timeout: float | None = None) -> Message:
-        """Block rank `rank` until `handle` has its message; return the message."""
+    def wait(self, rank: int, handle) -> Message:
+        """Park rank `rank` until `handle` has its message; return the message."""
         if handle.msg is not None:
             return handle.msg
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self.lock:
+            self.check()
             st = self.ranks[rank]
-            while handle.msg is None:
-                self.check()
-                if st.waiting is not handle:
-                    st.waiting = handle
-                    self.n_blocked += 1
-                    self._check_deadlock()
-                    continue  # the check may have stopped the run
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    st.waiting = None
-                    self.n_blocked -= 1
-                    raise RunTimeoutError(f"rank {rank}: {describe(handle, self)} did not "
-                                          f"complete within {timeout} s", [rank])
-                st.cond.wait(left)
-            return handle.msg
+            st.waiting, st.parked = handle, True
+            if not self._pass_baton():  # nobody can run: every unfinished rank waits
+                self._stop(DeadlockError(self._waiting()))
+        self._turn(rank)
+        return handle.msg
+
+    # ------------------------------------------------------------- threads
+    def launch(self, comms: list, fn, args: tuple, kwargs: dict) -> None:
+        """Start one daemon thread per comm, running `fn(comm, *args, **kwargs)`."""
+        for comm in comms:
+            t = threading.Thread(target=self._main, args=(comm, fn, args, kwargs),
+                                 name=f"sim-rank-{comm.rank}", daemon=True)
+            try:
+                t.start()
+            except RuntimeError as exc:  # the operating system refused another thread
+                self.stop(exc)
+                self.join()
+                raise RuntimeError(f"sim.run could start only {len(self.threads)} of "
+                                   f"{len(comms)} rank threads: {exc}") from None
+            self.threads.append(t)
+        with self.lock:
+            self._pass_baton()  # rank 0 goes first
+
+    def _main(self, comm, fn, args: tuple, kwargs: dict) -> None:
+        try:
+            self._turn(comm.rank)
+            result = fn(comm, *args, **kwargs)
+        except Cancelled:
+            self.fail(comm.rank, None, "")
+        except BaseException as exc:  # noqa: BLE001 - any failure is reported, not lost
+            tb = exc.__traceback__.tb_next  # start at fn, not at this frame
+            self.fail(comm.rank, exc, "".join(traceback.format_exception(type(exc), exc, tb)))
+        else:
+            self.finish(comm.rank, result)
+
+    def _turn(self, rank: int) -> None:
+        """Sleep until this rank holds the baton (or the run stops)."""
+        self.ranks[rank].baton.acquire()
+        self.check()
+
+    def join(self, grace: float = 0.5) -> None:
+        """Join every thread; one stuck outside the comm gets `Cancelled` raised in it."""
+        deadline = time.monotonic() + grace
+        for t in self.threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        stuck = [t for t in self.threads if t.is_alive()]
+        for t in stuck:  # e.g. a pure-Python loop that never calls the comm again
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(t.ident),
+                                                       ctypes.py_object(Cancelled))
+        deadline = time.monotonic() + grace
+        for t in stuck:
+            t.join(max(0.0, deadline - time.monotonic()))
 
     # --------------------------------------------------------------- watch
     def finish(self, rank: int, result) -> None:
-        """Rank `rank` returned `result`."""
+        """Rank `rank` returned `result`: pass the baton on."""
         with self.lock:
             self.results[rank] = result
             self._mark_done(rank)
             if self.n_done == self.n:
                 self.all_done.set()
-            else:
-                self._check_deadlock()
+            elif not self._pass_baton() and self.error is None:
+                self._stop(DeadlockError(self._waiting()))
 
     def fail(self, rank: int, exc: BaseException | None, tb: str) -> None:
         """Rank `rank` raised `exc` (None: it was cancelled); stop the run."""
@@ -196,8 +198,6 @@ class World:
             if exc is not None:
                 self.failures[rank] = (exc, tb)
                 self._stop(WorkerError(rank, _one_line(exc), tb))
-            elif self.n_done == self.n:
-                self.all_done.set()
 
     def stop(self, error: BaseException) -> None:
         """Stop the run with `error` (kept only if it is the first reason)."""
@@ -216,6 +216,15 @@ class World:
             return WorkerError(rank, _one_line(exc), tb)
         return self.error
 
+    def _pass_baton(self) -> bool:
+        """Wake the next ready rank; False if there is none."""
+        if not self.ready:
+            return False
+        st = self.ranks[self.ready.popleft()]
+        st.parked = False
+        st.baton.release()
+        return True
+
     def _mark_done(self, rank: int) -> None:
         st = self.ranks[rank]
         if not st.done:
@@ -225,16 +234,15 @@ class World:
     def _stop(self, error: BaseException) -> None:
         if self.error is None:
             self.error = error
-        for st in self.ranks:
-            st.cond.notify_all()
+        for st in self.ranks:  # wake every parked rank: each raises Cancelled
+            if st.parked:
+                st.parked = False
+                st.baton.release()
         self.all_done.set()
 
-    def _check_deadlock(self) -> None:
-        if self.n_blocked == 0 or self.n_blocked + self.n_done < self.n or self.error:
-            return
-        waiting = {r: describe(st.waiting, self) for r, st in enumerate(self.ranks)
-                   if st.waiting is not None and not st.done}
-        self._stop(DeadlockError(waiting))
+    def _waiting(self) -> dict[int, str]:
+        return {r: describe(st.waiting, self) for r, st in enumerate(self.ranks)
+                if st.waiting is not None and not st.done}
 
 
 def describe(handle, world: World) -> str:

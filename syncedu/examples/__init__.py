@@ -1,0 +1,1 @@
+"""Worker scripts that run unchanged under `torchrun` (and from the notebooks)."""

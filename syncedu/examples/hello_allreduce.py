@@ -1,0 +1,34 @@
+"""The first worker of notebook 00, as a script for torchrun.
+
+    torchrun --standalone --nproc-per-node=2 -m syncedu.examples.hello_allreduce
+
+torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; `launch.from_env()`
+joins the process group from them and hands back the same `comm` that
+`launch.run` gives a worker in a notebook. On several machines, run the same
+command on each with `--nnodes`, `--node-rank` and `--rdzv-endpoint`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from syncedu.comm import launch
+
+
+def hello(comm):
+    """Every rank contributes rank + 1; after all_reduce each holds 1 + 2 + ... + N."""
+    t = torch.full((4,), float(comm.rank + 1), device=comm.device)
+    comm.all_reduce(t)
+    return t.sum().item() / 4
+
+
+def main() -> None:
+    comm = launch.from_env()  # sync: join the group torchrun describes
+    total = hello(comm)
+    print(f"rank {comm.rank} of {comm.world_size} ({comm.backend}): all_reduce gave {total:g}",
+          flush=True)
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""How long it takes to get ranks running: cold `launch.run`, bare spawn, warm `Pool.run`.
+
+    python -m syncedu.bench launch [--repeat 7] [--world-size 2]
+
+Three variants of the same job (a 2-rank all_reduce of one float), alternated
+round by round so that drift on the machine hits all of them alike; medians:
+
+1. cold: `launch.run(fn, 2)`: start processes, rendezvous, run, stop;
+2. bare: `torch.multiprocessing.spawn` + `init_process_group` doing the same,
+   the minimum any launcher pays;
+3. warm: `Pool.run(fn)` on ranks that are already up.
+
+Targets (issue 2): cold <= 1.3x bare; warm < 100 ms.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from syncedu.comm import launch
+
+
+def _trivial(comm):
+    t = torch.ones(1)
+    comm.all_reduce(t)
+    return t.item()
+
+
+def _bare_rank(rank: int, world_size: int, port: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=60))
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def measure(world_size: int = 2, repeat: int = 5, warm_repeat: int = 20, progress=None) -> dict:
+    """Median seconds of each variant; `progress` is called once per round."""
+    cold, bare = [], []
+    for _ in range(repeat):
+        cold.append(_timed(lambda: launch.run(_trivial, world_size, output="quiet")))
+        bare.append(_timed(lambda: mp.spawn(_bare_rank, args=(world_size, _free_port()),
+                                            nprocs=world_size, join=True)))
+        if progress:
+            progress()
+    with launch.Pool(world_size, output="quiet") as pool:
+        pool.run(_trivial)  # first run pays one-time imports in the ranks
+        warm = [_timed(lambda: pool.run(_trivial)) for _ in range(warm_repeat)]
+    return {"cold": statistics.median(cold), "bare": statistics.median(bare),
+            "warm": statistics.median(warm), "repeat": repeat, "world_size": world_size}
+
+
+def report(m: dict) -> str:
+    ratio = m["cold"] / m["bare"]
+    lines = [
+        f"launch benchmark, world_size={m['world_size']}, medians of {m['repeat']} rounds",
+        f"  cold launch.run       {m['cold'] * 1e3:9.1f} ms",
+        f"  bare mp.spawn + init  {m['bare'] * 1e3:9.1f} ms",
+        f"  warm Pool.run         {m['warm'] * 1e3:9.1f} ms",
+        f"  cold / bare = {ratio:.2f} (target <= 1.30: {'met' if ratio <= 1.3 else 'MISSED'})",
+        f"  warm < 100 ms: {'met' if m['warm'] < 0.1 else 'MISSED'}",
+    ]
+    return "\n".join(lines)

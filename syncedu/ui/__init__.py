@@ -1,0 +1,4 @@
+"""Layer 4, ui: matplotlib figure builders, ipywidgets dashboards, exercise checkers.
+
+The only layer that imports ipywidgets or matplotlib.
+"""

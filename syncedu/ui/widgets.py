@@ -1,0 +1,76 @@
+"""ipywidgets dashboards that re-run real or simulated ranks when a control moves.
+
+Used in: notebooks/00_start_here (world size explorer).
+"""
+
+from __future__ import annotations
+
+import ipywidgets as w
+
+from syncedu.comm import launch
+
+
+def show_text(out: w.Output, text: str) -> None:
+    """Replace what `out` shows with `text`.
+
+    Sets the widget's state directly instead of printing inside `with out:`, so
+    nothing leaks into the cell's own output when no browser is attached (nbval).
+    """
+    out.outputs = ({"output_type": "stream", "name": "stdout", "text": text + "\n"},)
+
+
+class PoolCache:
+    """One warm `launch.Pool` per world size, started on first use, closed together."""
+
+    def __init__(self, **pool_kwargs):
+        self.pool_kwargs = pool_kwargs
+        self._pools: dict[int, launch.Pool] = {}
+
+    def get(self, world_size: int) -> launch.Pool:
+        if world_size not in self._pools:
+            self._pools[world_size] = launch.Pool(world_size, **self.pool_kwargs)
+        return self._pools[world_size]
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+
+
+class WorldSizeExplorer:
+    """A world-size slider that re-runs `fn` on a warm pool and shows `describe(res)`.
+
+    `fn(comm)` runs on every rank; `describe(res)` turns the `RunResult` into the
+    text shown under the slider. `.result` is the last result, `.text` its text.
+    """
+
+    def __init__(self, fn, describe, *, value: int = 2, max_world_size: int = 4,
+                 pools: PoolCache | None = None):
+        if not 1 <= value <= max_world_size:
+            raise ValueError(f"value={value} must be in 1..max_world_size={max_world_size}")
+        self.fn, self.describe = fn, describe
+        self.pools = pools or PoolCache(output="quiet")
+        self.slider = w.IntSlider(value=value, min=1, max=max_world_size,
+                                  description="world size", continuous_update=False)
+        self.out = w.Output()
+        self.result, self.text = None, ""
+        self.slider.observe(lambda change: self.update(change["new"]), names="value")
+        self.widget = w.VBox([self.slider, self.out])
+        self.update(value)
+
+    def update(self, world_size: int) -> None:
+        try:
+            self.result = self.pools.get(world_size).run(self.fn)
+            self.text = self.describe(self.result)
+        except Exception as e:  # show the failure in the widget, never lose it
+            self.result, self.text = None, f"error: {e}"
+        show_text(self.out, self.text)
+
+    def close(self) -> None:
+        self.pools.close()
+        self.widget.close()
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)

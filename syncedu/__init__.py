@@ -22,13 +22,19 @@ from syncedu.comm.network import PRESETS, Network
 
 __version__ = "0.1.0"
 
-_MODULES = ("launch", "sim", "collectives", "cost", "dp", "syncbn", "train", "ps", "bench",
-            "compress", "data", "models", "plots", "widgets")
+# Public name -> module that provides it (loaded on first attribute access).
+_MODULES = {
+    "launch": "syncedu.launch", "sim": "syncedu.sim", "collectives": "syncedu.collectives",
+    "cost": "syncedu.cost", "dp": "syncedu.dp", "syncbn": "syncedu.syncbn",
+    "train": "syncedu.train", "ps": "syncedu.ps", "bench": "syncedu.bench",
+    "compress": "syncedu.compress", "data": "syncedu.data", "models": "syncedu.models",
+    "plots": "syncedu.ui.plots", "widgets": "syncedu.ui.widgets",
+}
 
 
 def __getattr__(name: str):
     if name in _MODULES:
-        return importlib.import_module(f"syncedu.{name}")
+        return importlib.import_module(_MODULES[name])
     raise AttributeError(f"module 'syncedu' has no attribute {name!r}")
 
 

@@ -1,0 +1,43 @@
+"""Small real and synthetic data sets that ship with installed packages: no downloads.
+
+- `digits()`: scikit-learn's bundled 8x8 handwritten digits (1,797 images,
+  10 classes; UCI ML hand-written digits, Alpaydin & Kaynak 1998), scaled to [0, 1].
+- `synthetic()`: seeded Gaussian blobs, any size, for quick and exact experiments.
+
+Both return a `torch.utils.data.TensorDataset` of (float32 features, int64 labels).
+
+Used in: notebooks/03_data_parallel, 04_parameter_server, 05_gradient_accumulation,
+06_sync_batchnorm.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import TensorDataset
+
+
+def digits(images: bool = False) -> TensorDataset:
+    """The 8x8 digits: features (1797, 64), or (1797, 1, 8, 8) with `images=True`."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x = torch.tensor(bunch.data, dtype=torch.float32) / 16.0
+    y = torch.tensor(bunch.target, dtype=torch.int64)
+    if images:
+        x = x.view(-1, 1, 8, 8)
+    return TensorDataset(x, y)
+
+
+def synthetic(n: int = 1024, features: int = 16, classes: int = 4, *, noise: float = 1.0,
+              seed: int = 0) -> TensorDataset:
+    """`n` points around `classes` random centres in `features` dimensions (seeded)."""
+    for name, value, low in (("n", n, 1), ("features", features, 1), ("classes", classes, 2)):
+        if not isinstance(value, int) or value < low:
+            raise ValueError(f"{name}={value!r} must be an int >= {low}")
+    if noise < 0:
+        raise ValueError(f"noise={noise} must be >= 0")
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.randn(classes, features, generator=g) * 2.0
+    y = torch.randint(0, classes, (n,), generator=g)
+    x = centres[y] + noise * torch.randn(n, features, generator=g)
+    return TensorDataset(x, y)

@@ -1,30 +1,36 @@
-"""Benchmarks: `python -m syncedu.bench {launch,collectives} [options]`.
+"""Benchmarks: `python -m syncedu.bench {launch,collectives,dp,...} [options]`.
 
-Results and the commands that produced them are in the README.
+Each subcommand lives in `syncedu/lab/bench_<name>.py`, which defines
+`add_arguments(parser)` and `main(args) -> int`. Results and the commands that
+produced them are in the README.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import pkgutil
 import sys
+
+import syncedu.lab
+
+
+def _subcommands() -> dict[str, str]:
+    names = [m.name for m in pkgutil.iter_modules(syncedu.lab.__path__)]
+    return {n[len("bench_"):]: f"syncedu.lab.{n}" for n in sorted(names) if n.startswith("bench_")}
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m syncedu.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m syncedu.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
-    p = sub.add_parser("launch", help="cold launch.run vs bare spawn vs warm Pool.run")
-    p.add_argument("--world-size", type=int, default=2)
-    p.add_argument("--repeat", type=int, default=5)
+    modules = {}
+    for name, path in _subcommands().items():
+        modules[name] = importlib.import_module(path)
+        doc = (modules[name].__doc__ or "").strip().splitlines()[0]
+        modules[name].add_arguments(sub.add_parser(name, help=doc, description=doc))
     args = parser.parse_args(argv)
-    if args.what == "launch":
-        from tqdm import tqdm
-
-        from syncedu.lab import bench_launch
-
-        with tqdm(total=args.repeat, desc="launch rounds", file=sys.stderr) as bar:
-            m = bench_launch.measure(args.world_size, args.repeat, progress=bar.update)
-        print(bench_launch.report(m))
-    return 0
+    return modules[args.what].main(args)
 
 
 if __name__ == "__main__":

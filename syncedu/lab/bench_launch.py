@@ -19,6 +19,7 @@ import datetime
 import os
 import socket
 import statistics
+import sys
 import time
 
 import torch
@@ -82,3 +83,17 @@ def report(m: dict) -> str:
         f"  warm < 100 ms: {'met' if m['warm'] < 0.1 else 'MISSED'}",
     ]
     return "\n".join(lines)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=5)
+
+
+def main(args) -> int:
+    from tqdm import tqdm
+
+    with tqdm(total=args.repeat, desc="launch rounds", file=sys.stderr) as bar:
+        m = measure(args.world_size, args.repeat, progress=bar.update)
+    print(report(m))
+    return 0

@@ -2,7 +2,7 @@
 
 - base.py: `Comm`, the interface every algorithm is written against;
 - torch_comm.py: `TorchComm`, real processes over torch.distributed;
-- sim.py: `SimComm`, simulated ranks with a logical clock;
+- sim.py (+ sim_world.py, sim_messages.py): `SimComm`, simulated ranks with a logical clock;
 - network.py: `Network`, the alpha-beta model with stragglers, jitter, loss;
 - emulation.py: that model applied to real processes;
 - ledger.py: bytes and messages per rank and per op;

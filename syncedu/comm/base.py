@@ -24,11 +24,11 @@ from __future__ import annotations
 import contextlib
 import time
 from abc import ABC, abstractmethod
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
-from .ledger import RankLedger, ring_allreduce_elements, ring_chunks
+from .ledger import RankLedger, ring_allreduce_elements
 
 REDUCE_OPS = ("sum", "prod", "max", "min", "avg")
 

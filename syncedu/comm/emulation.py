@@ -2,11 +2,13 @@
 
 No root, no `tc`: each rank delays its own traffic.
 
-1. Point-to-point: every directed link (this rank -> dst) has a sender thread.
-   A message departs when the link is free, occupies it for n / bandwidth, and
-   is handed to torch.distributed at departure + latency + n / bandwidth
-   (+ seeded jitter and loss), so messages on one link queue behind each other
-   while links to different peers run in parallel.
+1. Point-to-point: as in the simulator (sim.py), each rank has one send port.
+   A message leaves when the port is free, holds it for
+   d = latency + n / bandwidth (+ seeded jitter and loss), and is handed to
+   torch.distributed at departure + d by a sender thread per peer, so messages
+   out of one rank take turns, as on one NIC. (The receive port is not
+   emulated: a rank receiving from several peers at once gets them sooner
+   than the simulator would say.)
 2. Collectives: the rank runs torch's built-in, then waits until the time a ring
    would take on the modeled network has passed (`ring_seconds`).
 3. Compute: `comm.compute(seconds)` sleeps seconds times the rank's slowdown
@@ -17,6 +19,7 @@ Used in: notebooks/00_start_here, 04_parameter_server, 09_tuning_playbook.
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -37,8 +40,8 @@ def ring_seconds(kind: str, nbytes: int, world_size: int, network: Network) -> f
         return (n - 1) * (a + chunk / bw)
     if kind in ("broadcast", "reduce"):
         return (n - 1) * (a + nbytes / bw)
-    if kind == "barrier":
-        return 2 * (n - 1) * a
+    if kind == "barrier":  # dissemination: ceil(log2 N) rounds of empty messages
+        return math.ceil(math.log2(n)) * a
     raise ValueError(f"kind={kind!r} is not a known collective")
 
 
@@ -63,17 +66,16 @@ class Emulator:
         self.world_size = world_size
         self._rng = network.rng(rank)
         self._links: dict[int, queue.Queue] = {}
-        self._free_at: dict[int, float] = {}
+        self._free_at = 0.0  # when the send port is free again
         self._lock = threading.Lock()
 
     def isend(self, start, tensor, dst: int) -> Work:
-        """Queue a send on link rank -> dst; `start()` hands it to torch when due."""
+        """Queue a send to `dst` on the send port; `start()` hands it to torch when due."""
         nbytes = tensor.numel() * tensor.element_size()
         with self._lock:
-            now = time.perf_counter()
-            depart = max(now, self._free_at.get(dst, 0.0))
-            self._free_at[dst] = depart + nbytes / self.network.bandwidth
-            due = self._free_at[dst] + self.network.latency + self.network.noise(self._rng)
+            depart = max(time.perf_counter(), self._free_at)
+            due = depart + self.network.transfer_time(nbytes) + self.network.noise(self._rng)
+            self._free_at = due
             handle = _Sent()
             self._link(dst).put((due, start, handle))
         return handle

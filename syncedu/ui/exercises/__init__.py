@@ -2,9 +2,10 @@
 
 Each checker takes the learner's answer, runs it where needed and prints a
 verdict (it returns None, so a notebook cell shows only the verdict); its
-`.grade(answer)` returns True/False for tests. An answer that still raises `NotImplementedError` (the
-stub the notebook ships) is reported as "not attempted yet", not as a failure,
-so the notebooks run top to bottom before anyone has solved anything.
+`.grade(answer)` returns True/False for tests. An answer that still raises
+`NotImplementedError` (the stub the notebook ships) is reported as "not
+attempted yet", not as a failure, so the notebooks run top to bottom before
+anyone has solved anything.
 """
 
 from __future__ import annotations

@@ -134,6 +134,20 @@ class Comm(ABC):
         self._charge("recv", received=_nbytes(tensor), msgs_received=1)
         return self._irecv(tensor, src, tag)
 
+    def recv_any(self, tensor: torch.Tensor, tag: int = 0) -> int:
+        """Receive the next `tag` message from whichever rank sends one; return that rank.
+
+        For servers that serve many peers in arrival order (a parameter server).
+        Real ranks take the first to arrive (Gloo's any-source receive); simulated
+        ranks the earliest in logical time, so runs repeat exactly.
+        """
+        _check_tensor(tensor, "tensor")
+        self._charge("recv", received=_nbytes(tensor), msgs_received=1)
+        return self._recv_any(tensor, tag)
+
+    def _recv_any(self, tensor: torch.Tensor, tag: int) -> int:
+        raise NotImplementedError(f"{type(self).__name__} has no any-source receive")
+
     # ---------------------------------------------------------- collectives
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
         """Copy `src`'s tensor into every rank's `tensor` (charged as a ring pipeline)."""

@@ -49,11 +49,14 @@ from __future__ import annotations
 
 import torch
 
+from . import rank_output
 from .base import Comm, Work
 from .errors import TimeoutError as RunTimeoutError
 from .ledger import Ledger
 from .network import Network
 from .result import RunResult
+
+OUTPUT_MODES = ("live", "ordered", "quiet")
 from .sim_messages import Message, RecvPort, RecvWork, SendWork, flat_view
 from .sim_world import World
 
@@ -154,6 +157,13 @@ class SimComm(Comm):
     def _irecv(self, tensor: torch.Tensor, src: int, tag: int) -> Work:
         return self._post(src, ("tag", tag), tensor, "recv")
 
+    def _recv_any(self, tensor: torch.Tensor, tag: int) -> int:
+        msg = self._world.recv_any(self.rank, ("tag", tag))  # earliest in logical time
+        handle = RecvWork(self, msg.src, msg.chan, tensor, "recv")
+        handle.msg = msg
+        handle.wait()  # books the receive port, advances the clock, checks, copies
+        return msg.src
+
     # --------------------------------------------------------- collectives
     def _all_reduce(self, tensor: torch.Tensor, op: str) -> None:
         self._op_name = "all_reduce"
@@ -238,7 +248,7 @@ def _combine(acc: torch.Tensor, data: torch.Tensor, op: str) -> None:
 
 # ------------------------------------------------------------------ run
 def run(fn, world_size: int, args=(), kwargs=None, *, network: Network | None = None,
-        timeout: float | None = None) -> RunResult:
+        timeout: float | None = None, output: str = "live") -> RunResult:
     """Run `fn(comm, *args, **kwargs)` on `world_size` simulated ranks (threads).
 
     Returns a `RunResult`: the ranks' return values, `.ledger`, and `.seconds`,
@@ -248,9 +258,18 @@ def run(fn, world_size: int, args=(), kwargs=None, *, network: Network | None = 
     if every unfinished rank waits for a message that cannot come, and
     `TimeoutError` (`.ranks`: the unfinished ones) after `timeout` real seconds
     (default 300). Every rank's thread is stopped before it returns or raises.
+    What ranks print is marked `[rank r]`; `output` is "live", "ordered" (rank 0's
+    lines first, then rank 1's, ...) or "quiet", as for `launch.run`.
     """
     network, timeout = _check_run(fn, world_size, args, kwargs, network, timeout)
-    world = World(world_size)
+    if output not in OUTPUT_MODES:
+        raise ValueError(f"output={output!r} must be one of {OUTPUT_MODES}")
+    with rank_output.capture(output) as sink:
+        return _run(fn, world_size, args, kwargs, network, timeout, sink)
+
+
+def _run(fn, world_size, args, kwargs, network, timeout, sink) -> RunResult:
+    world = World(world_size, sink)
     comms = [SimComm(r, world_size, network, world) for r in range(world_size)]
     world.launch(comms, fn, tuple(args), dict(kwargs or {}))
     try:

@@ -27,6 +27,7 @@ import time
 import traceback
 from collections import deque
 
+from . import rank_output
 from .errors import DeadlockError, WorkerError
 from .sim_messages import Message
 
@@ -43,7 +44,7 @@ class Cancelled(BaseException):
 class RankState:
     """One rank's mailbox, baton and watch entry (changed only under the world lock)."""
 
-    __slots__ = ("baton", "parked", "unmatched", "posted", "waiting", "done")
+    __slots__ = ("baton", "parked", "unmatched", "posted", "waiting", "any_chan", "done")
 
     def __init__(self):
         self.baton = threading.Lock()  # held while the rank is parked
@@ -52,17 +53,20 @@ class RankState:
         self.unmatched: dict = {}  # (src, chan) -> deque of Message
         self.posted: dict = {}  # (src, chan) -> deque of receive handles
         self.waiting = None  # the receive handle this rank is blocked on
+        self.any_chan = None  # the channel this rank's recv_any waits on
         self.done = False
 
 
 class World:
     """The shared state of one run of `world_size` simulated ranks."""
 
-    def __init__(self, world_size: int):
+    def __init__(self, world_size: int, sink=None):
         self.n = world_size
+        self.sink = sink  # where the rank threads' prints go (rank_output.RankSink)
         self.lock = threading.Lock()
         self.ranks = [RankState() for _ in range(world_size)]
         self.ready = deque(range(world_size))  # parked ranks that can run, in turn order
+        self.idle: list[int] = []  # ranks in recv_any with a message to choose from
         self.results: list = [None] * world_size
         self.failures: dict[int, tuple[BaseException, str]] = {}
         self.error: BaseException | None = None  # why the run is stopping
@@ -87,6 +91,8 @@ class World:
                 queue = st.unmatched.setdefault(key, deque())
                 queue.append(msg)
                 far_ahead = len(queue) % BACKLOG == 0
+                if st.any_chan == msg.chan and st.parked and dst not in self.idle:
+                    self.idle.append(dst)
             else:
                 far_ahead = False
                 handle = posted.popleft()
@@ -133,6 +139,39 @@ class World:
         self._turn(rank)
         return handle.msg
 
+    def recv_any(self, rank: int, chan) -> Message:
+        """Park `rank` until no other rank can run; take its earliest message on `chan`.
+
+        Any rank that can still run might send a message that arrives earlier in
+        logical time, so the choice waits until every other rank is parked; then
+        among the ranks in `recv_any`, the one whose earliest message arrives
+        first goes on (`_pass_baton`). The choice never depends on thread timing.
+        """
+        with self.lock:
+            self.check()
+            st = self.ranks[rank]
+            st.any_chan, st.parked = chan, True
+            if self._earliest(rank) is not None:
+                self.idle.append(rank)
+            if not self._pass_baton():
+                self._stop(DeadlockError(self._waiting()))
+        self._turn(rank)
+        with self.lock:
+            key = self._earliest(rank)
+            st.any_chan = None
+            return st.unmatched[key].popleft()
+
+    def _earliest(self, rank: int):
+        """The (src, chan) key of `rank`'s earliest-arriving message on its any_chan."""
+        st = self.ranks[rank]
+        best, key = None, None
+        for (src, chan), queue in st.unmatched.items():
+            if chan == st.any_chan and queue:
+                msg = queue[0]
+                if best is None or (msg.start + msg.dur, src) < best:
+                    best, key = (msg.start + msg.dur, src), (src, chan)
+        return key
+
     # ------------------------------------------------------------- threads
     def launch(self, comms: list, fn, args: tuple, kwargs: dict) -> None:
         """Start one daemon thread per comm, running `fn(comm, *args, **kwargs)`."""
@@ -151,6 +190,7 @@ class World:
             self._pass_baton()  # rank 0 goes first
 
     def _main(self, comm, fn, args: tuple, kwargs: dict) -> None:
+        rank_output.bind(comm.rank, self.sink)  # this thread's prints: "[rank r] ..."
         try:
             self._turn(comm.rank)
             result = fn(comm, *args, **kwargs)
@@ -217,13 +257,22 @@ class World:
         return self.error
 
     def _pass_baton(self) -> bool:
-        """Wake the next ready rank; False if there is none."""
-        if not self.ready:
+        """Wake the next ready rank, else the recv_any with the earliest message."""
+        if self.ready:
+            rank = self.ready.popleft()
+        elif self.idle:
+            rank = min(self.idle, key=lambda r: (self._arrival(r), r))
+            self.idle.remove(rank)
+        else:
             return False
-        st = self.ranks[self.ready.popleft()]
+        st = self.ranks[rank]
         st.parked = False
         st.baton.release()
         return True
+
+    def _arrival(self, rank: int) -> float:
+        msg = self.ranks[rank].unmatched[self._earliest(rank)][0]
+        return msg.start + msg.dur
 
     def _mark_done(self, rank: int) -> None:
         st = self.ranks[rank]
@@ -241,8 +290,11 @@ class World:
         self.all_done.set()
 
     def _waiting(self) -> dict[int, str]:
-        return {r: describe(st.waiting, self) for r, st in enumerate(self.ranks)
-                if st.waiting is not None and not st.done}
+        waiting = {r: describe(st.waiting, self) for r, st in enumerate(self.ranks)
+                   if st.waiting is not None and not st.done}
+        waiting.update({r: f"recv_any (tag {st.any_chan[1]}) from any rank"
+                        for r, st in enumerate(self.ranks) if st.any_chan is not None})
+        return waiting
 
 
 def describe(handle, world: World) -> str:

@@ -92,6 +92,12 @@ class TorchComm(Comm):
         work = dist.irecv(tensor, self._global(src), group=self.group, tag=tag)
         return TorchWork(work)
 
+    def _recv_any(self, tensor, tag):
+        if self.backend == "nccl":
+            raise NotImplementedError("NCCL has no any-source receive: use the Gloo backend")
+        src = dist.recv(tensor, None, group=self.group, tag=tag)  # a global rank
+        return src if self.group is None else dist.get_group_rank(self.group, src)
+
     # ---------------------------------------------------- collectives
     # Each runs torch's built-in; with emulation the rank then waits until the
     # modeled ring time has passed (Emulator.collective).

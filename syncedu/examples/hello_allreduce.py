@@ -10,6 +10,8 @@ command on each with `--nnodes`, `--node-rank` and `--rdzv-endpoint`.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from syncedu.comm import launch
@@ -25,8 +27,11 @@ def hello(comm):
 def main() -> None:
     comm = launch.from_env()  # sync: join the group torchrun describes
     total = hello(comm)
-    print(f"rank {comm.rank} of {comm.world_size} ({comm.backend}): all_reduce gave {total:g}",
-          flush=True)
+    # One write per line: ranks share torchrun's stdout, and print() may write the
+    # text and the newline separately, letting another rank's line slip in between.
+    sys.stdout.write(f"rank {comm.rank} of {comm.world_size} ({comm.backend}): "
+                     f"all_reduce gave {total:g}\n")
+    sys.stdout.flush()
     torch.distributed.destroy_process_group()
 
 

@@ -74,3 +74,46 @@ class WorldSizeExplorer:
         from IPython.display import display
 
         display(self.widget)
+
+
+class NetworkExplorer:
+    """A network preset menu and a rank-count slider driving simulated ranks.
+
+    Runs `fn(comm)` with `syncedu.sim.run` on the chosen `Network` preset and
+    shows `describe(res, network)`. `.result` / `.text` hold the last run.
+    """
+
+    def __init__(self, fn, describe, *, preset: str = "ethernet_10g", world_size: int = 64,
+                 world_sizes=(2, 4, 8, 16, 32, 64, 128, 256)):
+        from syncedu.comm import sim
+        from syncedu.comm.network import PRESETS
+
+        if preset not in PRESETS:
+            raise ValueError(f"preset={preset!r} must be one of {sorted(PRESETS)}")
+        if world_size not in world_sizes:
+            raise ValueError(f"world_size={world_size} must be one of {list(world_sizes)}")
+        self._sim, self._presets = sim, PRESETS
+        self.fn, self.describe = fn, describe
+        self.menu = w.Dropdown(options=list(PRESETS), value=preset, description="network")
+        self.slider = w.SelectionSlider(options=list(world_sizes), value=world_size,
+                                        description="ranks", continuous_update=False)
+        self.out = w.Output()
+        self.result, self.text = None, ""
+        for control in (self.menu, self.slider):
+            control.observe(lambda change: self.update(), names="value")
+        self.widget = w.VBox([w.HBox([self.menu, self.slider]), self.out])
+        self.update()
+
+    def update(self) -> None:
+        network = self._presets[self.menu.value]
+        try:
+            self.result = self._sim.run(self.fn, self.slider.value, network=network)
+            self.text = self.describe(self.result, network)
+        except Exception as e:
+            self.result, self.text = None, f"error: {e}"
+        show_text(self.out, self.text)
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)

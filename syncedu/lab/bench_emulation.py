@@ -1,0 +1,98 @@
+"""How closely emulated networks on real processes follow the model.
+
+    python -m syncedu.bench emulation [--latency 0.002] [--bandwidth 50e6] [--repeat 3]
+
+Two real ranks on loopback, a slow emulated `Network`; for each message size:
+
+1. ping: rank 0 sends S bytes to rank 1 (barrier first, so both start together);
+   the model says latency + S / bandwidth;
+2. all_reduce: the built-in on S bytes; the model says a ring's
+   2(N-1)(latency + S/(N bandwidth)).
+
+Reports measured medians, the model's prediction and their ratio.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import torch
+
+from syncedu.comm import launch
+from syncedu.comm.emulation import ring_seconds
+from syncedu.comm.network import Network
+
+SIZES_MB = (1, 4, 16)
+
+
+def _ping(comm, nbytes: int, repeat: int) -> list[float]:
+    buf = torch.zeros(nbytes // 4)
+    times = []
+    for _ in range(repeat):
+        comm.barrier()
+        t0 = time.perf_counter()
+        if comm.rank == 0:
+            comm.send(buf, dst=1)
+            comm.recv(buf[:1], src=1)  # wait for the receiver's acknowledgement
+        else:
+            comm.recv(buf, src=0)
+            comm.send(buf[:1], dst=0)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def _allreduce(comm, nbytes: int, repeat: int) -> list[float]:
+    buf = torch.zeros(nbytes // 4)
+    times = []
+    for _ in range(repeat):
+        comm.barrier()
+        t0 = time.perf_counter()
+        comm.all_reduce(buf)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def measure(network: Network, repeat: int = 3, progress=None) -> list[dict]:
+    rows = []
+    with launch.Pool(2, network=network, output="quiet") as pool:
+        for mb in SIZES_MB:
+            nbytes = mb * 2**20
+            ping = statistics.median(pool.run(_ping, (nbytes, repeat))[0])
+            # the acknowledgement is 4 bytes the other way: one more latency
+            ping_model = network.transfer_time(nbytes) + network.transfer_time(4)
+            ar = statistics.median(pool.run(_allreduce, (nbytes, repeat))[0])
+            ar_model = ring_seconds("all_reduce", nbytes, 2, network)
+            rows.append(dict(mb=mb, ping=ping, ping_model=ping_model, ar=ar, ar_model=ar_model))
+            if progress:
+                progress()
+    return rows
+
+
+def report(network: Network, rows: list[dict]) -> str:
+    out = [f"emulated network: latency {network.latency * 1e3:g} ms, "
+           f"bandwidth {network.bandwidth / 1e6:g} MB/s, 2 real ranks",
+           f"{'size':>6} {'send s':>9} {'model s':>9} {'ratio':>6} "
+           f"{'allreduce s':>12} {'model s':>9} {'ratio':>6}"]
+    for r in rows:
+        out.append(f"{r['mb']:>4}MB {r['ping']:9.4f} {r['ping_model']:9.4f} "
+                   f"{r['ping'] / r['ping_model']:6.2f} {r['ar']:12.4f} {r['ar_model']:9.4f} "
+                   f"{r['ar'] / r['ar_model']:6.2f}")
+    return "\n".join(out)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--latency", type=float, default=0.002, help="seconds")
+    parser.add_argument("--bandwidth", type=float, default=50e6, help="bytes per second")
+    parser.add_argument("--repeat", type=int, default=3)
+
+
+def main(args) -> int:
+    from tqdm import tqdm
+
+    network = Network(latency=args.latency, bandwidth=args.bandwidth, name="emulated")
+    with tqdm(total=len(SIZES_MB), desc="sizes", file=sys.stderr) as bar:
+        rows = measure(network, args.repeat, progress=bar.update)
+    print(report(network, rows))
+    return 0

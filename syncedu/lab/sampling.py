@@ -1,0 +1,104 @@
+"""The same global batches for every strategy: DistributedSampler's order, made explicit.
+
+`torch.utils.data.distributed.DistributedSampler(shuffle=True, seed=s)` orders an
+epoch as `torch.randperm(n)` drawn from a generator seeded with `s + epoch`
+(the epoch set by `sampler.set_epoch(epoch)`), and gives rank r the positions
+r, r + N, r + 2N, ... of that order. With a per-rank `DataLoader(batch_size=b,
+drop_last=True)`, step j of every rank together reads positions
+j*B .. j*B + B - 1 of the epoch's order (B = N * b): one **global batch**.
+
+So a run is defined by (dataset size, seed, global batch) alone, whatever the
+world size or the strategy:
+
+1. `epoch_order(n, epoch, seed)`: the epoch's permutation, as DistributedSampler
+   draws it (`set_epoch=False` reuses epoch 0's order every epoch: the classic bug);
+2. `global_batches(n, steps, global_batch, seed=...)`: consecutive chunks of
+   `global_batch` indices, `n // global_batch` per epoch (the incomplete tail of an
+   epoch is dropped), crossing epochs until `steps` chunks were yielded;
+3. `shard(batch, rank, world_size)`: rank r's part, `batch[r::world_size]`
+   (DistributedSampler's rule);
+4. `micro_batches(indices, k)`: k equal consecutive parts, for accumulation.
+
+Parameter-server runs (lab/ps) use the same `global_batches`, so every training
+harness in syncedu sees the same data for a seed.
+
+Used in: notebooks/03_data_parallel, 04_parameter_server, 05_gradient_accumulation.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+__all__ = ["epoch_order", "global_batches", "batches", "shard", "micro_batches",
+           "steps_per_epoch"]
+
+
+def _positive(name: str, value) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name}={value!r} must be an int >= 1")
+    return value
+
+
+def _size(data) -> int:
+    return _positive("n", data) if isinstance(data, int) else len(data)
+
+
+def epoch_order(n: int, epoch: int, seed: int = 0) -> torch.Tensor:
+    """The order of epoch `epoch`, exactly as DistributedSampler(shuffle=True, seed) draws it."""
+    g = torch.Generator()
+    g.manual_seed(seed + epoch)
+    return torch.randperm(n, generator=g)
+
+
+def steps_per_epoch(n: int, global_batch: int) -> int:
+    """How many whole global batches one epoch of `n` samples holds."""
+    if _positive("global_batch", global_batch) > n:
+        raise ValueError(f"global_batch={global_batch} must be <= the dataset size {n}")
+    return n // global_batch
+
+
+def global_batches(data, steps: int, global_batch: int, *, seed: int = 0,
+                   set_epoch: bool = True) -> Iterator[torch.Tensor]:
+    """Yield `steps` index tensors of `global_batch` samples each (`data`: a dataset or its size).
+
+    The same (size, steps, global_batch, seed) always yields the same batches.
+    `set_epoch=False` shows what forgetting `sampler.set_epoch` does: every
+    epoch repeats epoch 0's order.
+    """
+    n = _size(data)
+    _positive("steps", steps)
+    per_epoch = steps_per_epoch(n, global_batch)
+    for step in range(steps):
+        epoch, j = divmod(step, per_epoch)
+        if j == 0:  # Step 1: a new epoch, a new order (unless set_epoch was forgotten)
+            order = epoch_order(n, epoch if set_epoch else 0, seed)
+        yield order[j * global_batch:(j + 1) * global_batch]  # Step 2
+
+
+def batches(dataset, steps: int, global_batch: int, *, seed: int = 0):
+    """Yield `(x, y)` tensors of each global batch of a TensorDataset-like `dataset`."""
+    x, y = dataset.tensors
+    for idx in global_batches(len(dataset), steps, global_batch, seed=seed):
+        yield x[idx], y[idx]
+
+
+def shard(batch: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
+    """Rank `rank`'s part of a global batch: every `world_size`-th sample from `rank` on."""
+    _positive("world_size", world_size)
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank={rank} must be in 0..{world_size - 1}")
+    if len(batch) % world_size:
+        raise ValueError(f"a global batch of {len(batch)} does not split evenly over "
+                         f"world_size={world_size}")
+    return batch[rank::world_size]  # Step 3
+
+
+def micro_batches(indices: torch.Tensor, k: int) -> list[torch.Tensor]:
+    """`k` equal consecutive micro-batches of `indices` (Step 4)."""
+    _positive("accumulation", k)
+    if len(indices) % k:
+        raise ValueError(f"{len(indices)} samples do not split into accumulation={k} "
+                         "equal micro-batches")
+    return list(indices.view(k, -1))

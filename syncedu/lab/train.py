@@ -1,0 +1,171 @@
+"""`train.run`: one seeded training job, any gradient-sync strategy, a history back.
+
+    from syncedu import train
+    ref = train.run("single", 1, steps=50, global_batch=64)
+    dp = train.run("bucketed", 2, steps=50, global_batch=64, accumulation=2)
+    max((dp.params[k] - ref.params[k]).abs().max() for k in ref.params)  # ~1e-7
+
+Steps:
+
+1. validate the job in a frozen `TrainConfig` (ValueError naming the parameter);
+2. run it: "single" in this process (the reference: one model, the whole global
+   batch), the others on real ranks (`launch.Pool`, or the `pool` you pass) or,
+   with `simulate=True`, on simulated ones; every strategy reads the same global
+   batches (`sampling.global_batches`), each rank its `shard`;
+3. long real runs go in chunks on the warm ranks so a tqdm bar can move;
+4. gather a `History`: loss (global mean per optimizer step: the ranks' shard
+   means averaged, shards being equal), final parameters (checked identical on
+   every rank), ledger of the training traffic, and times: `train_seconds`
+   (slowest rank, from a common barrier, no start-up), `compute_seconds`,
+   `comm_wait_seconds` (exposed communication), `comm_busy_seconds` (time an
+   allreduce was in flight, overlapped or not).
+
+The classic accumulation mistakes (`mistake=`): "sync_every" (no `no_sync`: every
+micro-batch is synchronized), "partial_no_sync" (`no_sync` around `backward()`
+only: the forward already decided to sync), "unscaled_loss" (micro-batch losses
+not divided by the number of micro-batches: a K times larger step).
+
+Used in: notebooks/03_data_parallel, 05_gradient_accumulation.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from dataclasses import dataclass, field
+
+import torch
+
+from syncedu.comm import launch
+from syncedu.comm.ledger import Ledger
+
+from . import train_rank
+from .train_config import MISTAKES, STRATEGIES, TrainConfig
+
+__all__ = ["run", "History", "TrainConfig", "STRATEGIES", "MISTAKES"]
+
+
+@dataclass
+class History:
+    """What a training run returns (see `run`)."""
+
+    config: TrainConfig
+    loss: list[float]
+    params: dict[str, torch.Tensor]
+    ledger: Ledger
+    train_seconds: float
+    compute_seconds: float
+    comm_wait_seconds: float
+    comm_busy_seconds: float
+    step_seconds: list[float]
+    accuracy: float
+    timeline: list[tuple[str, float, float]] = field(repr=False)
+    sim_seconds: float | None = None
+
+    @property
+    def steps_per_second(self) -> float:
+        return len(self.loss) / self.train_seconds if self.train_seconds else float("inf")
+
+    @property
+    def grad_bytes(self) -> int:
+        """Gradient bytes rank 0 sent (the "all_reduce" op of the ledger)."""
+        op = self.ledger.ops.get("all_reduce")
+        return op.sent[0] if op is not None else 0
+
+    def max_param_diff(self, other: History) -> float:
+        """Largest absolute difference between this run's final parameters and `other`'s."""
+        return max((self.params[k] - other.params[k]).abs().max().item() for k in self.params)
+
+
+def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumulation: int = 1,
+        lr: float = 0.1, seed: int = 0, pool=None, network=None, simulate: bool = False,
+        progress: bool | None = None, timeout: float = 600.0, **options) -> History:
+    """Train with `strategy` on `world_size` ranks and return a `History`.
+
+    `strategy`: "single" (world size 1, in this process), "naive", "flat",
+    "bucketed", "ddp". Other options (`model`, `dataset`, `momentum`,
+    `warmup_steps`, `bucket_cap_mb`, `mistake`, `set_epoch`, `compute_seconds`,
+    `timeline_steps`, `model_kwargs`) are `TrainConfig` fields. `pool`: a
+    `launch.Pool(world_size)` to reuse; `network`: a `Network` emulated on real
+    ranks (or modeled with `simulate=True`); `progress`: a tqdm bar (default: on
+    when stderr is a terminal and the run has 100 steps or more).
+    """
+    cfg = TrainConfig(strategy=strategy, world_size=world_size, steps=steps,  # Step 1
+                      global_batch=global_batch, accumulation=accumulation, lr=lr, seed=seed,
+                      **options)
+    _check_where(cfg, pool, network, simulate)
+    if progress is None:
+        progress = steps >= 100 and sys.stderr.isatty()
+    if strategy == "single":  # Step 2
+        return _history(cfg, [train_rank.train_all(train_rank.Solo(), cfg)])
+    if simulate:
+        from syncedu.comm import sim
+        res = sim.run(train_rank.train_all, world_size, args=(cfg,), network=network)
+        return _history(cfg, list(res))
+    own = pool is None
+    pool = pool or launch.Pool(world_size, network=network, timeout=timeout, output="live")
+    try:
+        values = _run_real(pool, cfg, progress, timeout)
+    finally:
+        if own:
+            pool.close()
+    return _history(cfg, values)
+
+
+def _check_where(cfg: TrainConfig, pool, network, simulate: bool) -> None:
+    if cfg.strategy == "single" and (pool is not None or network is not None or simulate):
+        raise ValueError("strategy='single' runs in this process: pass no pool, network "
+                         "or simulate")
+    if simulate and cfg.strategy == "ddp":
+        raise ValueError("strategy='ddp' needs torch.distributed: it cannot be simulated "
+                         "(use simulate=False)")
+    if simulate and pool is not None:
+        raise ValueError("simulate=True starts simulated ranks: pass no pool")
+    if pool is not None:
+        if pool.world_size != cfg.world_size:
+            raise ValueError(f"pool has world_size={pool.world_size}, the run needs "
+                             f"world_size={cfg.world_size}")
+        if network is not None and network is not pool.network:
+            raise ValueError("network= must be the pool's own network (create the Pool "
+                             "with network=...)")
+
+
+def _run_real(pool, cfg: TrainConfig, progress: bool, timeout: float) -> list[dict]:
+    """Step 3: the whole run in one call, or in chunks behind a progress bar."""
+    if not progress:
+        return list(pool.run(train_rank.train_all, (cfg,), timeout=timeout))
+    from tqdm.auto import tqdm
+
+    token = uuid.uuid4().hex
+    chunk = max(1, cfg.steps // 50)
+    try:
+        pool.run(train_rank.train_start, (cfg, token), timeout=timeout)
+        with tqdm(total=cfg.steps, desc=f"{cfg.strategy} x{cfg.world_size}",
+                  file=sys.stderr) as bar:
+            for start in range(0, cfg.steps, chunk):
+                stop = min(cfg.steps, start + chunk)
+                pool.run(train_rank.train_chunk, (token, start, stop), timeout=timeout)
+                bar.update(stop - start)
+        return list(pool.run(train_rank.train_end, (token,), timeout=timeout))
+    finally:
+        pool.run(train_rank.train_drop, (token,), timeout=timeout)
+
+
+def _history(cfg: TrainConfig, values: list[dict]) -> History:
+    """Step 4: merge the ranks' results; the parameters must agree bit for bit."""
+    first = values[0]["params"]
+    for r, v in enumerate(values[1:], start=1):
+        bad = [k for k in first if not torch.equal(first[k], v["params"][k])]
+        if bad:
+            raise RuntimeError(f"rank {r}'s parameters {bad} differ from rank 0's: the "
+                               f"ranks diverged (strategy={cfg.strategy!r})")
+    n = len(values)
+    mean = lambda key: sum(v[key] for v in values) / n  # noqa: E731
+    loss = [sum(v["loss"][i] for v in values) / n for i in range(cfg.steps)]
+    return History(config=cfg, loss=loss, params=first,
+                   ledger=Ledger([v["ledger"] for v in values]),
+                   train_seconds=max(v["elapsed"] for v in values),
+                   compute_seconds=mean("compute"), comm_wait_seconds=mean("wait"),
+                   comm_busy_seconds=mean("busy"), step_seconds=values[0]["steps"],
+                   accuracy=values[0]["accuracy"], timeline=values[0]["timeline"],
+                   sim_seconds=values[0]["sim_seconds"])

@@ -1,0 +1,12 @@
+"""Public face of parameter servers: `syncedu.lab.ps_train` (training) and `syncedu.strategies.ps`."""
+
+from syncedu.lab.ps_train import *  # noqa: F401,F403
+from syncedu.lab.ps_train import History, PSConfig, rank_main, run, stragglers  # noqa: F401
+from syncedu.strategies.ps import (  # noqa: F401
+    MODES,
+    Applied,
+    ServerLog,
+    WorkerLog,
+    ps_rank,
+    shard_ranges,
+)

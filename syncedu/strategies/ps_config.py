@@ -1,0 +1,128 @@
+"""`PSConfig`: one parameter-server job, validated (frozen and picklable, sent to every rank).
+
+Ranks 0..workers-1 are workers, the last `servers` ranks are servers; server s
+holds the flat range `shard_ranges(numel, servers)[s]` of the parameters.
+
+Modes (the consistency models of Li et al., OSDI 2014, section 3; SSP is Ho et
+al., NeurIPS 2013):
+
+- "sync": every server waits for all workers' gradients of a step, averages,
+  updates once and replies (bulk synchronous; staleness always 0);
+- "async": a server applies each gradient on arrival and replies at once
+  (no bound: staleness is whatever the timing makes it);
+- "ssp": as async, but a worker may start step c only when every worker has
+  pushed step c - staleness - 1 (bounded delay tau = `staleness`; 0 behaves as
+  sync, up to the rounding of applying gradients one by one).
+
+Staleness is counted in steps (clocks): a gradient of step c computed on
+parameters that held every worker's gradients of steps < k has staleness c - k.
+
+Used in: notebooks/04_parameter_server.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+MODES = ("sync", "async", "ssp")
+PUSH_TAG, PULL_TAG = 41, 42  # message tags: gradients in, parameters out
+HEADER = 1  # a push carries [gradient shard..., loss]
+
+
+def _int(name: str, value, low: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name}={value!r} must be an int >= {low}")
+    return value
+
+
+def _steps(steps, workers: int) -> tuple[int, ...]:
+    """An int (every worker) or one count per worker -> a tuple of per-worker steps."""
+    if isinstance(steps, int) and not isinstance(steps, bool):
+        return (_int("steps", steps, 1),) * workers
+    try:
+        counts = tuple(steps)
+    except TypeError:
+        raise ValueError(f"steps={steps!r} must be an int >= 1 or a list of one int per "
+                         "worker") from None
+    if len(counts) != workers:
+        raise ValueError(f"steps has {len(counts)} entries for {workers} workers: give an int "
+                         "or one count per worker")
+    for c in counts:
+        _int("steps[i]", c, 1)
+    return counts
+
+
+@dataclass(frozen=True)
+class PSConfig:
+    """A parameter-server job. `steps` may be an int or one count per worker.
+
+    `compute_seconds`: modeled compute per gradient (times the rank's
+    `Network.slowdown`, times a seeded random factor of mean 1 when
+    `variability` > 0: 1 - v + v * Exp(1), so some steps are slow, as on a
+    shared cluster).
+    """
+
+    mode: str
+    workers: int
+    servers: int = 1
+    staleness: int = 0
+    steps: tuple = (1,)
+    lr: float = 0.1
+    compute_seconds: float = 0.01
+    variability: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode={self.mode!r} is unknown; choose one of {MODES}")
+        _int("workers", self.workers, 1)
+        _int("servers", self.servers, 1)
+        _int("staleness", self.staleness, 0)
+        _int("seed", self.seed, -2**62)
+        if self.staleness and self.mode != "ssp":
+            raise ValueError(f"staleness={self.staleness} applies to mode='ssp' only (sync is "
+                             "staleness 0, async has no bound)")
+        object.__setattr__(self, "steps", _steps(self.steps, self.workers))
+        if self.mode == "sync" and len(set(self.steps)) > 1:
+            raise ValueError(f"steps={list(self.steps)}: mode='sync' needs the same number of "
+                             "steps on every worker (use 'ssp' or 'async' for uneven workers)")
+        if not (isinstance(self.lr, (int, float)) and 0 < self.lr < math.inf):
+            raise ValueError(f"lr={self.lr!r} must be a finite number > 0")
+        if not (isinstance(self.compute_seconds, (int, float))
+                and 0 <= self.compute_seconds < math.inf):
+            raise ValueError(f"compute_seconds={self.compute_seconds!r} must be seconds >= 0")
+        if not (isinstance(self.variability, (int, float)) and 0 <= self.variability <= 1):
+            raise ValueError(f"variability={self.variability!r} must be in [0, 1]")
+
+    # ---------------------------------------------------------------- roles
+    @property
+    def world_size(self) -> int:
+        return self.workers + self.servers
+
+    @property
+    def bound(self) -> float:
+        """The staleness bound tau: 0 (sync), `staleness` (ssp), infinity (async)."""
+        return {"sync": 0, "ssp": self.staleness}.get(self.mode, math.inf)
+
+    def server_rank(self, s: int) -> int:
+        return self.workers + s
+
+    @property
+    def pushed(self) -> int:
+        """Gradients the workers push in all: the sum of their steps."""
+        return sum(self.steps)
+
+
+def shard_ranges(numel: int, servers: int) -> list[tuple[int, int]]:
+    """Split `numel` parameters into `servers` flat ranges (the first ones one longer)."""
+    _int("servers", servers, 1)
+    if servers > numel:
+        raise ValueError(f"servers={servers} is more than the {numel} parameters to shard")
+    base, extra = divmod(numel, servers)
+    ranges, lo = [], 0
+    for s in range(servers):
+        hi = lo + base + (s < extra)
+        ranges.append((lo, hi))
+        lo = hi
+    return ranges

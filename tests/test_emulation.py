@@ -1,0 +1,101 @@
+"""Network emulation on real ranks, and the same ledger on real and simulated ranks."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from syncedu import Network, launch, sim
+from syncedu.comm.emulation import ring_seconds
+
+pytestmark = pytest.mark.real
+
+
+def _exchange(comm, nbytes):
+    buf = torch.zeros(nbytes // 4)
+    comm.barrier()
+    t0 = time.perf_counter()
+    if comm.rank == 0:
+        comm.send(buf, dst=1)
+    else:
+        comm.recv(buf, src=0)
+    return time.perf_counter() - t0
+
+
+def _straggle(comm):
+    t0 = time.perf_counter()
+    comm.compute(0.1)
+    return time.perf_counter() - t0
+
+
+@pytest.fixture(scope="module")
+def slow_pool():
+    net = Network(latency=0.05, bandwidth=10e6, slowdown=[1.0, 3.0])
+    with launch.Pool(2, network=net, output="quiet") as pool:
+        yield pool, net
+
+
+def test_a_message_takes_at_least_the_model_time(slow_pool):
+    pool, net = slow_pool
+    nbytes = 1_000_000
+    took = pool.run(_exchange, (nbytes,))[1]
+    assert took >= 0.9 * net.transfer_time(nbytes)  # 0.05 + 0.1 s
+    assert took < 10  # and it is delivered
+
+
+def test_straggler_computes_slower(slow_pool):
+    pool, _ = slow_pool
+    fast, slow = pool.run(_straggle)
+    assert fast >= 0.1 and slow >= 0.3
+
+
+def test_collective_waits_for_the_ring_time(slow_pool):
+    pool, net = slow_pool
+
+    def allreduce(comm):
+        t = torch.ones(250_000)
+        comm.barrier()
+        t0 = time.perf_counter()
+        comm.all_reduce(t)
+        return time.perf_counter() - t0, t[0].item()
+
+    res = pool.run(allreduce)
+    assert all(v == 2.0 for _, v in res)
+    assert min(s for s, _ in res) >= 0.9 * ring_seconds("all_reduce", 1_000_000, 2, net)
+
+
+def test_ring_seconds_formulas():
+    net = Network(latency=1e-3, bandwidth=1e6)
+    assert ring_seconds("all_reduce", 4000, 4, net) == pytest.approx(6 * (1e-3 + 1000 / 1e6))
+    assert ring_seconds("broadcast", 4000, 4, net) == pytest.approx(3 * (1e-3 + 4000 / 1e6))
+    assert ring_seconds("barrier", 0, 4, net) == pytest.approx(2e-3)
+    assert ring_seconds("all_reduce", 4000, 1, net) == 0.0
+    with pytest.raises(ValueError, match="kind"):
+        ring_seconds("all_to_all", 1, 2, net)
+
+
+def _mixed(comm):
+    n, r = comm.world_size, comm.rank
+    t = torch.arange(10, dtype=torch.float32) + r
+    comm.all_reduce(t)
+    comm.broadcast(t, src=n - 1)
+    out = [torch.zeros(3) for _ in range(n)]
+    comm.all_gather(out, torch.full((3,), float(r)))
+    works = [comm.isend(torch.ones(r + 1), dst=(r + 1) % n)]
+    buf = torch.zeros((r - 1) % n + 1)
+    works.append(comm.irecv(buf, src=(r - 1) % n))
+    for w in works:
+        w.wait()
+    return t.sum().item() + sum(o.sum().item() for o in out) + buf.sum().item()
+
+
+def test_same_ledger_and_values_on_real_and_simulated_ranks():
+    real = launch.run(_mixed, 3, output="quiet")
+    simulated = sim.run(_mixed, 3)
+    assert list(real) == list(simulated)
+    assert real.ledger.sent == simulated.ledger.sent
+    assert real.ledger.received == simulated.ledger.received
+    for name in real.ledger.ops:
+        assert real.ledger.ops[name] == simulated.ledger.ops[name], name

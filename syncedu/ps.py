@@ -1,7 +1,15 @@
 """Public face of parameter servers: `syncedu.lab.ps_train` (training) and `syncedu.strategies.ps`."""
 
 from syncedu.lab.ps_train import *  # noqa: F401,F403
-from syncedu.lab.ps_train import History, PSConfig, rank_main, run, stragglers  # noqa: F401
+from syncedu.lab.ps_train import (  # noqa: F401
+    History,
+    PSConfig,
+    allreduce_baseline,
+    numel,
+    rank_main,
+    run,
+    stragglers,
+)
 from syncedu.strategies.ps import (  # noqa: F401
     MODES,
     Applied,

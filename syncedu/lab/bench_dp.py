@@ -8,7 +8,8 @@ seed and global batch, on one warm `launch.Pool`), alternated round by round so
 drift on the machine hits all of them alike; each round's steps/s is the
 training steps over `train_seconds` (from a common barrier, no start-up). One
 warm-up round is dropped. Reports the median steps/s of each strategy and the
-ratio bucketed / ddp.
+ratio bucketed / ddp ("ddp": DDP's own allreduce path; "ddp_counted": with
+the counting comm hook that `train.run` uses to put DDP's bytes in the ledger).
 
 Target (issue 5): bucketed >= 0.9x the steps/s of DDP (2 ranks, Gloo).
 """
@@ -27,18 +28,18 @@ TARGET = 0.9
 
 def measure(world_size: int = 2, rounds: int = 5, steps: int = 30, hidden: int = 1024,
             depth: int = 3, bucket_mb: float = 4.0, global_batch: int = 128,
-            strategies=("ddp", "bucketed", "flat", "naive"), progress=None) -> dict:
+            strategies=("ddp", "ddp_counted", "bucketed", "flat", "naive"),
+            progress=None) -> dict:
     """Median steps/s of each strategy over `rounds` alternated rounds."""
     job = dict(steps=steps, global_batch=global_batch, lr=0.05, bucket_cap_mb=bucket_mb,
                model_kwargs={"hidden": hidden, "depth": depth}, progress=False)
     rates: dict[str, list[float]] = {s: [] for s in strategies}
     with launch.Pool(world_size, output="quiet") as pool:
         for s in strategies:  # warm-up: imports, allocator, DDP's bucket rebuild
-            train.run(s, world_size, pool=pool, **dict(job, steps=3))
+            _run(s, world_size, pool, dict(job, steps=3))
         for _ in range(rounds):
             for s in strategies:
-                h = train.run(s, world_size, pool=pool, **job)
-                rates[s].append(h.steps_per_second)
+                rates[s].append(_run(s, world_size, pool, job).steps_per_second)
             if progress:
                 progress()
     params = sum(p.numel() for p in train.train_rank.models.make(
@@ -46,6 +47,12 @@ def measure(world_size: int = 2, rounds: int = 5, steps: int = 30, hidden: int =
     return {"rates": {s: statistics.median(v) for s, v in rates.items()}, "all": rates,
             "world_size": world_size, "rounds": rounds, "steps": steps, "params": params,
             "bucket_mb": bucket_mb, "global_batch": global_batch}
+
+
+def _run(name: str, world_size: int, pool, job: dict):
+    """"ddp" is DDP's own C++ allreduce; "ddp_counted" adds our counting comm hook."""
+    strategy = "ddp" if name.startswith("ddp") else name
+    return train.run(strategy, world_size, pool=pool, ddp_hook=name == "ddp_counted", **job)
 
 
 def report(m: dict) -> str:

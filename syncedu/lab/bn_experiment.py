@@ -128,20 +128,20 @@ def worker(comm, cfg: BNConfig, tensors, idx):
     model = models.make("cnn", seed=cfg.seed, channels=cfg.channels)
     if cfg.mode == "syncbn":
         model = syncbn.convert(model, comm)  # sync: BatchNorm over the global batch
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+    params = list(model.parameters())
+    velocity = [torch.zeros_like(p) for p in params]
     b = idx.shape[1] // comm.world_size
     losses = []
     for step in range(cfg.steps):
         # Step 2: this rank's slice of the global batch.
         mine = idx[step, comm.rank * b:(comm.rank + 1) * b]
         loss = F.cross_entropy(model(train_x[mine]), train_y[mine])
-        opt.zero_grad()
-        loss.backward()
+        grads = torch.autograd.grad(loss, params)
         # Step 3: average the gradients (BN weight/bias too), then step.
         with comm.scope("gradients"):
-            for p in model.parameters():
-                comm.all_reduce(p.grad, op="avg")  # sync: data-parallel gradients
-        opt.step()
+            for g in grads:
+                comm.all_reduce(g, op="avg")  # sync: data-parallel gradients
+        _sgd(params, grads, velocity, cfg)
         losses.append(loss.item())
     # Step 4: evaluate with this rank's running statistics.
     model.eval()
@@ -151,6 +151,14 @@ def worker(comm, cfg: BNConfig, tensors, idx):
                for name, m in model.named_modules() if hasattr(m, "running_var")}
     params = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return losses, acc, running, params
+
+
+@torch.no_grad()
+def _sgd(params, grads, velocity, cfg: BNConfig) -> None:
+    """SGD with momentum, as torch.optim.SGD computes it (v = m v + g; p -= lr v)."""
+    for p, g, v in zip(params, grads, velocity):
+        v.mul_(cfg.momentum).add_(g)
+        p.sub_(v, alpha=cfg.lr)
 
 
 def run(cfg: BNConfig, pool=None) -> BNResult:
@@ -176,3 +184,36 @@ def compare(per_rank_batch: int = 2, world_size: int = 4, steps: int = 150,
     """The three modes side by side, same data and initial weights: {mode: result}."""
     return {mode: run(BNConfig(mode=mode, world_size=world_size, per_rank_batch=per_rank_batch,
                                steps=steps, seed=seed, **kwargs)) for mode in MODES}
+
+
+def stat_noise(batch_sizes=(1, 2, 4, 8, 16, 32), *, params: dict | None = None, layer: int = 1,
+               draws: int = 400, seed: int = 0,
+               channels: int = 8) -> dict[int, tuple[float, float]]:
+    """How far one batch's BatchNorm statistics fall from the whole data set's.
+
+    Features: what BatchNorm layer `layer` (1 or 2) of the SmallCNN normalizes,
+    on the training images; the model has the seeded initial weights, or
+    `params` (a state dict, e.g. `BNResult.params`, run in eval mode). For each batch size b,
+    `draws` seeded batches of b images give per-channel batch means and
+    variances. Returns {b: (mean error, variance error)}: root mean square over
+    draws and channels of (batch mean - mean) / std and of batch var / var - 1.
+    """
+    train_x = split(seed)[0]
+    if layer not in (1, 2):
+        raise ValueError(f"layer={layer!r} must be 1 or 2")
+    model = models.make("cnn", seed=seed, channels=channels).eval()
+    if params is not None:
+        model.load_state_dict(params)
+    with torch.no_grad():
+        feats = model.features[:3 * layer - 2](train_x).double()  # (n, C, 8, 8)
+    var, mean = torch.var_mean(feats, dim=(0, 2, 3), correction=0)
+    g = torch.Generator().manual_seed(seed + 2)
+    out = {}
+    for b in batch_sizes:
+        pick = torch.stack([torch.randperm(len(feats), generator=g)[:b] for _ in range(draws)])
+        sample = feats[pick]  # (draws, b, C, 8, 8)
+        bvar, bmean = torch.var_mean(sample, dim=(1, 3, 4), correction=0)
+        mean_err = ((bmean - mean) / var.sqrt()).pow(2).mean().sqrt().item()
+        var_err = (bvar / var - 1).pow(2).mean().sqrt().item()
+        out[b] = (mean_err, var_err)
+    return out

@@ -80,11 +80,16 @@ def counting_hook(state: HookState, bucket):
     return fut.then(done)
 
 
-def wrap_ddp(module, comm, bucket_cap_mb: float = 25.0):
-    """DDP around `module` on the comm's group, with the counting hook; returns (ddp, events)."""
+def wrap_ddp(module, comm, bucket_cap_mb: float = 25.0, hook: bool = True):
+    """DDP around `module` on the comm's group, with the counting hook; returns (ddp, events).
+
+    `hook=False` leaves DDP's own allreduce (faster by a Python call per bucket,
+    but its traffic then reaches neither the ledger nor the timeline).
+    """
     device_ids = [comm.device.index] if comm.device.type == "cuda" else None
     ddp = DistributedDataParallel(module, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb,
                                   process_group=getattr(comm, "group", None))
     state = HookState(comm)
-    ddp.register_comm_hook(state, counting_hook)
+    if hook:
+        ddp.register_comm_hook(state, counting_hook)
     return ddp, state.events

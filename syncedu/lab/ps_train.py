@@ -38,10 +38,12 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from syncedu.comm.ledger import Ledger
 from syncedu.comm.network import Network
 from syncedu.strategies.ps import Applied, PSConfig, ps_rank
+from syncedu.strategies.ps_worker import compute_factor
 
 from . import data, models, sampling
 
-__all__ = ["run", "History", "PSConfig", "stragglers", "rank_main"]
+__all__ = ["run", "History", "PSConfig", "stragglers", "rank_main", "allreduce_baseline",
+           "numel"]
 
 
 @dataclass
@@ -192,3 +194,41 @@ def _history(cfg: PSConfig, logs: list, ledger: Ledger, x, y, model: str) -> His
         delay=[worst[k][1] for k in order], idle_fraction=[w.idle_fraction for w in wlogs],
         worker_seconds=[w.seconds for w in wlogs], events=slogs[0].events,
         final_loss=final_loss, accuracy=acc.item())
+
+
+def numel(model: str = "mlp", seed: int = 0) -> int:
+    """Number of parameters of the lessons' model (what every push and pull carries)."""
+    return sum(p.numel() for p in models.make(model, seed=seed).parameters())
+
+
+def _allreduce_rank(comm, steps: int, n: int, compute_seconds: float, variability: float,
+                    seed: int):
+    import random
+
+    comm.barrier()
+    comm.ledger.reset()
+    rng = random.Random(seed * 1_000_003 + 7_919 * comm.rank)  # the PS workers' stream
+    grad, busy, t0 = torch.zeros(n), 0.0, comm.now()
+    for _ in range(steps):
+        t = comm.now()
+        comm.compute(compute_seconds * compute_factor(rng, variability))
+        busy += comm.now() - t
+        comm.all_reduce(grad)
+    total = comm.now() - t0
+    return total, 1.0 - busy / total if total > 0 else 0.0
+
+
+def allreduce_baseline(workers: int, *, steps: int, network: Network | None = None,
+                       compute_seconds: float = 0.01, variability: float = 0.0, seed: int = 0,
+                       model: str = "mlp"):
+    """The same compute on `workers` simulated ranks, synchronized by a ring all_reduce.
+
+    Returns (logical seconds, mean idle share, ledger): what data parallelism with
+    AllReduce would cost on this network, for comparison with a parameter server.
+    `network.slowdown`, if given, needs one factor per worker here (no servers).
+    """
+    from syncedu.comm import sim
+
+    res = sim.run(_allreduce_rank, workers, network=network,
+                  args=(steps, numel(model, seed), compute_seconds, variability, seed))
+    return max(r[0] for r in res), sum(r[1] for r in res) / workers, res.ledger

@@ -96,8 +96,13 @@ def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumu
     _check_where(cfg, pool, network, simulate)
     if progress is None:
         progress = steps >= 100 and sys.stderr.isatty()
-    if strategy == "single":  # Step 2
-        return _history(cfg, [train_rank.train_all(train_rank.Solo(), cfg)])
+    if strategy == "single":  # Step 2: one thread, like one rank of a 2-rank job here
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return _history(cfg, [train_rank.train_all(train_rank.Solo(), cfg)])
+        finally:
+            torch.set_num_threads(threads)
     if simulate:
         from syncedu.comm import sim
         res = sim.run(train_rank.train_all, world_size, args=(cfg,), network=network)

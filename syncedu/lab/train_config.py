@@ -45,6 +45,7 @@ class TrainConfig:
     timeline_steps: int = 3
     synthetic_size: int = 2048
     model_kwargs: tuple = ()
+    ddp_hook: bool = True  # count DDP's traffic with a comm hook (False: DDP's own C++ path)
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:

@@ -61,7 +61,7 @@ class Session:
         if cfg.strategy == "single":
             return self.module, []
         if cfg.strategy == "ddp":
-            return wrap_ddp(self.module, comm, cfg.bucket_cap_mb)
+            return wrap_ddp(self.module, comm, cfg.bucket_cap_mb, hook=cfg.ddp_hook)
         dp = DataParallel(self.module, comm, cfg.strategy, bucket_cap_mb=cfg.bucket_cap_mb)
         return dp, dp.comm_events
 

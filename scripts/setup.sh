@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# One-time set-up of the course environment; called by `make setup` (and `make lab/test`).
+#
+#   .venv/            virtual environment with torch (CPU), syncedu (editable) and dev tools
+#   Jupyter kernel    "Python (syncedu)", registered inside .venv
+#   Horovod 0.28.1    built from source against that torch (scripts/build-horovod.sh)
+#   chromium          Debian's, for the browser test (only when run as root with apt-get)
+#
+# Idempotent: a stamp file named after a hash of this script and the files it installs
+# from makes a second run instant. FORCE=1 redoes every step (e.g. to retry Horovod).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+FORCE=${FORCE:-0}
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1   # never let playwright fetch its own browser
+
+step() { printf '\n==> [setup] %s\n' "$*"; }
+note() { printf '    %s\n' "$*"; }
+
+inputs=(pyproject.toml requirements-ci.txt scripts/setup.sh scripts/build-horovod.sh
+        scripts/cxx17-launcher.sh jupyter/overrides.json)
+hash=$(cat "${inputs[@]}" | sha256sum | cut -c1-16)
+stamp="$VENV/.syncedu-setup-$hash"
+horovod_failed="$VENV/.syncedu-horovod-failed"
+
+# Step 0: nothing changed since the last complete run -> done.
+if [[ "$FORCE" != 1 && -f "$stamp" && -x "$VENV/bin/python" ]]; then
+    echo "[setup] up to date ($stamp)"
+    if [[ -f "$horovod_failed" ]]; then
+        echo "[setup] note: the Horovod build failed earlier; see $(cat "$horovod_failed")." \
+             "Retry with: make setup FORCE=1"
+    fi
+    exit 0
+fi
+start=$SECONDS
+
+# Step 1: the virtual environment.
+if [[ ! -x "$VENV/bin/python" ]]; then
+    step "creating $VENV with $($PYTHON --version 2>&1)"
+    "$PYTHON" -c 'import sys; assert sys.version_info >= (3, 10), "need Python >= 3.10"'
+    "$PYTHON" -m venv "$VENV"
+else
+    step "using existing $VENV ($("$VENV/bin/python" --version 2>&1))"
+fi
+PY="$VENV/bin/python"
+export PATH="$PWD/$VENV/bin:$PATH"
+pip_install() { "$PY" -m pip install -q --disable-pip-version-check "$@"; }
+
+# Step 2: torch first, pinned, so nothing later resolves a different (CUDA) build.
+step "installing torch (requirements-ci.txt)"
+torch_index=()
+if [[ -n "${SYNCEDU_TORCH_INDEX:-}" ]]; then torch_index=(--index-url "$SYNCEDU_TORCH_INDEX"); fi
+pip_install "${torch_index[@]}" -r requirements-ci.txt
+note "$("$PY" -c 'import torch; print("torch", torch.__version__)')"
+
+# Step 3: the package (editable) with the dev/test tools, and Horovod's build tools.
+step "installing syncedu (editable) with the [dev] extra"
+pip_install -e ".[dev]" "setuptools>=64" wheel "cmake<4"
+
+# Step 4: the Jupyter kernel and JupyterLab settings (no news / update checks).
+step "registering the Jupyter kernel 'Python (syncedu)' inside $VENV"
+"$PY" -m ipykernel install --sys-prefix --name syncedu --display-name "Python (syncedu)" \
+    >/dev/null
+mkdir -p "$VENV/share/jupyter/lab/settings"
+cp jupyter/overrides.json "$VENV/share/jupyter/lab/settings/overrides.json"
+note "kernel 'syncedu' and lab settings overrides installed"
+
+# Step 5: Horovod, built from source (about 2.5 minutes on 2 cores).
+step "Horovod"
+rm -f "$horovod_failed"
+if "$PY" -c 'import horovod.torch' 2>/dev/null; then
+    note "already installed: $("$PY" -c 'import horovod; print("horovod", horovod.__version__)')"
+else
+    log="$VENV/horovod-build.log"
+    note "building horovod 0.28.1 from source; log: $log"
+    if bash scripts/build-horovod.sh "$PY" >"$log" 2>&1; then
+        note "built in $(grep -o 'took [0-9]* s' "$log" | tail -1 | cut -d' ' -f2) s"
+    else
+        echo "$log" >"$horovod_failed"
+        tail -n 25 "$log" | sed 's/^/    | /'
+        echo "[setup] WARNING: the Horovod build failed (full log: $log)."
+        echo "[setup] Everything else works; the Horovod test and notebook cells will skip."
+        echo "[setup] Retry after fixing the cause with: make setup FORCE=1"
+    fi
+fi
+
+# Step 6: a browser for the JupyterLab test (Debian's chromium; never playwright's).
+step "chromium (for the browser test)"
+if [[ -x /usr/bin/chromium ]]; then
+    note "found /usr/bin/chromium"
+elif [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    note "installing Debian's chromium with apt-get"
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }; then
+        echo "[setup] WARNING: apt-get install chromium failed; the browser test will skip."
+    fi
+else
+    note "not installed; the browser test will skip. To enable it: sudo apt-get install chromium"
+fi
+
+rm -f "$VENV"/.syncedu-setup-*
+touch "$stamp"
+step "done in $((SECONDS - start)) s. Next: make lab   (or: make test)"

@@ -1,0 +1,97 @@
+"""What overlapping gradient buckets with backward buys, on the alpha-beta model.
+
+One data-parallel step on the model (Li et al., VLDB 2020, Fig. 2; the
+numbers are a lesson's choice, e.g. Goyal et al. 2017's ResNet-50: ~100 MB of
+gradients, ~120 ms of backward):
+
+1. forward takes `forward` seconds;
+2. backward produces the gradients bucket by bucket (last layer first), each
+   bucket's share of `backward` in proportion to its bytes;
+3. a bucket's allreduce starts when its gradients are ready *and* the previous
+   bucket's allreduce is done (one link), and lasts `ring_seconds`: a ring on
+   the `Network`, 2(N-1)(alpha + S/(N B)), the same formula the emulator and
+   the simulator use;
+4. without overlap all buckets go after backward; the optimizer step starts when
+   the last allreduce ends (`step` seconds).
+
+`schedule(...)` returns the segments and the step time; `step_time(...)` just
+the time. `bucket_sizes(total, cap)` splits a gradient volume like
+`build_buckets` does for equal-sized layers.
+
+Used in: notebooks/03_data_parallel, 05_gradient_accumulation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from syncedu.comm.emulation import ring_seconds
+from syncedu.comm.network import Network
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Segments `(kind, start, end)` (kind: forward, backward, comm, step) and totals."""
+
+    segments: list[tuple[str, float, float]]
+    seconds: float
+    compute: float
+    comm: float
+
+    @property
+    def exposed_comm(self) -> float:
+        """Step time not covered by compute: the communication nobody hid."""
+        return self.seconds - self.compute
+
+
+def bucket_sizes(total_bytes: int, cap_bytes: int) -> list[int]:
+    """Split `total_bytes` into buckets of `cap_bytes` (the last one smaller)."""
+    if total_bytes <= 0 or cap_bytes <= 0:
+        raise ValueError(f"total_bytes={total_bytes} and cap_bytes={cap_bytes} must be > 0")
+    full, rest = divmod(total_bytes, cap_bytes)
+    return [cap_bytes] * full + ([rest] if rest else [])
+
+
+def schedule(buckets: list[int], world_size: int, network: Network, *, forward: float,
+             backward: float, step: float = 0.0, overlap: bool = True) -> Schedule:
+    """Step 1-4: the timeline of one step with these bucket sizes (bytes, backward order)."""
+    if world_size < 1 or min(forward, backward, step) < 0 or not buckets:
+        raise ValueError("world_size must be >= 1, times >= 0, and buckets non-empty")
+    total = sum(buckets)
+    segs = [("forward", 0.0, forward)]
+    t, link, comm_total = forward, 0.0, 0.0
+    ready = []
+    for b in buckets:  # Step 2
+        dt = backward * b / total
+        segs.append(("backward", t, t + dt))
+        t += dt
+        ready.append(t)
+    end_backward = t
+    for b, r in zip(buckets, ready):  # Step 3
+        start = max(r if overlap else end_backward, link)
+        dur = ring_seconds("all_reduce", b, world_size, network)
+        comm_total += dur
+        if dur:
+            segs.append(("comm", start, start + dur))
+        link = start + dur
+    begin = max(end_backward, link)  # Step 4
+    segs.append(("step", begin, begin + step))
+    return Schedule(segs, begin + step, forward + backward + step, comm_total)
+
+
+def step_time(buckets: list[int], world_size: int, network: Network, **kwargs) -> float:
+    """Seconds of one step (see `schedule`)."""
+    return schedule(buckets, world_size, network, **kwargs).seconds
+
+
+def accumulation_time(k: int, world_size: int, network: Network, grad_bytes: int, *,
+                      micro_compute: float, sync_every: bool = False) -> float:
+    """Seconds per optimizer step with `k` micro-batches, without overlap.
+
+    With `no_sync` one allreduce per optimizer step; with `sync_every` (or the
+    partial-`no_sync` mistake) one per micro-batch.
+    """
+    if k < 1:
+        raise ValueError(f"k={k} must be >= 1")
+    one = ring_seconds("all_reduce", grad_bytes, world_size, network)
+    return k * micro_compute + (k if sync_every else 1) * one

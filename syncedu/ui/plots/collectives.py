@@ -1,0 +1,136 @@
+"""Figures for notebooks 01 and 02: who holds what, bytes per rank, time vs size, winners.
+
+`holdings` draws contribution bitmasks: a slot holding the value 2^a + 2^b + ...
+is the sum of ranks a, b, ...'s inputs (exact in float64 up to 53 ranks).
+
+Used in: notebooks/01_collectives, 02_allreduce_algorithms.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.colors import to_rgb
+
+ALGO_COLORS = {"naive": "tab:red", "ring": "tab:blue", "tree": "tab:green",
+               "halving_doubling": "tab:purple", "builtin": "tab:gray"}
+
+
+def _label(mask: int, n: int) -> str:
+    if mask <= 0:
+        return ""
+    ranks = [r for r in range(n) if mask >> r & 1]
+    if len(ranks) == n and n > 2:
+        return "Σ"
+    return "+".join(f"x{r}" for r in ranks)
+
+
+def _color(mask: int, n: int):
+    if mask <= 0:
+        return (1.0, 1.0, 1.0)
+    ranks = [r for r in range(n) if mask >> r & 1]
+    if len(ranks) == n and n > 1:
+        return (0.25, 0.25, 0.3)
+    cmap = plt.get_cmap("tab10")
+    rgb = np.mean([to_rgb(cmap(r % 10)) for r in ranks], axis=0)
+    return tuple(0.35 + 0.65 * rgb) if len(ranks) == 1 else tuple(rgb)
+
+
+def _grid(ax, masks, n: int, title: str) -> None:
+    masks = np.asarray(masks, dtype=np.int64)
+    rows, cols = masks.shape
+    for r in range(rows):
+        for c in range(cols):
+            m = int(masks[r, c])
+            ax.add_patch(plt.Rectangle((c, rows - 1 - r), 0.95, 0.9, color=_color(m, n),
+                                       ec="black", lw=0.6))
+            dark = m > 0 and bin(m).count("1") > 1
+            ax.text(c + 0.475, rows - 1 - r + 0.45, _label(m, n), ha="center", va="center",
+                    fontsize=8 if cols <= 6 else 6, color="white" if dark else "black")
+    ax.set_xlim(0, cols)
+    ax.set_ylim(0, rows)
+    ax.set_yticks([rows - 1 - r + 0.45 for r in range(rows)], [f"rank {r}" for r in range(rows)])
+    ax.set_xticks([c + 0.475 for c in range(cols)], [f"slot {c}" for c in range(cols)])
+    ax.tick_params(length=0)
+    ax.set_title(title)
+    for side in ax.spines.values():
+        side.set_visible(False)
+
+
+def holdings(before, after, title: str = ""):
+    """Two grids (rank x slot) of contribution bitmasks: before and after a collective."""
+    n = np.asarray(before).shape[0]
+    cols = max(np.asarray(before).shape[1], np.asarray(after).shape[1])
+    fig, axes = plt.subplots(1, 2, figsize=(2.0 + 1.7 * cols, 0.55 * n + 1.2))
+    _grid(axes[0], before, n, "before")
+    _grid(axes[1], after, n, "after")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def bytes_per_rank(sent: dict, formula: float | None = None, title: str = "bytes sent per rank"):
+    """Grouped bars: {algorithm: [bytes per rank]}, with an optional horizontal formula line."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    names = list(sent)
+    n = len(next(iter(sent.values())))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        ax.bar(np.arange(n) + i * width, sent[name], width, label=name,
+               color=ALGO_COLORS.get(name))
+    if formula is not None:
+        ax.axhline(formula, color="black", ls="--", lw=1, label="2(N-1)/N · S")
+    ax.set_xticks(np.arange(n) + 0.4 - width / 2, [str(r) for r in range(n)])
+    ax.set_xlabel("rank")
+    ax.set_ylabel("bytes")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def time_vs_size(curves: dict, sizes, *, measured: dict | None = None, title: str = "",
+                 marker: float | None = None):
+    """Log-log time vs message size: {algorithm: [seconds per size]} (+ measured points)."""
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    for name, ys in curves.items():
+        ax.plot(sizes, ys, label=name, color=ALGO_COLORS.get(name))
+    for name, (xs, ys) in (measured or {}).items():
+        ax.plot(xs, ys, "o", label=f"{name} (measured)", color=ALGO_COLORS.get(name), ms=5)
+    if marker is not None:
+        ax.axvline(marker, color="black", lw=0.8, ls=":")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size S (bytes)")
+    ax.set_ylabel("seconds")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return fig
+
+
+def winners(best, sizes, world_sizes, title: str = ""):
+    """Heat map: the fastest algorithm per (world size, message size); `best[i][j]` a name."""
+    names = list(ALGO_COLORS)
+    idx = np.array([[names.index(b) for b in row] for row in best])
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(world_sizes) + 1.6))
+    cmap = plt.matplotlib.colors.ListedColormap([ALGO_COLORS[n] for n in names])
+    ax.imshow(idx, cmap=cmap, vmin=-0.5, vmax=len(names) - 0.5, aspect="auto")
+    ax.set_xticks(range(len(sizes)), [_size(s) for s in sizes], rotation=45, fontsize=7)
+    ax.set_yticks(range(len(world_sizes)), [str(n) for n in world_sizes])
+    ax.set_xlabel("message size")
+    ax.set_ylabel("ranks N")
+    used = sorted({b for row in best for b in row}, key=names.index)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=ALGO_COLORS[n]) for n in used]
+    ax.legend(handles, used, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def _size(nbytes: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{nbytes:g} B"

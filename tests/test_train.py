@@ -1,0 +1,136 @@
+"""train.run: every strategy, with and without accumulation, trains to "single"'s parameters."""
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+from syncedu import Network, launch, train
+from syncedu.lab import data, sampling
+
+JOB = dict(steps=12, global_batch=48, lr=0.2, seed=3)
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return train.run("single", 1, **JOB)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with launch.Pool(2, output="quiet") as p:
+        yield p
+
+
+# ------------------------------------------------------------------ sampling
+def test_global_batches_are_deterministic_and_cross_epochs():
+    a = list(sampling.global_batches(100, 7, 30, seed=5))
+    b = list(sampling.global_batches(100, 7, 30, seed=5))
+    assert all(torch.equal(x, y) for x, y in zip(a, b)) and len(a) == 7
+    assert torch.equal(torch.cat(a[:3]).sort().values, torch.cat(a[:3]).unique())  # epoch 0
+    assert not torch.equal(a[0], a[3])  # epoch 1 has a new order...
+    stale = list(sampling.global_batches(100, 7, 30, seed=5, set_epoch=False))
+    assert torch.equal(stale[0], stale[3])  # ...unless set_epoch is forgotten
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_shards_are_distributed_sampler(world_size):
+    ds = data.digits()
+    b = 16
+    ours = list(sampling.global_batches(ds, 2 * (len(ds) // (b * world_size)), b * world_size,
+                                        seed=7))
+    for rank in range(world_size):
+        sampler = DistributedSampler(ds, world_size, rank, shuffle=True, seed=7)
+        theirs = []
+        for epoch in range(2):
+            sampler.set_epoch(epoch)
+            theirs += list(DataLoader(list(range(len(ds))), b, sampler=sampler, drop_last=True))
+        assert len(theirs) == len(ours)
+        for g, t in zip(ours, theirs):
+            assert torch.equal(sampling.shard(g, rank, world_size), t)
+
+
+def test_sampling_errors():
+    with pytest.raises(ValueError, match="global_batch"):
+        list(sampling.global_batches(10, 1, 11))
+    with pytest.raises(ValueError, match="world_size=3"):
+        sampling.shard(torch.arange(10), 0, 3)
+    with pytest.raises(ValueError, match="accumulation=3"):
+        sampling.micro_batches(torch.arange(10), 3)
+
+
+# ------------------------------------------------------------------ config
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(strategy="magic"), "strategy"),
+    (dict(strategy="single", world_size=2), "world_size"),
+    (dict(global_batch=50, accumulation=4), "multiple"),
+    (dict(lr=0.0), "lr"),
+    (dict(mistake="oops"), "mistake"),
+    (dict(steps=0), "steps"),
+])
+def test_config_errors(kwargs, match):
+    args = dict(strategy="flat", world_size=2, steps=1, global_batch=8) | kwargs
+    with pytest.raises(ValueError, match=match):
+        train.TrainConfig(**args)
+
+
+def test_single_is_seeded(ref):
+    again = train.run("single", 1, **JOB)
+    assert again.loss == ref.loss and again.max_param_diff(ref) == 0
+    assert ref.loss[-1] < ref.loss[0]
+    assert ref.ledger.sent == [0]
+
+
+def test_warmup_schedule():
+    cfg = train.TrainConfig("single", 1, steps=10, global_batch=8, lr=0.4, warmup_steps=4)
+    assert [cfg.lr_at(s) for s in range(6)] == [0.1, 0.2, 0.30000000000000004, 0.4, 0.4, 0.4]
+
+
+# ------------------------------------------------------------------ equal to single
+@pytest.mark.parametrize("strategy", ["naive", "flat", "bucketed"])
+def test_simulated_three_ranks_equal_single(strategy, ref):
+    job = dict(JOB, global_batch=54)
+    ref3 = train.run("single", 1, **job)
+    for k in (1, 3):
+        h = train.run(strategy, 3, accumulation=k, simulate=True, bucket_cap_mb=0.01,
+                      network=Network(latency=1e-5, bandwidth=1e9), **job)
+        assert h.max_param_diff(ref3) < 1e-5, (strategy, k)
+        assert max(abs(a - b) for a, b in zip(h.loss, ref3.loss)) < 1e-5
+        assert h.sim_seconds > 0
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("strategy", ["naive", "flat", "bucketed", "ddp"])
+def test_real_ranks_equal_single(strategy, ref, pool):
+    for k in (1, 3):
+        h = train.run(strategy, 2, accumulation=k, pool=pool, bucket_cap_mb=0.01, **JOB)
+        assert h.max_param_diff(ref) < 1e-5, (strategy, k)
+        assert max(abs(a - b) for a, b in zip(h.loss, ref.loss)) < 1e-5
+        assert h.train_seconds > 0 and len(h.step_seconds) == JOB["steps"]
+        assert set(h.params) == set(ref.params)  # plain names, no "module." prefix
+
+
+@pytest.mark.real
+def test_accumulation_bytes_and_mistakes(pool, ref):
+    k = 4
+    one = train.run("ddp", 2, pool=pool, **JOB).grad_bytes
+    right = {s: train.run(s, 2, accumulation=k, pool=pool, **JOB) for s in ("bucketed", "ddp")}
+    for s, h in right.items():
+        assert h.grad_bytes == one, s  # no_sync: one sync per optimizer step
+        for mistake in ("sync_every", "partial_no_sync"):
+            bad = train.run(s, 2, accumulation=k, pool=pool, mistake=mistake, **JOB)
+            assert bad.grad_bytes == k * one, (s, mistake)  # K syncs: (K-1)/K wasted
+            assert bad.max_param_diff(ref) < 1e-5  # same result, only slower
+    wrong = train.run("bucketed", 2, accumulation=k, pool=pool, mistake="unscaled_loss", **JOB)
+    assert wrong.max_param_diff(ref) > 1e-3
+
+
+@pytest.mark.real
+def test_progress_chunks_and_network(pool, ref):
+    h = train.run("bucketed", 2, pool=pool, progress=True, timeline_steps=2, **JOB)
+    assert h.max_param_diff(ref) < 1e-5
+    assert {k for k, _, _ in h.timeline} >= {"compute", "step", "comm"}
+    with pytest.raises(ValueError, match="pool"):
+        train.run("bucketed", 2, pool=pool, network=Network(latency=1e-3, bandwidth=1e9), **JOB)
+    with pytest.raises(ValueError, match="simulated"):
+        train.run("ddp", 2, simulate=True, **JOB)

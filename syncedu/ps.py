@@ -1,4 +1,4 @@
-"""Public face of parameter servers: `syncedu.lab.ps_train` (training) and `syncedu.strategies.ps`."""
+"""Public face of parameter servers: `syncedu.lab.ps_train` and `syncedu.strategies.ps`."""
 
 from syncedu.lab.ps_train import *  # noqa: F401,F403
 from syncedu.lab.ps_train import (  # noqa: F401

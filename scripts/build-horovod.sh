@@ -23,8 +23,9 @@ export CMAKE_CXX_COMPILER_LAUNCHER="$PWD/scripts/cxx17-launcher.sh"
 # Step 3
 export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1
 export HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_MPI=1
-export MAKEFLAGS="-j$(nproc)"
-# Step 4
+export MAKEFLAGS="-j$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)"
+# Step 4 (a broken earlier install, e.g. built for another torch, would count as satisfied)
+"$PY" -m pip uninstall -y -q horovod 2>/dev/null || true
 "$PY" -m pip install --disable-pip-version-check --no-build-isolation --no-cache-dir \
     -v horovod==0.28.1
 "$PY" -c 'import horovod.torch, horovod; print("horovod", horovod.__version__, "OK")'

@@ -21,7 +21,8 @@ note() { printf '    %s\n' "$*"; }
 
 inputs=(pyproject.toml requirements-ci.txt scripts/setup.sh scripts/build-horovod.sh
         scripts/cxx17-launcher.sh jupyter/overrides.json)
-hash=$(cat "${inputs[@]}" | sha256sum | cut -c1-16)
+sha256() { if command -v sha256sum >/dev/null; then sha256sum; else shasum -a 256; fi; }
+hash=$(cat "${inputs[@]}" | sha256 | cut -c1-16)
 stamp="$VENV/.syncedu-setup-$hash"
 horovod_failed="$VENV/.syncedu-horovod-failed"
 
@@ -81,7 +82,7 @@ else
         echo "$log" >"$horovod_failed"
         tail -n 25 "$log" | sed 's/^/    | /'
         echo "[setup] WARNING: the Horovod build failed (full log: $log)."
-        echo "[setup] Everything else works; the Horovod test and notebook cells will skip."
+        echo "[setup] Everything else works; the Horovod test will skip."
         echo "[setup] Retry after fixing the cause with: make setup FORCE=1"
     fi
 fi

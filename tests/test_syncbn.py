@@ -102,7 +102,7 @@ def test_without_running_stats_eval_is_local():
     res = sim.run(sync_worker, 2, args=(xs, gs, 1, kwargs))
     assert_matches(res, reference(xs, gs, 1, kwargs), local_eval=True)
     for r, x in zip(res, xs):  # eval normalizes each rank's own batch, like torch
-        local = _init(nn.BatchNorm1d(3, track_running_stats=False).double(), 3).eval()
+        local = _init(nn.BatchNorm2d(3, track_running_stats=False).double(), 3).eval()
         torch.testing.assert_close(r["eval"], local(x).detach(), **TOL)
 
 
@@ -277,3 +277,50 @@ def test_equals_torch_syncbatchnorm_on_gpus():
         for key, value in ours.items():
             torch.testing.assert_close(value, theirs[key], atol=1e-9, rtol=1e-9)
     assert_matches([ours for ours, _ in res], reference(xs, gs, 2))
+
+
+# ------------------------------------------- the lesson's experiment and checkers
+def test_experiment_syncbn_equals_one_process_and_plain_ranks_disagree():
+    from syncedu.lab import bn_experiment as bx
+
+    out = bx.compare(per_rank_batch=2, world_size=3, steps=12, channels=4, test_size=100)
+    sync, single, plain = out["syncbn"], out["single"], out["plain"]
+    for k, v in single.params.items():
+        torch.testing.assert_close(sync.params[k], v, atol=1e-4, rtol=1e-4)
+    assert sync.spread() == {"mean": 0.0, "var": 0.0} and plain.spread()["var"] > 0
+    assert len(sync.loss) == 12 and sync.ledger.ops["syncbn_forward"].calls == [24] * 3
+    with pytest.raises(ValueError, match="mode"):
+        bx.BNConfig(mode="nope")
+    noise = bx.stat_noise((2, 8), draws=50)
+    assert noise[2][1] > noise[8][1]
+
+
+def test_lesson06_checkers(capsys):
+    from syncedu.comm.ledger import ring_allreduce_elements as ring
+    from syncedu.ui.exercises import lesson06 as ex
+
+    def good_stats(comm, x):
+        c = x.shape[1]
+        t = torch.cat([x.sum(0), (x * x).sum(0), torch.tensor([float(len(x))], dtype=x.dtype)])
+        comm.all_reduce(t)
+        mean = t[:c] / t[-1]
+        return mean, t[c:2 * c] / t[-1] - mean * mean
+
+    def local_stats(comm, x):  # no communication: each rank's own sums, wrong
+        return x.sum(0), (x * x).sum(0)
+
+    def good_avg(comm, model):
+        for name, b in model.named_buffers():
+            if "running" in name:
+                comm.all_reduce(b, op="avg")
+
+    def stub(*args):
+        raise NotImplementedError
+
+    bytes_ = 8 * sum(ring(2 * c + 1, 8, 0)[0] + ring(2 * c, 8, 0)[0] for c in (16, 32, 64))
+    assert ex.global_mean_var.grade(good_stats) and not ex.global_mean_var.grade(local_stats)
+    assert ex.step_bytes.grade(bytes_) and not ex.step_bytes.grade(bytes_ // 2)
+    assert ex.average_running_stats.grade(good_avg)
+    assert not ex.average_running_stats.grade(lambda comm, model: None)
+    assert not ex.global_mean_var.grade(stub)
+    assert "not attempted yet" in capsys.readouterr().out

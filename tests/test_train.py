@@ -134,3 +134,45 @@ def test_progress_chunks_and_network(pool, ref):
         train.run("bucketed", 2, pool=pool, network=Network(latency=1e-3, bandwidth=1e9), **JOB)
     with pytest.raises(ValueError, match="simulated"):
         train.run("ddp", 2, simulate=True, **JOB)
+
+
+def test_lesson05_checkers():
+    import torch.nn.functional as F
+
+    from syncedu.ui.exercises import lesson05 as ex
+
+    def right(model, micro):
+        k = len(micro)
+        for j, (x, y) in enumerate(micro):
+            if j < k - 1:
+                with model.no_sync():
+                    (F.cross_entropy(model(x), y) / k).backward()
+            else:
+                (F.cross_entropy(model(x), y) / k).backward()
+        model.finish_gradient_synchronization()
+
+    def partial(model, micro):
+        for x, y in micro:
+            loss = F.cross_entropy(model(x), y) / len(micro)
+            with model.no_sync():
+                loss.backward()
+        model.finish_gradient_synchronization()
+
+    assert ex.accumulate.grade(right) and not ex.accumulate.grade(partial)
+    assert ex.saved_fraction.grade(lambda k: (k - 1) / k)
+    assert not ex.saved_fraction.grade(lambda k: 1 / k)
+    assert ex.pitfall_bytes.grade(lambda k, b: k * b) and not ex.pitfall_bytes.grade(lambda k, b: b)
+
+
+def test_timeline_model():
+    from syncedu.lab import timeline
+
+    net = Network(latency=1e-4, bandwidth=1e9)
+    buckets = timeline.bucket_sizes(10_000_000, 3_000_000)
+    assert buckets == [3_000_000] * 3 + [1_000_000]
+    over = timeline.schedule(buckets, 4, net, forward=0.01, backward=0.02)
+    serial = timeline.schedule(buckets, 4, net, forward=0.01, backward=0.02, overlap=False)
+    assert over.seconds < serial.seconds and over.comm == pytest.approx(serial.comm)
+    assert serial.seconds == pytest.approx(0.03 + serial.comm)
+    assert timeline.accumulation_time(4, 2, net, 1000, micro_compute=0.01, sync_every=True) > \
+        timeline.accumulation_time(4, 2, net, 1000, micro_compute=0.01)

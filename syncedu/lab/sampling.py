@@ -27,7 +27,7 @@ Used in: notebooks/03_data_parallel, 04_parameter_server, 05_gradient_accumulati
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 

@@ -80,7 +80,8 @@ class Session:
         cfg, dev = self.cfg, self.comm.device
         mistake = cfg.mistake
         skip = not last and mistake != "sync_every"  # no gradient sync wanted this time
-        fwd_ctx = self.no_sync() if skip and mistake != "partial_no_sync" else contextlib.nullcontext()
+        wrap_forward = skip and mistake != "partial_no_sync"
+        fwd_ctx = self.no_sync() if wrap_forward else contextlib.nullcontext()
         with fwd_ctx:
             out = self.model(self.x[idx].to(dev))
             loss = F.cross_entropy(out, self.y[idx].to(dev))

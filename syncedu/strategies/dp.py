@@ -137,7 +137,8 @@ class BucketedSync(GradSync):
         super().__init__(params, comm, timeout=timeout)
         if not bucket_cap_mb > 0:
             raise ValueError(f"bucket_cap_mb={bucket_cap_mb!r} must be > 0")
-        self.buckets: list[Bucket] = build_buckets(params, int(bucket_cap_mb * MB)) if params else []
+        cap = int(bucket_cap_mb * MB)
+        self.buckets: list[Bucket] = build_buckets(params, cap) if params else []
         self._where = {id(p): (b, k) for b in self.buckets for k, p in enumerate(b.params)}
         self._thread = CommThread(comm) if comm.backend != "sim" else None
         self.events = self._thread.events if self._thread is not None else self.events
@@ -212,7 +213,8 @@ class DataParallel(nn.Module):
                  timeout: float = 300.0):
         super().__init__()
         if strategy not in STRATEGIES:
-            raise ValueError(f"strategy={strategy!r} is unknown; choose one of {sorted(STRATEGIES)}")
+            raise ValueError(f"strategy={strategy!r} is unknown; "
+                             f"choose one of {sorted(STRATEGIES)}")
         if not timeout > 0:
             raise ValueError(f"timeout={timeout!r} must be > 0 seconds")
         self.module = module

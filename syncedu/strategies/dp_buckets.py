@@ -131,7 +131,8 @@ class CommThread:
             try:
                 t0 = time.perf_counter()
                 self.comm.all_reduce(tensor, op=op)
-                self.events.append((t0, time.perf_counter(), tensor.numel() * tensor.element_size()))
+                nbytes = tensor.numel() * tensor.element_size()
+                self.events.append((t0, time.perf_counter(), nbytes))
             except BaseException as e:  # surfaced by work.wait() on the main thread
                 work.error = e
             work._done.set()

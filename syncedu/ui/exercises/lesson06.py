@@ -20,7 +20,7 @@ def _case(channels: int = 4, seed: int = 0):
 
 @checker
 def global_mean_var(worker) -> bool:
-    """Exercise 06.1: `worker(comm, x)` -> (mean, biased var) of the global batch, one all_reduce."""
+    """Exercise 06.1: `worker(comm, x)` -> global (mean, biased var), with one all_reduce."""
     name = "Exercise 1 (global statistics)"
     xs = _case()
     ok, res = _attempt(name, lambda: sim.run(lambda comm: worker(comm, xs[comm.rank]),
@@ -55,7 +55,7 @@ def syncbn_step_bytes(channels=(8, 8), world_size: int = 4, itemsize: int = 8) -
 
 @checker
 def step_bytes(answer, channels=(16, 32, 64), world_size: int = 8) -> bool:
-    """Exercise 06.2: bytes rank 0 sends for SyncBN per step: layers of 16, 32, 64 channels, 8 ranks."""
+    """Exercise 06.2: SyncBN bytes rank 0 sends per step (16, 32, 64 channels; 8 ranks)."""
     name = "Exercise 2 (predict the ledger)"
     ok, value = _attempt(name, answer if callable(answer) else (lambda: answer))
     if not ok:

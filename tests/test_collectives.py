@@ -172,3 +172,51 @@ def test_real_ring_ledger_and_pipelining(pools):
     res = pools(3).run(worker)
     assert all(res)
     assert res.ledger.ops["ring_allreduce"].sent == res.ledger.ops["all_reduce"].sent
+
+
+# --------------------------------------------------------- notebook checkers
+def test_lesson01_and_02_checkers_grade_right_and_wrong(capsys):
+    from syncedu.ui.exercises import lesson01 as ex1
+    from syncedu.ui.exercises import lesson02 as ex2
+
+    def gather(comm, t):
+        out = [torch.empty_like(t) for _ in range(comm.world_size)]
+        out[comm.rank].copy_(t)
+        for p in range(comm.world_size):
+            if p != comm.rank:
+                w = comm.isend(t, p)
+                comm.recv(out[p], p)
+                w.wait()
+        return out
+
+    def gather_builtin(comm, t):
+        out = [torch.empty_like(t) for _ in range(comm.world_size)]
+        comm.all_gather(out, t)
+        return out
+
+    def rs_ag(comm, x):
+        n = comm.world_size
+        mine = torch.empty(x.numel() // n)
+        comm.reduce_scatter(mine, list(x.chunk(n)))
+        comm.all_gather(list(x.chunk(n)), mine)
+
+    def last_root(comm, x):
+        collectives.naive_allreduce(comm, x, root=comm.world_size - 1)
+
+    def stub(*args):
+        raise NotImplementedError
+
+    assert ex1.all_gather_from_send_recv.grade(gather)
+    assert not ex1.all_gather_from_send_recv.grade(gather_builtin)
+    assert not ex1.all_gather_from_send_recv.grade(stub)
+    assert ex1.allreduce_from_collectives.grade(rs_ag)
+    assert not ex1.allreduce_from_collectives.grade(lambda comm, x: comm.all_reduce(x))
+    assert ex1.bus_bandwidth.grade(lambda s, t, n: s / t * 2 * (n - 1) / n)
+    assert not ex1.bus_bandwidth.grade(lambda s, t, n: s / t)
+    assert ex2.ring_time.grade(lambda n, s, a, b: 2 * (n - 1) * (a + s / n * b))
+    assert not ex2.ring_time.grade(lambda n, s, a, b: 2 * (n - 1) * (a + s * b))
+    assert ex2.crossover.grade(1 << 20) and not ex2.crossover.grade(1 << 14)
+    assert ex2.rotated_naive.grade(last_root)
+    assert not ex2.rotated_naive.grade(collectives.naive_allreduce)
+    assert not ex2.rotated_naive.grade(stub)
+    assert "not attempted yet" in capsys.readouterr().out

@@ -17,6 +17,7 @@ The mechanics behind `launch.run` and `launch.Pool`:
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import pickle
 import queue
@@ -70,6 +71,22 @@ def _child_env(rank: int, world_size: int, threads: int, fd: int) -> dict:
     return env
 
 
+@contextlib.contextmanager
+def _interrupt_deferred():
+    """Hold back Ctrl-C (SIGINT) until the block is done, then raise it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
+
+
 def _exit_reason(code: int | None) -> str:
     if code is None:
         return "closed its connection to the launcher"
@@ -108,15 +125,15 @@ class Ranks:
     # ------------------------------------------------------------- start
     def _spawn(self, rank: int, cfg: dict) -> None:
         mine, theirs = Pipe(duplex=True)
-        proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "syncedu.comm._worker"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            pass_fds=[theirs.fileno()], env=_child_env(rank, cfg["world_size"], cfg["threads"],
-                                                       theirs.fileno()),
-            start_new_session=True)
+        env = _child_env(rank, cfg["world_size"], cfg["threads"], theirs.fileno())
+        with _interrupt_deferred():  # a Ctrl-C inside Popen would orphan the new process
+            proc = subprocess.Popen(
+                [sys.executable, "-u", "-m", "syncedu.comm._worker"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                pass_fds=[theirs.fileno()], env=env, start_new_session=True)
+            self.procs.append(proc)
+            self.conns.append(mine)
         theirs.close()
-        self.procs.append(proc)
-        self.conns.append(mine)
         threading.Thread(target=self._pump, args=(rank, proc.stdout), daemon=True,
                          name=f"syncedu-out-{rank}").start()
         mine.send_bytes(pickle.dumps(cfg))

@@ -19,7 +19,7 @@ def ring_time(my_ring_time) -> bool:
     """Exercise 02.1: `my_ring_time(n, nbytes, alpha, beta)`: the ring's alpha-beta time."""
     name = "Exercise 1 (the ring's formula)"
     for n, s, a, b in [(2, 1e6, 1e-5, 1e-9), (8, 4096, 5e-5, 8e-10), (1000, 1e8, 2e-6, 2e-11)]:
-        ok, got = _attempt(name, lambda: my_ring_time(n, s, a, b))
+        ok, got = _attempt(name, lambda n=n, s=s, a=a, b=b: my_ring_time(n, s, a, b))
         if not ok:
             return False
         net = Network(latency=a, bandwidth=1 / b)

@@ -1,0 +1,18 @@
+"""Suite-wide set-up: a headless matplotlib in this process, and GPU tests skipped without CUDA."""
+
+from __future__ import annotations
+
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")  # this pytest process only; notebook kernels keep their inline backend
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA (a GPU machine); skipped on CPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

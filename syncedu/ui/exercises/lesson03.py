@@ -21,6 +21,20 @@ def _grads_worker(comm, sync, batch=6):
     return [p.grad.clone() for p in model.parameters()], (x, y)
 
 
+def matches_whole_batch(res, atol: float = 1e-6) -> bool:
+    """Does every rank hold the gradients of one model on all ranks' data together?
+
+    `res[r]` is (gradients, (x, y)) from a worker built on `models.make("mlp", seed=0,
+    hidden=9, depth=2)`, as the lesson 03 and 05 checkers use.
+    """
+    model = models.make("mlp", seed=0, hidden=9, depth=2)
+    x = torch.cat([r[1][0] for r in res])
+    y = torch.cat([r[1][1] for r in res])
+    F.cross_entropy(model(x), y).backward()
+    return all(torch.allclose(g, p.grad, atol=atol)
+               for grads, _ in res for g, p in zip(grads, model.parameters()))
+
+
 @checker
 def flat_sync(sync, world_size: int = 3) -> bool:
     """Exercise 03.1: average every gradient with ONE all_reduce of a flat buffer."""
@@ -28,13 +42,8 @@ def flat_sync(sync, world_size: int = 3) -> bool:
     ok, res = _attempt(name, lambda: sim.run(_grads_worker, world_size, args=(sync,)))
     if not ok:
         return False
-    model = models.make("mlp", seed=0, hidden=9, depth=2)
-    x = torch.cat([r[1][0] for r in res])
-    y = torch.cat([r[1][1] for r in res])
-    F.cross_entropy(model(x), y).backward()
-    for grads, _ in res:
-        if not all(torch.allclose(g, p.grad, atol=1e-6) for g, p in zip(grads, model.parameters())):
-            return _verdict(name, False, "the gradients are not the average over all ranks")
+    if not matches_whole_batch(res):
+        return _verdict(name, False, "the gradients are not the average over all ranks")
     calls = res.ledger.ops.get("all_reduce")
     if calls is None or calls.calls != [1] * world_size:
         return _verdict(name, False, "use exactly one comm.all_reduce per rank")

@@ -10,6 +10,7 @@ from syncedu.lab import models
 from syncedu.strategies.dp import DataParallel
 
 from . import _attempt, _verdict, checker
+from .lesson03 import matches_whole_batch
 
 
 def _accumulate_worker(comm, step, k=4, batch=8):
@@ -31,14 +32,9 @@ def accumulate(step, world_size: int = 2, k: int = 4) -> bool:
     ok, res = _attempt(name, lambda: sim.run(_accumulate_worker, world_size, args=(step, k)))
     if not ok:
         return False
-    model = models.make("mlp", seed=0, hidden=9, depth=2)
-    x = torch.cat([r[1][0] for r in res])
-    y = torch.cat([r[1][1] for r in res])
-    F.cross_entropy(model(x), y).backward()
-    for grads, _ in res:
-        if not all(torch.allclose(a, p.grad, atol=1e-6) for a, p in zip(grads, model.parameters())):
-            return _verdict(name, False, "the gradients differ from the whole batch's "
-                            "(did you divide each micro-batch loss by K?)")
+    if not matches_whole_batch(res):
+        return _verdict(name, False, "the gradients differ from the whole batch's "
+                        "(did you divide each micro-batch loss by K?)")
     one = sim.run(_accumulate_worker, world_size, args=(_right, 1)).ledger.ops["all_reduce"].sent
     if res.ledger.ops["all_reduce"].sent != one:
         return _verdict(name, False, "more traffic than one sync: forward AND backward of the "

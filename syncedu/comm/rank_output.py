@@ -14,7 +14,9 @@ import contextlib
 import io
 import sys
 import threading
-from typing import Iterator
+from collections.abc import Iterator
+
+OUTPUT_MODES = ("live", "ordered", "quiet")  # for launch.run and sim.run alike
 
 _local = threading.local()
 _lock = threading.Lock()

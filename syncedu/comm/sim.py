@@ -54,9 +54,8 @@ from .base import Comm, Work
 from .errors import TimeoutError as RunTimeoutError
 from .ledger import Ledger
 from .network import Network
+from .rank_output import OUTPUT_MODES
 from .result import RunResult
-
-OUTPUT_MODES = ("live", "ordered", "quiet")
 from .sim_messages import Message, RecvPort, RecvWork, SendWork, flat_view
 from .sim_world import World
 

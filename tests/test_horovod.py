@@ -4,6 +4,7 @@ Horovod 0.28.1 is built from source by ``make setup`` (scripts/build-horovod.sh)
 that build failed or was skipped the test skips and says how to get it.
 """
 
+import signal
 import time
 
 import psutil
@@ -59,6 +60,16 @@ def _describe(pids):
         except psutil.NoSuchProcess:
             out.append(f"{pid}: (gone)")
     return out
+
+
+@pytest.fixture(autouse=True)
+def restore_signal_handlers():
+    # horovod.run (gloo_run) installs its own SIGINT/SIGTERM handlers in the caller
+    # and leaves them there: Ctrl-C would then no longer interrupt this process.
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
 
 
 @pytest.mark.timeout(120)

@@ -145,11 +145,19 @@ def test_keyboard_interrupt_stops_every_rank():
     def forever(comm):
         time.sleep(60)
 
-    threading.Timer(1.0, _thread.interrupt_main).start()
-    # The ranks start in ~2-4 s; the interrupt may land during start-up or the run:
-    # either way the caller sees KeyboardInterrupt and no rank survives.
-    with pytest.raises(KeyboardInterrupt):
-        launch.run(forever, 2)
+    # Ctrl-C as a notebook kernel or a terminal sees it: Python's default handler
+    # (another library, e.g. horovod.run, may have left its own in place).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = threading.Timer(1.0, _thread.interrupt_main)
+    timer.start()
+    try:
+        # The ranks start in ~2-4 s; the interrupt may land during start-up or the run:
+        # either way the caller sees KeyboardInterrupt and no rank survives.
+        with pytest.raises(KeyboardInterrupt):
+            launch.run(forever, 2)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.parametrize("kwargs, word", [

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 
-from syncedu.comm import launch
+from syncedu.comm import launch, sim
 
 
 def checker(grade):
@@ -45,6 +45,28 @@ def _attempt(name: str, call):
         else:
             _verdict(name, False, f"rank {e.rank} raised: {str(e).splitlines()[0]}")
         return False, None
+
+
+
+def simulated_allreduces(name: str, my_allreduce, world_sizes, make_input):
+    """Run the learner's `my_allreduce(comm, x)` on simulated ranks, once per world size.
+
+    Rank r starts from `make_input(r)`. Returns a list of (n, res, want) with
+    `res[r]` the list each rank ended with and `want` the true sum, or None if
+    the learner has not answered yet or a rank failed (the message is printed).
+    """
+    def worker(comm):
+        x = make_input(comm.rank)
+        my_allreduce(comm, x)
+        return x.tolist()
+
+    runs = []
+    for n in world_sizes:
+        ok, res = _attempt(name, lambda n=n: sim.run(worker, n))
+        if not ok:
+            return None
+        runs.append((n, res, sum(make_input(r) for r in range(n)).tolist()))
+    return runs
 
 
 from .lesson00 import pass_the_token, ring_bytes, sum_of_squares  # noqa: E402,F401

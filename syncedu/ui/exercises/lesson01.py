@@ -7,7 +7,7 @@ import torch
 from syncedu.comm import sim
 from syncedu.lab import cost
 
-from . import _attempt, _verdict, checker
+from . import _attempt, _verdict, checker, simulated_allreduces
 
 _P2P = {"send", "recv"}
 
@@ -40,16 +40,11 @@ def allreduce_from_collectives(my_allreduce, world_sizes=(2, 4)) -> bool:
     """Exercise 01.2: allreduce from comm.reduce_scatter + comm.all_gather (length % N == 0)."""
     name = "Exercise 2 (allreduce = reduce-scatter + all-gather)"
 
-    def worker(comm):
-        x = torch.arange(8.0) * (comm.rank + 1)
-        my_allreduce(comm, x)
-        return x.tolist()
-
-    for n in world_sizes:
-        ok, res = _attempt(name, lambda n=n: sim.run(worker, n))
-        if not ok:
-            return False
-        want = (torch.arange(8.0) * (n * (n + 1) / 2)).tolist()
+    runs = simulated_allreduces(name, my_allreduce, world_sizes,
+                                lambda r: torch.arange(8.0) * (r + 1))
+    if runs is None:
+        return False
+    for n, res, want in runs:
         if any(got != want for got in res):
             return _verdict(name, False, f"with {n} ranks got {res[0]}, expected {want}")
         used = set(res.ledger.ops)

@@ -11,7 +11,7 @@ from syncedu.comm.network import Network
 from syncedu.lab import cost
 from syncedu.strategies import collectives
 
-from . import _attempt, _verdict, checker
+from . import _attempt, _verdict, checker, simulated_allreduces
 
 
 @checker
@@ -48,16 +48,12 @@ def rotated_naive(my_allreduce, world_sizes=(2, 3, 6)) -> bool:
     """Exercise 02.3: a naive allreduce whose root is the LAST rank, from send/recv."""
     name = "Exercise 3 (naive allreduce, root = last rank)"
 
-    def worker(comm):
-        x = torch.full((5,), float(comm.rank + 1))
-        my_allreduce(comm, x)
-        return x.tolist()
-
-    for n in world_sizes:
-        ok, res = _attempt(name, lambda n=n: sim.run(worker, n))
-        if not ok:
-            return False
-        if any(got != [n * (n + 1) / 2] * 5 for got in res):
+    runs = simulated_allreduces(name, my_allreduce, world_sizes,
+                                lambda r: torch.full((5,), float(r + 1)))
+    if runs is None:
+        return False
+    for n, res, want in runs:
+        if any(got != want for got in res):
             return _verdict(name, False, f"with {n} ranks rank 0 got {res[0]}")
         sent = res.ledger.sent
         if sent[n - 1] != (n - 1) * 20 or any(sent[r] != 20 for r in range(n - 1)):

@@ -208,7 +208,7 @@ def _allreduce_rank(comm, steps: int, n: int, compute_seconds: float, variabilit
     comm.barrier()
     comm.ledger.reset()
     rng = random.Random(seed * 1_000_003 + 7_919 * comm.rank)  # the PS workers' stream
-    grad, busy, t0 = torch.zeros(n), 0.0, comm.now()
+    grad, busy, t0 = torch.zeros(n, device=comm.device), 0.0, comm.now()
     for _ in range(steps):
         t = comm.now()
         comm.compute(compute_seconds * compute_factor(rng, variability))

@@ -22,6 +22,7 @@ Used in: every notebook.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -38,6 +39,28 @@ class Work(ABC):
 
     @abstractmethod
     def wait(self, timeout: float | None = None) -> None: ...
+
+
+class ThreadWork(Work):
+    """An operation another thread carries out; it calls `finish(error)` when done.
+
+    `wait()` blocks until then and re-raises the error, if any, in the caller.
+    """
+
+    def __init__(self, what: str = "operation"):
+        self.what = what
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+
+    def finish(self, error: BaseException | None = None) -> None:
+        self.error = error
+        self._done.set()
+
+    def wait(self, timeout: float | None = None) -> None:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"{self.what} not finished within {timeout} s")
+        if self.error is not None:
+            raise self.error
 
 
 class DoneWork(Work):

@@ -24,7 +24,7 @@ import queue
 import threading
 import time
 
-from .base import Work
+from .base import ThreadWork, Work
 from .network import Network
 
 
@@ -43,18 +43,6 @@ def ring_seconds(kind: str, nbytes: int, world_size: int, network: Network) -> f
     if kind == "barrier":  # dissemination: ceil(log2 N) rounds of empty messages
         return math.ceil(math.log2(n)) * a
     raise ValueError(f"kind={kind!r} is not a known collective")
-
-
-class _Sent(Work):
-    def __init__(self):
-        self.done = threading.Event()
-        self.error: BaseException | None = None
-
-    def wait(self, timeout: float | None = None) -> None:
-        if not self.done.wait(timeout):
-            raise TimeoutError(f"emulated send not delivered within {timeout} s")
-        if self.error is not None:
-            raise self.error
 
 
 class Emulator:
@@ -76,7 +64,7 @@ class Emulator:
             depart = max(time.perf_counter(), self._free_at)
             due = depart + self.network.transfer_time(nbytes) + self.network.noise(self._rng)
             self._free_at = due
-            handle = _Sent()
+            handle = ThreadWork("emulated send")
             self._link(dst).put((due, start, handle))
         return handle
 
@@ -98,8 +86,9 @@ class Emulator:
                     time.sleep(delay)
                 start().wait()
             except BaseException as e:  # surfaced to the caller's wait()
-                handle.error = e
-            handle.done.set()
+                handle.finish(e)
+            else:
+                handle.finish()
 
     def collective(self, kind: str, nbytes: int, call) -> None:
         """Run `call()`, then wait out the rest of the modeled ring time."""

@@ -33,10 +33,11 @@ import weakref
 import cloudpickle
 import torch
 
+from .checks import check_call, check_network, check_output, check_timeout, check_world_size
 from .errors import TimeoutError, WorkerError
 from .ledger import Ledger
 from .network import Network
-from .procs import OUTPUT_MODES, Ranks, default_threads
+from .procs import Ranks, default_threads
 from .result import RunResult
 
 __all__ = ["run", "Pool", "from_env", "resolve_backend", "WorkerError", "TimeoutError",
@@ -62,30 +63,13 @@ def resolve_backend(backend: str, world_size: int) -> str:
     return backend
 
 
-def _check_call(fn, args, kwargs) -> None:
-    if not callable(fn):
-        raise ValueError(f"fn must be callable (a function taking comm first), got {fn!r}")
-    if not isinstance(args, (tuple, list)):
-        raise ValueError(f"args must be a tuple, got {type(args).__name__}")
-    if kwargs is not None and not isinstance(kwargs, dict):
-        raise ValueError(f"kwargs must be a dict or None, got {type(kwargs).__name__}")
-
-
 def _check(world_size, timeout, network, threads, output) -> None:
-    if not isinstance(world_size, int) or isinstance(world_size, bool) or not (
-            1 <= world_size <= MAX_WORLD_SIZE):
-        raise ValueError(f"world_size={world_size!r} must be an int in 1..{MAX_WORLD_SIZE} "
-                         "(for more ranks use syncedu.sim.run)")
-    if timeout is not None and not timeout > 0:
-        raise ValueError(f"timeout={timeout!r} must be a number of seconds > 0 (or None)")
-    if network is not None:
-        if not isinstance(network, Network):
-            raise ValueError(f"network must be a syncedu.Network or None, got {network!r}")
-        network.check_world_size(world_size)
+    check_world_size(world_size, MAX_WORLD_SIZE, " (for more ranks use syncedu.sim.run)")
+    check_timeout(timeout)
+    check_network(network, world_size)
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads={threads!r} must be an int >= 1 (or None for a fair share)")
-    if output not in OUTPUT_MODES:
-        raise ValueError(f"output={output!r} must be one of {OUTPUT_MODES}")
+    check_output(output)
 
 
 def _payload(fn, args, kwargs) -> bytes:
@@ -144,9 +128,8 @@ class Pool:
     def run(self, fn, args=(), kwargs=None, timeout: float | None = ...) -> RunResult:
         """Run `fn(comm, *args, **kwargs)` on every rank; see `launch.run`."""
         timeout = self.timeout if timeout is ... else timeout
-        _check_call(fn, args, kwargs)
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout={timeout!r} must be a number of seconds > 0 (or None)")
+        check_call(fn, args, kwargs)
+        check_timeout(timeout)
         if self._closed:
             raise RuntimeError("this Pool is closed; create a new one")
         payload = _payload(fn, args, kwargs)
@@ -210,7 +193,7 @@ def run(fn, world_size: int, args=(), kwargs=None, *, backend: str = "auto",
     `fn` on the slowest rank). Raises `WorkerError`, `TimeoutError` (`.ranks`),
     or `ValueError` for bad arguments. Keyword arguments are as for `Pool`.
     """
-    _check_call(fn, args, kwargs)
+    check_call(fn, args, kwargs)
     _check(world_size, timeout, network, threads, output)
     pool = Pool(world_size, backend=backend, timeout=timeout, network=network,
                 threads=threads, output=output)

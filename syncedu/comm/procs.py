@@ -33,7 +33,6 @@ from multiprocessing.connection import Pipe, wait
 
 from ._worker import END_MARK
 from .errors import TimeoutError, WorkerError
-from .rank_output import OUTPUT_MODES  # noqa: F401  (re-exported for launch)
 
 
 def default_threads(world_size: int) -> int:

@@ -51,10 +51,10 @@ import torch
 
 from . import rank_output
 from .base import Comm, Work
+from .checks import check_call, check_network, check_output, check_timeout, check_world_size
 from .errors import TimeoutError as RunTimeoutError
 from .ledger import Ledger
 from .network import Network
-from .rank_output import OUTPUT_MODES
 from .result import RunResult
 from .sim_messages import Message, RecvPort, RecvWork, SendWork, flat_view
 from .sim_world import World
@@ -261,8 +261,7 @@ def run(fn, world_size: int, args=(), kwargs=None, *, network: Network | None = 
     lines first, then rank 1's, ...) or "quiet", as for `launch.run`.
     """
     network, timeout = _check_run(fn, world_size, args, kwargs, network, timeout)
-    if output not in OUTPUT_MODES:
-        raise ValueError(f"output={output!r} must be one of {OUTPUT_MODES}")
+    check_output(output)
     with rank_output.capture(output) as sink:
         return _run(fn, world_size, args, kwargs, network, timeout, sink)
 
@@ -289,24 +288,8 @@ def _run(fn, world_size, args, kwargs, network, timeout, sink) -> RunResult:
 
 
 def _check_run(fn, world_size, args, kwargs, network, timeout):
-    if not isinstance(world_size, int) or isinstance(world_size, bool) \
-            or not 1 <= world_size <= MAX_WORLD_SIZE:
-        raise ValueError(f"world_size={world_size!r} must be an int in 1..{MAX_WORLD_SIZE}")
-    if not callable(fn):
-        raise ValueError(f"fn must be callable as fn(comm, *args, **kwargs), "
-                         f"got {type(fn).__name__}")
-    if not isinstance(args, (tuple, list)):
-        raise ValueError(f"args must be a tuple, got {type(args).__name__}")
-    if kwargs is not None and not isinstance(kwargs, dict):
-        raise ValueError(f"kwargs must be a dict or None, got {type(kwargs).__name__}")
-    if network is None:
-        network = Network()
-    elif not isinstance(network, Network):
-        raise ValueError(f"network must be a syncedu.Network or None, "
-                         f"got {type(network).__name__}")
-    network.check_world_size(world_size)
-    if timeout is None:
-        timeout = DEFAULT_TIMEOUT
-    elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"timeout={timeout!r} must be a number of seconds > 0 or None")
-    return network, float(timeout)
+    check_world_size(world_size, MAX_WORLD_SIZE)
+    check_call(fn, args, kwargs)
+    check_network(network, world_size)
+    check_timeout(timeout)
+    return (network or Network()), float(DEFAULT_TIMEOUT if timeout is None else timeout)

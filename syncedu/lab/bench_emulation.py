@@ -27,29 +27,27 @@ from syncedu.comm.network import Network
 SIZES_MB = (1, 4, 16)
 
 
-def _ping(comm, nbytes: int, repeat: int) -> list[float]:
+def _ping(comm, buf: torch.Tensor) -> None:
+    if comm.rank == 0:
+        comm.send(buf, dst=1)
+        comm.recv(buf[:1], src=1)  # wait for the receiver's acknowledgement
+    else:
+        comm.recv(buf, src=0)
+        comm.send(buf[:1], dst=0)
+
+
+def _allreduce(comm, buf: torch.Tensor) -> None:
+    comm.all_reduce(buf)
+
+
+def _timed(comm, op, nbytes: int, repeat: int) -> list[float]:
+    """Seconds of `op(comm, buf)` on an `nbytes` buffer, each round after a barrier."""
     buf = torch.zeros(nbytes // 4)
     times = []
     for _ in range(repeat):
         comm.barrier()
         t0 = time.perf_counter()
-        if comm.rank == 0:
-            comm.send(buf, dst=1)
-            comm.recv(buf[:1], src=1)  # wait for the receiver's acknowledgement
-        else:
-            comm.recv(buf, src=0)
-            comm.send(buf[:1], dst=0)
-        times.append(time.perf_counter() - t0)
-    return times
-
-
-def _allreduce(comm, nbytes: int, repeat: int) -> list[float]:
-    buf = torch.zeros(nbytes // 4)
-    times = []
-    for _ in range(repeat):
-        comm.barrier()
-        t0 = time.perf_counter()
-        comm.all_reduce(buf)
+        op(comm, buf)
         times.append(time.perf_counter() - t0)
     return times
 
@@ -59,10 +57,10 @@ def measure(network: Network, repeat: int = 3, progress=None) -> list[dict]:
     with launch.Pool(2, network=network, output="quiet") as pool:
         for mb in SIZES_MB:
             nbytes = mb * 2**20
-            ping = statistics.median(pool.run(_ping, (nbytes, repeat))[0])
+            ping = statistics.median(pool.run(_timed, (_ping, nbytes, repeat))[0])
             # the acknowledgement is 4 bytes the other way: one more latency
             ping_model = network.transfer_time(nbytes) + network.transfer_time(4)
-            ar = statistics.median(pool.run(_allreduce, (nbytes, repeat))[0])
+            ar = statistics.median(pool.run(_timed, (_allreduce, nbytes, repeat))[0])
             ar_model = ring_seconds("all_reduce", nbytes, 2, network)
             rows.append(dict(mb=mb, ping=ping, ping_model=ping_model, ar=ar, ar_model=ar_model))
             if progress:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from syncedu.comm.emulation import ring_seconds
 from syncedu.comm.network import Network
 from syncedu.strategies.collectives import ALGORITHMS, SEGMENT_BYTES, ring_segments
 
@@ -88,14 +89,9 @@ def collective_time(op: str, nbytes: float, world_size: int, network: Network) -
     N-1 whole messages.
     """
     _check(nbytes, world_size)
-    n, a, beta = world_size, network.latency, 1 / network.bandwidth
     if op not in COLLECTIVES:
         raise ValueError(f"op={op!r} is unknown; choose one of {COLLECTIVES}")
-    if op == "all_reduce":
-        return allreduce_time("ring", nbytes, n, network, segment_bytes=None)
-    if op in ("reduce_scatter", "all_gather"):
-        return (n - 1) * (a + nbytes / n * beta)
-    return (n - 1) * (a + nbytes * beta)
+    return ring_seconds(op, nbytes, world_size, network)  # the one model emulation uses too
 
 
 def ps_time(nbytes: float, workers: int, network: Network, servers: int = 1) -> float:

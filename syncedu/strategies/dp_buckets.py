@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from syncedu.comm.base import Work
+from syncedu.comm.base import ThreadWork, Work
 
 MB = 1024 * 1024
 
@@ -84,20 +84,6 @@ def _bucket(index: int, params: list[nn.Parameter]) -> Bucket:
     return Bucket(index, params, offsets, buffer)
 
 
-class ThreadWork(Work):
-    """Step 3: the handle of one call run by a `CommThread`."""
-
-    def __init__(self):
-        self._done = threading.Event()
-        self.error: BaseException | None = None
-
-    def wait(self, timeout: float | None = None) -> None:
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"gradient allreduce not finished within {timeout} s")
-        if self.error is not None:
-            raise self.error
-
-
 class CommThread:
     """Step 2: runs `comm.all_reduce(tensor, op)` calls in order, off the main thread.
 
@@ -116,7 +102,7 @@ class CommThread:
             self._thread = threading.Thread(target=self._loop, daemon=True,
                                             name=f"syncedu-dp-rank{self.comm.rank}")
             self._thread.start()
-        work = ThreadWork()
+        work = ThreadWork("gradient allreduce")
         self._queue.put((tensor, op, work))
         return work
 
@@ -134,8 +120,9 @@ class CommThread:
                 nbytes = tensor.numel() * tensor.element_size()
                 self.events.append((t0, time.perf_counter(), nbytes))
             except BaseException as e:  # surfaced by work.wait() on the main thread
-                work.error = e
-            work._done.set()
+                work.finish(e)
+            else:
+                work.finish()
 
     def close(self) -> None:
         """Stop the thread once the calls already submitted are done."""

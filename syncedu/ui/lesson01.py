@@ -8,14 +8,12 @@ Used in: notebooks/01_collectives.
 
 from __future__ import annotations
 
-import io
-
 import ipywidgets as w
-import matplotlib.pyplot as plt
 import torch
 
 from syncedu.comm import sim
 from syncedu.ui.plots import collectives as plots
+from syncedu.ui.widgets import Dashboard, figure_png
 
 OPS = ("send_recv", "broadcast", "reduce", "all_reduce", "reduce_scatter", "all_gather")
 
@@ -57,14 +55,7 @@ def holdings_of(op: str, run) -> tuple[list, list]:
     return [b for b, _ in res], [a for _, a in res]
 
 
-def figure_png(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
-    plt.close(fig)
-    return buf.getvalue()
-
-
-class CollectiveExplorer:
+class CollectiveExplorer(Dashboard):
     """Pick a collective and a world size; see who holds what (simulated ranks, instant).
 
     `.before`, `.after` are the last bitmasks; `.image` shows the picture.
@@ -86,8 +77,3 @@ class CollectiveExplorer:
             self.op.value, lambda fn, args: sim.run(fn, self.n.value, args=args))
         fig = plots.holdings(self.before, self.after, f"{self.op.value}, {self.n.value} ranks")
         self.image.value = figure_png(fig)
-
-    def _ipython_display_(self):
-        from IPython.display import display
-
-        display(self.widget)

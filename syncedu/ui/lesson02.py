@@ -10,9 +10,8 @@ import ipywidgets as w
 from syncedu.comm.network import PRESETS, Network
 from syncedu.lab import cost
 from syncedu.strategies.collectives import ALGORITHMS
-from syncedu.ui.lesson01 import figure_png
 from syncedu.ui.plots import collectives as plots
-from syncedu.ui.widgets import show_text
+from syncedu.ui.widgets import Dashboard, figure_png, show_text
 
 SIZES = [2 ** k for k in range(3, 31)]  # 8 B .. 1 GiB
 
@@ -25,7 +24,7 @@ def describe(times: dict, nbytes: int, world_size: int, network: Network) -> str
     return "\n".join(lines)
 
 
-class AlgorithmExplorer:
+class AlgorithmExplorer(Dashboard):
     """Sliders for N and S, a network preset, algorithm toggles: predicted times and a plot.
 
     `.times` ({algorithm: seconds}), `.best` and `.text` hold the last result.
@@ -58,8 +57,3 @@ class AlgorithmExplorer:
         curves = {a: [cost.allreduce_time(a, x, n, net) for x in SIZES] for a in names}
         fig = plots.time_vs_size(curves, SIZES, marker=s, title=f"N = {n}, {net.name}")
         self.image.value = figure_png(fig)
-
-    def _ipython_display_(self):
-        from IPython.display import display
-
-        display(self.widget)

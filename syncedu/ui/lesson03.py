@@ -1,66 +1,21 @@
 """Widgets for notebooks/03_data_parallel: what overlap and bucket size buy, on a network you pick.
 
-`Explorer` is a small generic dashboard: controls, a function of their values
-returning `(text, figure)`, and the two shown under the controls (the figure as
-a PNG in an `Image` widget, the text through `show_text`, so nothing leaks into
-a cell's output when no browser is attached). `bucket_explorer()` builds the
-one for this lesson on the alpha-beta timeline model (lab/timeline.py).
+`bucket_explorer()` builds this lesson's `Explorer` (ui/widgets.py) on the
+alpha-beta timeline model (lab/timeline.py).
 
-Used in: notebooks/03_data_parallel (and lesson05 reuses `Explorer`).
+Used in: notebooks/03_data_parallel.
 """
 
 from __future__ import annotations
 
-import io
-
 import ipywidgets as w
-import matplotlib.pyplot as plt
 
 from syncedu.comm.network import Network
 from syncedu.lab import timeline
 from syncedu.ui.plots import dp as dplots
-from syncedu.ui.widgets import show_text
+from syncedu.ui.widgets import Explorer
 
 MB = 2**20
-
-
-class Explorer:
-    """Controls -> `compute(**values)` -> (text, figure), re-run on every change.
-
-    `.text` and `.result` (whatever `compute` returned third, if anything) hold
-    the last update, so a notebook cell can set a control and assert on them.
-    """
-
-    def __init__(self, controls: dict, compute):
-        self.controls, self.compute = controls, compute
-        self.out = w.Output()
-        self.image = w.Image(format="png")
-        self.text, self.result = "", None
-        for c in controls.values():
-            c.observe(lambda change: self.update(), names="value")
-        self.widget = w.VBox([w.HBox(list(controls.values())[:3]),
-                              w.HBox(list(controls.values())[3:]), self.out, self.image])
-        self.update()
-
-    def values(self) -> dict:
-        return {k: c.value for k, c in self.controls.items()}
-
-    def update(self) -> None:
-        try:
-            text, fig, *rest = self.compute(**self.values())
-            buf = io.BytesIO()
-            fig.savefig(buf, format="png", dpi=80)
-            plt.close(fig)
-            self.image.value = buf.getvalue()
-            self.text, self.result = text, (rest[0] if rest else None)
-        except Exception as e:  # show the failure in the widget, never lose it
-            self.text, self.result = f"error: {e}", None
-        show_text(self.out, self.text)
-
-    def _ipython_display_(self):
-        from IPython.display import display
-
-        display(self.widget)
 
 
 def _bucket_view(gbit: float, bucket_mb: float, world_size: int, overlap: bool,

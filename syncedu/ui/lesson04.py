@@ -11,18 +11,14 @@ Used in: notebooks/04_parameter_server.
 
 from __future__ import annotations
 
-import base64
-import io
-
 import ipywidgets as w
-import matplotlib.pyplot as plt
 
 from syncedu.comm.network import PRESETS
 from syncedu.lab import ps_train
 from syncedu.strategies.ps_config import MODES
 
 from .plots import ps as ps_plots
-from .widgets import show_text
+from .widgets import Dashboard, show_figure, show_text
 
 
 def summary(h) -> str:
@@ -33,7 +29,7 @@ def summary(h) -> str:
             f"final loss {h.final_loss:.4f}, pushed {h.pushed} = applied {h.applied}")
 
 
-class PSExplorer:
+class PSExplorer(Dashboard):
     """Widgets that re-run a simulated parameter server; `.history` and `.text` hold the last."""
 
     def __init__(self, workers: int = 8, steps: int = 30, global_batch: int = 64,
@@ -79,15 +75,4 @@ class PSExplorer:
             self.history, self.text = None, f"error: {e}"
         show_text(self.out, self.text)
         if self.plots and self.history is not None:
-            fig = ps_plots.run_panels(self.history, self.text)
-            buf = io.BytesIO()
-            fig.savefig(buf, format="png", dpi=80)
-            plt.close(fig)
-            png = base64.b64encode(buf.getvalue()).decode()
-            self.out.outputs += ({"output_type": "display_data", "metadata": {},
-                                  "data": {"image/png": png, "text/plain": "<figure>"}},)
-
-    def _ipython_display_(self):
-        from IPython.display import display
-
-        display(self.widget)
+            show_figure(self.out, ps_plots.run_panels(self.history, self.text))

@@ -1,6 +1,6 @@
 """Widget for notebooks/05_gradient_accumulation: step time and bytes vs K on a network you pick.
 
-Built on `Explorer` (lesson03.py) and the model in lab/timeline.py: K
+Built on `Explorer` (widgets.py) and the model in lab/timeline.py: K
 micro-batches of compute, then one allreduce (`no_sync` done right) or K of
 them (synchronizing every micro-batch, or the partial-`no_sync` pitfall).
 
@@ -13,8 +13,8 @@ import ipywidgets as w
 
 from syncedu.comm.network import PRESETS, Network
 from syncedu.lab import timeline
-from syncedu.ui.lesson03 import Explorer
 from syncedu.ui.plots import dp as dplots
+from syncedu.ui.widgets import Explorer
 
 KS = [1, 2, 4, 8, 16, 32]
 

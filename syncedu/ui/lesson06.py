@@ -9,16 +9,12 @@ Used in: notebooks/06_sync_batchnorm.
 
 from __future__ import annotations
 
-import base64
-import io
-
 import ipywidgets as w
-import matplotlib.pyplot as plt
 
 from syncedu.lab import bn_experiment as bx
 
 from .plots import syncbn as syncbn_plots
-from .widgets import show_text
+from .widgets import Dashboard, show_figure, show_text
 
 
 def summary(results: dict) -> str:
@@ -33,16 +29,7 @@ def summary(results: dict) -> str:
     return "\n".join(lines)
 
 
-def _png(fig) -> dict:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=72)
-    plt.close(fig)
-    return {"output_type": "display_data", "metadata": {},
-            "data": {"image/png": base64.b64encode(buf.getvalue()).decode(),
-                     "text/plain": "<figure>"}}
-
-
-class SmallBatchExplorer:
+class SmallBatchExplorer(Dashboard):
     """Per-rank batch slider and world-size menu; `.results` / `.text` hold the last run."""
 
     def __init__(self, *, per_rank_batch: int = 2, world_size: int = 4, steps: int = 100,
@@ -67,9 +54,4 @@ class SmallBatchExplorer:
             self.results, self.text = None, f"error: {e}"
         show_text(self.out, self.text)
         if self.plots and self.results is not None:
-            self.out.outputs += (_png(syncbn_plots.experiment(self.results)),)
-
-    def _ipython_display_(self):
-        from IPython.display import display
-
-        display(self.widget)
+            show_figure(self.out, syncbn_plots.experiment(self.results), dpi=72)

@@ -1,11 +1,17 @@
 """ipywidgets dashboards that re-run real or simulated ranks when a control moves.
 
-Used in: notebooks/00_start_here (world size explorer).
+Shared pieces: `show_text` / `show_figure` (fill an Output widget without
+printing), `figure_png`, `Dashboard` (the display hook), `Explorer` (controls ->
+text and figure). Used in: notebooks/00_start_here and every lesson's dashboard.
 """
 
 from __future__ import annotations
 
+import base64
+import io
+
 import ipywidgets as w
+import matplotlib.pyplot as plt
 
 from syncedu.comm import launch
 
@@ -17,6 +23,27 @@ def show_text(out: w.Output, text: str) -> None:
     nothing leaks into the cell's own output when no browser is attached (nbval).
     """
     out.outputs = ({"output_type": "stream", "name": "stdout", "text": text + "\n"},)
+
+
+def figure_png(fig, dpi: int = 80) -> bytes:
+    """The figure as PNG bytes (for an `Image` widget); closes it."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def show_figure(out: w.Output, fig, dpi: int = 80) -> None:
+    """Append the figure to what `out` shows (state set directly, as in `show_text`)."""
+    png = base64.b64encode(figure_png(fig, dpi)).decode()
+    out.outputs += ({"output_type": "display_data", "metadata": {},
+                     "data": {"image/png": png, "text/plain": "<figure>"}},)
+
+
+class Dashboard:
+    """Base of every dashboard here: a notebook shows its `.widget`."""
+
+    widget: w.Widget
 
 
 class PoolCache:
@@ -37,7 +64,7 @@ class PoolCache:
         self._pools.clear()
 
 
-class WorldSizeExplorer:
+class WorldSizeExplorer(Dashboard):
     """A world-size slider that re-runs `fn` on a warm pool and shows `describe(res)`.
 
     `fn(comm)` runs on every rank; `describe(res)` turns the `RunResult` into the
@@ -70,13 +97,8 @@ class WorldSizeExplorer:
         self.pools.close()
         self.widget.close()
 
-    def _ipython_display_(self):
-        from IPython.display import display
 
-        display(self.widget)
-
-
-class NetworkExplorer:
+class NetworkExplorer(Dashboard):
     """A network preset menu and a rank-count slider driving simulated ranks.
 
     Runs `fn(comm)` with `syncedu.sim.run` on the chosen `Network` preset and
@@ -113,7 +135,33 @@ class NetworkExplorer:
             self.result, self.text = None, f"error: {e}"
         show_text(self.out, self.text)
 
-    def _ipython_display_(self):
-        from IPython.display import display
 
-        display(self.widget)
+class Explorer(Dashboard):
+    """Controls -> `compute(**values)` -> (text, figure), re-run on every change.
+
+    `.text` and `.result` (whatever `compute` returned third, if anything) hold
+    the last update, so a notebook cell can set a control and assert on them.
+    """
+
+    def __init__(self, controls: dict, compute):
+        self.controls, self.compute = controls, compute
+        self.out = w.Output()
+        self.image = w.Image(format="png")
+        self.text, self.result = "", None
+        for c in controls.values():
+            c.observe(lambda change: self.update(), names="value")
+        self.widget = w.VBox([w.HBox(list(controls.values())[:3]),
+                              w.HBox(list(controls.values())[3:]), self.out, self.image])
+        self.update()
+
+    def values(self) -> dict:
+        return {k: c.value for k, c in self.controls.items()}
+
+    def update(self) -> None:
+        try:
+            text, fig, *rest = self.compute(**self.values())
+            self.image.value = figure_png(fig)
+            self.text, self.result = text, (rest[0] if rest else None)
+        except Exception as e:  # show the failure in the widget, never lose it
+            self.text, self.result = f"error: {e}", None
+        show_text(self.out, self.text)

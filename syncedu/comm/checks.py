@@ -1,0 +1,47 @@
+"""Argument checks shared by `launch.run`/`Pool` and `sim.run`.
+
+Each raises `ValueError` naming the parameter and what is allowed, so real and
+simulated runs reject bad input with the same words.
+"""
+
+from __future__ import annotations
+
+from .network import Network
+from .rank_output import OUTPUT_MODES
+
+
+def check_call(fn, args, kwargs) -> None:
+    """`fn(comm, *args, **kwargs)` must be callable with a tuple and a dict."""
+    if not callable(fn):
+        raise ValueError(f"fn must be callable as fn(comm, *args, **kwargs), got {fn!r}")
+    if not isinstance(args, (tuple, list)):
+        raise ValueError(f"args must be a tuple, got {type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise ValueError(f"kwargs must be a dict or None, got {type(kwargs).__name__}")
+
+
+def check_world_size(world_size, limit: int, hint: str = "") -> None:
+    if not isinstance(world_size, int) or isinstance(world_size, bool) \
+            or not 1 <= world_size <= limit:
+        raise ValueError(f"world_size={world_size!r} must be an int in 1..{limit}{hint}")
+
+
+def check_network(network, world_size: int) -> None:
+    """None, or a `Network` whose `slowdown` (if any) has one factor per rank."""
+    if network is None:
+        return
+    if not isinstance(network, Network):
+        raise ValueError(f"network must be a syncedu.Network or None, got {network!r}")
+    network.check_world_size(world_size)
+
+
+def check_timeout(timeout) -> None:
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout={timeout!r} must be a number of seconds > 0 (or None)")
+
+
+def check_output(output) -> None:
+    if output not in OUTPUT_MODES:
+        raise ValueError(f"output={output!r} must be one of {OUTPUT_MODES}")

@@ -51,7 +51,6 @@ def _setup(cfg: dict):
 
 
 def _run_one(comm, payload: bytes) -> tuple:
-    import cloudpickle  # noqa: F401  (registers nothing, but unpickling may need it)
     import torch.distributed as dist
 
     fn, args, kwargs = pickle.loads(payload)

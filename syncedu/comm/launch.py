@@ -193,8 +193,7 @@ def run(fn, world_size: int, args=(), kwargs=None, *, backend: str = "auto",
     `fn` on the slowest rank). Raises `WorkerError`, `TimeoutError` (`.ranks`),
     or `ValueError` for bad arguments. Keyword arguments are as for `Pool`.
     """
-    check_call(fn, args, kwargs)
-    _check(world_size, timeout, network, threads, output)
+    check_call(fn, args, kwargs)  # before any process starts; Pool checks the rest
     pool = Pool(world_size, backend=backend, timeout=timeout, network=network,
                 threads=threads, output=output)
     try:

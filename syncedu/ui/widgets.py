@@ -45,6 +45,11 @@ class Dashboard:
 
     widget: w.Widget
 
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)
+
 
 class PoolCache:
     """One warm `launch.Pool` per world size, started on first use, closed together."""

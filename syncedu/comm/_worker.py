@@ -38,16 +38,19 @@ def _setup(cfg: dict):
     import torch
     import torch.distributed as dist
 
+    from syncedu.comm import perturb
     from syncedu.comm.torch_comm import TorchComm
 
-    torch.set_num_threads(cfg["threads"])
+    torch.set_num_threads(perturb.threads(cfg["threads"], cfg["rank"]))
     if cfg["backend"] == "nccl":
         torch.cuda.set_device(cfg["rank"])
     store = dist.FileStore(cfg["store"], cfg["world_size"])
     dist.init_process_group(cfg["backend"], store=store, rank=cfg["rank"],
                             world_size=cfg["world_size"],
                             timeout=timedelta(seconds=cfg["pg_timeout"]))
-    return TorchComm(network=cfg["network"])
+    comm = TorchComm(network=cfg["network"])
+    perturb.install(comm)  # test runs only (SYNCEDU_PERTURB): other arrival orders
+    return comm
 
 
 def _run_one(comm, payload: bytes) -> tuple:

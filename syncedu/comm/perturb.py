@@ -1,0 +1,68 @@
+"""Test-only perturbation of real ranks: other thread counts, other arrival orders.
+
+A notebook's checked output must not depend on the order in which ranks'
+messages arrive, nor on how many BLAS threads each rank uses. Both change from
+one machine (and one run) to the next, so a committed output that depends on
+them passes on the machine that made it and fails on the next. To catch that on
+our own machine, the test run (`make test-only`) sets `SYNCEDU_PERTURB=<seed>`,
+and every real rank started by `syncedu.launch` then:
+
+1. uses 1 or 2 torch threads, chosen per rank from the seed, instead of its fair
+   share of the cores (so ranks, and the notebook kernel, differ);
+2. sleeps a seeded random 0-3 ms before each send and each built-in collective,
+   so messages arrive in orders a quiet machine would rarely produce.
+
+Nothing happens when the variable is unset: learners never pay for it.
+
+Used in: comm/_worker.py (every real rank), Makefile (test-only).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import time
+
+ENV = "SYNCEDU_PERTURB"
+_WRAPPED = ("_raw_isend", "_broadcast", "_reduce", "_all_reduce", "_reduce_scatter",
+            "_all_gather")
+
+
+def seed() -> int | None:
+    """The perturbation seed from the environment, or None when switched off."""
+    value = os.environ.get(ENV, "").strip()
+    if not value or value == "0":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{ENV}={value!r} must be an integer seed (or unset/0 to switch off)") \
+            from None
+
+
+def threads(default: int, rank: int) -> int:
+    """Step 1: this rank's torch thread count (1 or 2 when perturbed, else `default`)."""
+    s = seed()
+    if s is None:
+        return default
+    return 1 + random.Random(s * 7919 + rank).randrange(2)
+
+
+def install(comm) -> None:
+    """Step 2: make `comm` (a TorchComm) wait a seeded random moment before it sends."""
+    s = seed()
+    if s is None:
+        return
+    rng = random.Random(s * 104729 + comm.rank)
+
+    def delayed(call):
+        @functools.wraps(call)
+        def wrapper(*args, **kwargs):
+            time.sleep(rng.uniform(0.0, 0.003))
+            return call(*args, **kwargs)
+        return wrapper
+
+    for name in _WRAPPED:
+        if hasattr(comm, name):
+            setattr(comm, name, delayed(getattr(comm, name)))

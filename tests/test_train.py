@@ -1,5 +1,7 @@
 """train.run: every strategy, with and without accumulation, trains to "single"'s parameters."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -9,6 +11,7 @@ from syncedu import Network, launch, train
 from syncedu.lab import data, sampling
 
 JOB = dict(steps=12, global_batch=48, lr=0.2, seed=3)
+SIM = dict(simulate=True, network=Network(latency=1e-5, bandwidth=1e9))
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +70,43 @@ def test_sampling_errors():
     (dict(lr=0.0), "lr"),
     (dict(mistake="oops"), "mistake"),
     (dict(steps=0), "steps"),
+    (dict(optimizer="lamb"), "optimizer"),
+    (dict(optimizer="adam", momentum=0.9), "momentum"),
+    (dict(sync_every=0, strategy="local_sgd"), "sync_every"),
+    (dict(sync_every=4), "sync_every"),
+    (dict(strategy="single", world_size=1, compression="fp16"), "compression"),
+    (dict(compression="zip"), "compression"),
 ])
 def test_config_errors(kwargs, match):
     args = dict(strategy="flat", world_size=2, steps=1, global_batch=8) | kwargs
     with pytest.raises(ValueError, match=match):
         train.TrainConfig(**args)
+
+
+def test_unknown_strategy_lists_the_allowed_ones():
+    with pytest.raises(ValueError, match="local_sgd.*zero1.*horovod"):
+        train.TrainConfig("fancy", 2, steps=1, global_batch=8)
+
+
+def test_every_strategy_has_a_factory_or_a_plugin():
+    from syncedu.lab import train_strategies as ts
+
+    assert set(train.STRATEGIES) <= set(ts.FACTORIES) | set(ts.PLUGINS)
+
+
+def test_a_registered_strategy_plugs_in(monkeypatch):
+    from syncedu.lab import train_strategies as ts
+
+    calls = []
+
+    def plain(module, comm, cfg):  # "zero1" stands in for any reserved name
+        calls.append(comm.rank)
+        return ts.FACTORIES["flat"](module, comm, replace(cfg, strategy="flat"))
+
+    monkeypatch.setitem(ts.FACTORIES, "zero1", plain)
+    monkeypatch.setitem(ts.PLUGINS, "zero1", "no.such.module")
+    h = train.run("zero1", 2, **SIM, **JOB)
+    assert calls == [0, 1] and h.loss == train.run("flat", 2, **SIM, **JOB).loss
 
 
 def test_single_is_seeded(ref):
@@ -97,6 +132,47 @@ def test_simulated_three_ranks_equal_single(strategy, ref):
         assert h.max_param_diff(ref3) < 1e-5, (strategy, k)
         assert max(abs(a - b) for a, b in zip(h.loss, ref3.loss)) < 1e-5
         assert h.sim_seconds > 0
+
+
+# ------------------------------------------------------------------ local SGD
+
+
+@pytest.mark.parametrize("opt", [dict(), dict(momentum=0.9)])
+def test_local_sgd_every_step_is_flat(opt):
+    flat = train.run("flat", 2, **SIM, **JOB, **opt)
+    local = train.run("local_sgd", 2, sync_every=1, **SIM, **JOB, **opt)
+    # SGD's update is linear in each rank's state (gradient, momentum buffer), so
+    # averaging parameters after the step equals averaging gradients before it.
+    assert local.max_param_diff(flat) < 1e-5
+    assert local.ledger.sent == flat.ledger.sent
+
+
+def test_local_sgd_adam_every_step_is_not_flat():
+    job = dict(JOB, lr=0.01, optimizer="adam")
+    flat = train.run("flat", 2, **SIM, **job)
+    local = train.run("local_sgd", 2, sync_every=1, **SIM, **job)
+    assert local.max_param_diff(flat) > 1e-3  # Adam divides by sqrt(v): not linear
+
+
+def test_local_sgd_sends_one_hth_of_the_parameters():
+    h = 4
+    flat = train.run("flat", 2, **SIM, **JOB)
+    local = train.run("local_sgd", 2, sync_every=h, **SIM, **JOB)
+    assert JOB["steps"] % h == 0
+    for r in range(2):
+        assert local.ledger.sent[r] * h == flat.ledger.sent[r]
+        assert local.ledger.ops["all_reduce"].calls[r] * h == JOB["steps"]
+    assert local.max_param_diff(flat) > 1e-4  # the copies drifted between averages
+    assert local.loss[-1] < local.loss[0]
+    odd = train.run("local_sgd", 2, sync_every=5, **SIM, **JOB)  # 12 = 5 + 5 + 2 local steps
+    assert odd.ledger.ops["all_reduce"].calls == [3, 3]  # the last partial period is averaged
+
+
+@pytest.mark.real
+def test_local_sgd_real_ranks(pool):
+    flat = train.run("flat", 2, pool=pool, **JOB)
+    local = train.run("local_sgd", 2, sync_every=1, pool=pool, **JOB)
+    assert local.max_param_diff(flat) < 1e-5
 
 
 @pytest.mark.real

@@ -83,9 +83,11 @@ def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumu
     """Train with `strategy` on `world_size` ranks and return a `History`.
 
     `strategy`: "single" (world size 1, in this process), "naive", "flat",
-    "bucketed", "ddp". Other options (`model`, `dataset`, `momentum`,
-    `warmup_steps`, `bucket_cap_mb`, `mistake`, `set_epoch`, `compute_seconds`,
-    `timeline_steps`, `model_kwargs`) are `TrainConfig` fields. `pool`: a
+    "bucketed", "ddp", "local_sgd" (with `sync_every=H`), or one plugged into
+    `train_strategies`. Other options (`model`, `dataset`, `optimizer`,
+    `momentum`, `warmup_steps`, `bucket_cap_mb`, `compression`, `mistake`,
+    `set_epoch`, `compute_seconds`, `timeline_steps`, `model_kwargs`) are
+    `TrainConfig` fields. `pool`: a
     `launch.Pool(world_size)` to reuse; `network`: a `Network` emulated on real
     ranks (or modeled with `simulate=True`); `progress`: a tqdm bar (default: on
     when stderr is a terminal and the run has 100 steps or more).
@@ -121,9 +123,9 @@ def _check_where(cfg: TrainConfig, pool, network, simulate: bool) -> None:
     if cfg.strategy == "single" and (pool is not None or network is not None or simulate):
         raise ValueError("strategy='single' runs in this process: pass no pool, network "
                          "or simulate")
-    if simulate and cfg.strategy == "ddp":
-        raise ValueError("strategy='ddp' needs torch.distributed: it cannot be simulated "
-                         "(use simulate=False)")
+    if simulate and cfg.strategy in ("ddp", "horovod"):
+        raise ValueError(f"strategy={cfg.strategy!r} needs torch.distributed: it cannot be "
+                         f"simulated (use simulate=False)")
     if simulate and pool is not None:
         raise ValueError("simulate=True starts simulated ranks: pass no pool")
     if pool is not None:

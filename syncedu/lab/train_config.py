@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-STRATEGIES = ("single", "naive", "flat", "bucketed", "ddp")
+# "zero1".."zero3" and "horovod" are reserved: their factories plug into
+# train_strategies.py (see PLUGINS there) from their own modules.
+STRATEGIES = ("single", "naive", "flat", "bucketed", "ddp", "local_sgd",
+              "zero1", "zero2", "zero3", "horovod")
+OPTIMIZERS = ("sgd", "adam")
+# Strategies whose gradient traffic a compressor can shrink.
+COMPRESSIBLE = ("naive", "flat", "bucketed", "ddp", "horovod")
 MISTAKES = (None, "sync_every", "partial_no_sync", "unscaled_loss")
 DATASETS = ("digits", "synthetic")
 MODELS = ("mlp", "cnn")
@@ -21,6 +27,11 @@ def _int(name: str, value, low: int) -> None:
 @dataclass(frozen=True)
 class TrainConfig:
     """A seeded job: model, data, optimizer, strategy, accumulation.
+
+    `optimizer`: "sgd" (with `momentum`) or "adam" (torch.optim.Adam with `lr`),
+    the same on every strategy. `sync_every`: local SGD's period H.
+    `compression`: how gradients travel (see `syncedu.strategies.compress`);
+    kept as given (a name or a picklable object) and resolved on each rank.
 
     `lr` is the learning rate after warm-up; with `warmup_steps > 0` it grows
     linearly from lr / warmup_steps to lr over the first `warmup_steps` steps
@@ -46,6 +57,9 @@ class TrainConfig:
     synthetic_size: int = 2048
     model_kwargs: tuple = ()
     ddp_hook: bool = True  # count DDP's traffic with a comm hook (False: DDP's own C++ path)
+    optimizer: str = "sgd"
+    sync_every: int = 1  # local_sgd: average the parameters every sync_every optimizer steps
+    compression: object = None  # None, "fp16", "bf16", a name or a compress object
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
@@ -55,7 +69,8 @@ class TrainConfig:
             raise ValueError(f"strategy='single' is the one-process reference: world_size must "
                              f"be 1, got {self.world_size}")
         for name, low in (("steps", 1), ("global_batch", 1), ("accumulation", 1),
-                          ("warmup_steps", 0), ("timeline_steps", 0), ("synthetic_size", 2)):
+                          ("warmup_steps", 0), ("timeline_steps", 0), ("synthetic_size", 2),
+                          ("sync_every", 1)):
             _int(name, getattr(self, name), low)
         if self.global_batch % (self.world_size * self.accumulation):
             raise ValueError(f"global_batch={self.global_batch} must be a multiple of "
@@ -69,6 +84,34 @@ class TrainConfig:
         if not self.compute_seconds >= 0:
             raise ValueError(f"compute_seconds={self.compute_seconds!r} must be >= 0")
         self._check_choices()
+        self._check_optimizer()
+        self._check_compression()
+
+    def _check_optimizer(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer={self.optimizer!r} is unknown; choose one of {OPTIMIZERS}")
+        if self.optimizer != "sgd" and self.momentum:
+            raise ValueError(f"momentum={self.momentum!r} applies to optimizer='sgd' only "
+                             f"(Adam keeps its own moments): leave it 0")
+        if self.sync_every != 1 and self.strategy != "local_sgd":
+            raise ValueError(f"sync_every={self.sync_every} applies to strategy='local_sgd' "
+                             f"only; the other strategies synchronize every step")
+
+    def _check_compression(self) -> None:
+        """`compress.resolve` validates the spec; the spec itself (picklable) is what we keep."""
+        if self.compression is None:
+            return
+        if self.strategy not in COMPRESSIBLE:
+            raise ValueError(f"compression={self.compression!r} needs a strategy that sends "
+                             f"gradients, one of {COMPRESSIBLE}; got strategy={self.strategy!r}")
+        try:
+            from syncedu.strategies.compress import resolve
+        except ImportError:  # before compress.py has resolve: the built-in names only
+            if self.compression not in ("fp16", "bf16"):
+                raise ValueError(f"compression={self.compression!r} is unknown; choose None, "
+                                 f"'fp16' or 'bf16'") from None
+            return
+        resolve(self.compression)  # raises ValueError naming what is allowed
 
     def _check_choices(self) -> None:
         if self.mistake not in MISTAKES:

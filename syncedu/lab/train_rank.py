@@ -1,8 +1,9 @@
 """One rank's side of `train.run`: build the model, wrap it, run the steps, time them.
 
-1. `setup`: the seeded model (identical on every rank), wrapped by the strategy
-   (`DataParallel` for naive/flat/bucketed, torch's `DistributedDataParallel`
-   with a counting comm hook for ddp, nothing for single), and plain SGD;
+1. `setup`: the seeded model (identical on every rank), wrapped by the strategy's
+   factory (`train_strategies`: `DataParallel` for naive/flat/bucketed, torch's
+   `DistributedDataParallel` with a counting comm hook for ddp, `LocalSGD` for
+   local_sgd, nothing for single), and the configured optimizer;
 2. `steps`: for each global batch, this rank's shard (`sampling.shard`), split
    into `accumulation` micro-batches; gradient sync only on the last one (or
    one of the classic mistakes, `TrainConfig.mistake`); then the optimizer step.
@@ -27,10 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from syncedu.comm.ledger import RankLedger
-from syncedu.strategies.dp import DataParallel
 
-from . import data, models, sampling
-from .ddp_hook import wrap_ddp
+from . import data, models, sampling, train_strategies
 
 _SESSIONS: dict = {}
 
@@ -45,8 +44,9 @@ class Session:
         self.x, self.y = self.dataset.tensors
         self.module = models.make(cfg.model, seed=cfg.seed, **dict(cfg.model_kwargs))
         self.module.to(comm.device)
-        self.model, self.events = self._wrap()  # Step 1
-        self.opt = torch.optim.SGD(self.module.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+        self.parts = train_strategies.build(self.module, comm, cfg)  # Step 1
+        self.model, self.events, self.opt = self.parts.model, self.parts.events, \
+            self.parts.optimizer
         self.batches = iter(sampling.global_batches(len(self.dataset), cfg.steps,
                                                     cfg.global_batch, seed=cfg.seed,
                                                     set_epoch=cfg.set_epoch))
@@ -56,23 +56,13 @@ class Session:
         self.ledger = RankLedger(comm.rank)
         self.elapsed, self.sim_elapsed = 0.0, 0.0
 
-    def _wrap(self):
-        cfg, comm = self.cfg, self.comm
-        if cfg.strategy == "single":
-            return self.module, []
-        if cfg.strategy == "ddp":
-            return wrap_ddp(self.module, comm, cfg.bucket_cap_mb, hook=cfg.ddp_hook)
-        dp = DataParallel(self.module, comm, cfg.strategy, bucket_cap_mb=cfg.bucket_cap_mb)
-        return dp, dp.comm_events
-
     # ------------------------------------------------------------ Step 2
     def no_sync(self):
-        return self.model.no_sync() if self.cfg.strategy != "single" else contextlib.nullcontext()
+        return self.parts.no_sync()
 
     def finish_sync(self) -> float:
         t0 = time.perf_counter()
-        if isinstance(self.model, DataParallel):
-            self.model.finish_gradient_synchronization()
+        self.parts.finish()
         return time.perf_counter() - t0
 
     def micro_step(self, idx: torch.Tensor, last: bool, k: int) -> float:
@@ -106,7 +96,10 @@ class Session:
             wait += self.micro_step(idx, j == len(micro) - 1, cfg.accumulation)
         t_opt = time.perf_counter()
         self.opt.step()
+        t_after = time.perf_counter()
+        self.parts.after_step()  # e.g. local SGD's parameter average: communication
         t1 = time.perf_counter()
+        wait += t1 - t_after
         self.loss.append(self._step_loss)
         self.times["compute"] += t1 - t0 - wait
         self.times["wait"] += wait
@@ -131,8 +124,18 @@ class Session:
             self.ledger.record(name, c.sent, c.received, c.msgs_sent, c.msgs_received, c.calls)
         self.comm.ledger.reset()
 
+    def _close(self) -> None:
+        """The strategy's last word (e.g. local SGD's final average), charged to the run."""
+        self.comm.ledger.reset()
+        t0, logical0 = time.perf_counter(), self.comm.now()
+        self.parts.close()
+        self.elapsed += time.perf_counter() - t0
+        self.sim_elapsed += self.comm.now() - logical0
+        self._merge_ledger()
+
     # ------------------------------------------------------------ Step 3
     def result(self) -> dict:
+        self._close()
         params = {k: v.detach().cpu().clone() for k, v in self.module.named_parameters()}
         with torch.no_grad():
             self.module.eval()
@@ -141,8 +144,6 @@ class Session:
         first = self.timeline[0][1] if self.timeline else 0.0
         comm_ev = [("comm", s, e) for s, e, _ in self.events if s >= first] if self.timeline else []
         busy = sum(e - s for s, e, _ in self.events)
-        if isinstance(self.model, DataParallel):
-            self.model.close()
         return {"loss": self.loss, "params": params, "accuracy": accuracy,
                 "elapsed": self.elapsed, "compute": self.times["compute"],
                 "wait": self.times["wait"], "busy": busy, "steps": self.times["steps"],

@@ -1,0 +1,109 @@
+"""Local SGD: every rank steps on its own, the parameters are averaged every H steps.
+
+Data parallelism (dp.py) averages the *gradients* at every step. Local SGD
+(Stich, "Local SGD Converges Fast and Communicates Little", ICLR 2019) lets
+each rank take H optimizer steps on its own shard with no communication at
+all, then averages the *parameters*: 1/H of the traffic, at the price of
+copies that drift apart between averages. Post-local SGD (Lin, Stich, Patel &
+Jaggi, "Don't Use Large Mini-Batches, Use Local SGD", ICLR 2020) averages
+every step during the first `start_local_at` steps, while the parameters
+still move fast, and switches to local steps afterwards.
+
+1. At construction, broadcast rank 0's parameters and buffers, so every copy
+   starts equal (as `DataParallel` does).
+2. Backward and the optimizer step are purely local (no gradient hooks).
+3. After optimizer step t (1-based), if t <= `start_local_at` or t is a
+   multiple of `sync_every`: copy the trainable parameters into one flat
+   buffer, allreduce it, divide by the world size, copy back.
+
+What H = 1 trains like: with plain SGD, p - lr * avg(g_r) = avg(p - lr * g_r),
+so averaging the parameters after each step equals averaging the gradients
+before it ("flat"). With momentum it still holds for the parameters: each
+rank's buffer v_r = m v_r + g_r is linear in its gradients, so avg(v_r) is
+exactly flat's buffer, even though the per-rank buffers differ. With Adam it
+does not: its update divides by sqrt(v_r), which is not linear, so H = 1
+already differs from "flat".
+
+Used in: notebooks/09_tuning_playbook.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["LocalSGD", "average_parameters"]
+
+
+def average_parameters(comm, params: list[nn.Parameter]) -> None:
+    """Step 3: replace every parameter by its mean over the ranks (one allreduce)."""
+    if not params:
+        return
+    with torch.no_grad():
+        flat = torch.cat([p.detach().reshape(-1) for p in params])
+        comm.all_reduce(flat, op="avg")
+        offset = 0
+        for p in params:
+            p.copy_(flat[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+
+
+class LocalSGD:
+    """Average `module`'s trainable parameters every `sync_every` optimizer steps.
+
+    Args:
+        module: the model every rank trains (on `comm.device` or the CPU).
+        comm: this rank's `Comm`.
+        sync_every: H, optimizer steps between two averages (1 = every step).
+        start_local_at: post-local SGD: average after every step up to this
+            step, then every `sync_every` (0: local from the start).
+
+    Call `after_step()` after each `optimizer.step()`, and `finish()` after the
+    last one (a last average, if the final period was cut short).
+    """
+
+    def __init__(self, module: nn.Module, comm, sync_every: int = 1, *,
+                 start_local_at: int = 0):
+        for name, value, low in (("sync_every", sync_every, 1),
+                                 ("start_local_at", start_local_at, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{name}={value!r} must be an int >= {low}")
+        self.module, self.comm = module, comm
+        self.sync_every, self.start_local_at = sync_every, start_local_at
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.steps = 0  # optimizer steps taken so far
+        self.averages = 0  # parameter averages done so far
+        self._last = 0  # the step of the last average
+        self._broadcast_state()  # Step 1
+
+    def _broadcast_state(self) -> None:
+        with torch.no_grad():
+            for t in [*self.module.parameters(), *self.module.buffers()]:
+                if t.is_contiguous() and t.numel():
+                    self.comm.broadcast(t.data, src=0)
+
+    def due(self) -> bool:
+        """Whether the step just taken ends a period (Step 3's rule)."""
+        return self.steps <= self.start_local_at or self.steps % self.sync_every == 0
+
+    def after_step(self) -> bool:
+        """Count one optimizer step; average the parameters if due. Returns whether it did."""
+        self.steps += 1
+        if self.comm.world_size == 1 or not self.due():
+            return False
+        self.average()  # Step 3
+        return True
+
+    def average(self) -> None:
+        """Average the parameters now (Step 3)."""
+        average_parameters(self.comm, self.params)
+        self.averages += 1
+        self._last = self.steps
+
+    def finish(self) -> None:
+        """At the end of training: average once more if steps were taken since the last average.
+
+        So every rank ends with the same model, whatever the number of steps.
+        """
+        if self.comm.world_size > 1 and self.steps > self._last:
+            self.average()

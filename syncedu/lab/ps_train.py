@@ -86,12 +86,6 @@ class History:
     def mean_idle(self) -> float:
         return sum(self.idle_fraction) / len(self.idle_fraction)
 
-    def bytes_per_step(self, op: str, rank: int, direction: str = "received") -> float:
-        """Bytes of ledger op `op` ("ps_push"/"ps_pull") per worker step at `rank`."""
-        rec = self.ledger.ops.get(op)
-        total = getattr(rec, direction)[rank] if rec is not None else 0
-        return total / max(self.config.steps)
-
 
 def stragglers(workers: int, servers: int = 1, slow: dict | None = None,
                preset: str = "ethernet_10g", **changes) -> Network:

@@ -37,22 +37,6 @@ def timeline(rows: dict, *, title: str = "one step: compute vs communication",
     return fig
 
 
-def split_bars(rows: dict, *, title: str = "time per step", unit: float = 1e3,
-               unit_name: str = "ms"):
-    """Stacked bars: `rows` maps a label to (compute seconds, exposed comm seconds)."""
-    fig, ax = plt.subplots(figsize=(7, 3.2))
-    names = list(rows)
-    comp = [rows[n][0] * unit for n in names]
-    comm = [rows[n][1] * unit for n in names]
-    ax.bar(names, comp, color=COLORS["compute"], label="compute")
-    ax.bar(names, comm, bottom=comp, color=COLORS["wait"], label="waiting for gradients")
-    ax.set_ylabel(unit_name)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
 def curves(x, series: dict, *, xlabel: str, ylabel: str, title: str = "",
            logx: bool = False, logy: bool = False, marker: str = "o"):
     """Line plot of several named series over the same `x`."""

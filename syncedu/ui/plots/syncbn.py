@@ -79,18 +79,3 @@ def stat_noise(noise: dict, world_size: int = 4, per_rank_batch: int = 2):
     fig.tight_layout()
     return fig
 
-
-def cost(rows: list[tuple[int, int, int]]):
-    """Bytes per rank per step vs world size: SyncBN layers next to the gradients.
-
-    `rows`: (world size, SyncBN bytes, gradient bytes) sent by rank 0 per step.
-    """
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    ws = [r[0] for r in rows]
-    ax.plot(ws, [r[1] for r in rows], "o-", color=COLORS["syncbn"], label="SyncBN statistics")
-    ax.plot(ws, [r[2] for r in rows], "s-", color="tab:green", label="gradients")
-    ax.set(xscale="log", yscale="log", xlabel="world size", ylabel="bytes sent by rank 0",
-           title="per training step")
-    ax.legend()
-    fig.tight_layout()
-    return fig

@@ -1,0 +1,97 @@
+"""The gradient noise scale, measured during data-parallel training for one extra scalar.
+
+McCandlish, Kaplan, Amodei et al., "An Empirical Model of Large-Batch
+Training" (arXiv 1812.06162, 2018): with G the true gradient and Sigma the
+per-sample gradient covariance, a batch of B samples gives a gradient whose
+expected squared norm is E|G_B|^2 = |G|^2 + tr(Sigma) / B. The *simple noise
+scale* B_simple = tr(Sigma) / |G|^2 predicts the critical batch size: below
+it, doubling the batch halves the steps; far above it, more samples per step
+buy almost nothing.
+
+Appendix A.1's two-batch estimator: measure |G_B|^2 at a small and a big
+batch and solve the two equations above for the two unknowns:
+
+    |G|^2    ~ (B_big |G_big|^2 - B_small |G_small|^2) / (B_big - B_small)
+    tr(Sigma) ~ (|G_small|^2 - |G_big|^2) / (1 / B_small - 1 / B_big)
+
+Data parallelism has both batches for free: each of N ranks holds the
+gradient of its own b = B / N samples (small), the allreduce gives the
+gradient of all B (big). Steps:
+
+1. each rank computes the squared norm of its local gradient;
+2. it appends that one number to the flat gradient buffer, so a single
+   allreduce (averaging) returns the big-batch gradient and the mean of the
+   small-batch squared norms: one extra scalar of communication;
+3. every rank then solves the two equations (the same numbers everywhere);
+4. the single-step estimates are noisy (they can even be negative), so the
+   paper averages |G|^2 and tr(Sigma) separately over steps (an exponential
+   moving average here) and reports the ratio of the averages.
+
+Used in: notebooks/09_tuning_playbook.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["two_batch", "allreduce_with_norms", "NoiseScale"]
+
+
+def two_batch(small_sq: float, big_sq: float, b_small: float, b_big: float) -> tuple[float, float]:
+    """Step 3: (|G|^2, tr(Sigma)) from squared gradient norms at batches b_small < b_big."""
+    if not 0 < b_small < b_big:
+        raise ValueError(f"b_small={b_small!r} and b_big={b_big!r} must satisfy "
+                         "0 < b_small < b_big")
+    g2 = (b_big * big_sq - b_small * small_sq) / (b_big - b_small)
+    trace = (small_sq - big_sq) / (1 / b_small - 1 / b_big)
+    return g2, trace
+
+
+def allreduce_with_norms(comm, flat_grad: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Steps 1-2: average `flat_grad` over the ranks in place; return it and mean |g_r|^2.
+
+    `flat_grad` is this rank's local gradient (the mean over its own samples)
+    as one float32 vector; one allreduce of numel + 1 elements does both.
+    """
+    local_sq = flat_grad.double().pow(2).sum().to(flat_grad.dtype)  # Step 1
+    buf = torch.cat([flat_grad, local_sq.reshape(1)])  # Step 2: one extra scalar
+    comm.all_reduce(buf, op="avg")
+    flat_grad.copy_(buf[:-1])
+    return flat_grad, float(buf[-1])
+
+
+@dataclass
+class NoiseScale:
+    """Step 4: running estimates of |G|^2, tr(Sigma) and B_simple from each step's norms.
+
+    `ema`: weight of the past in the moving averages (0: no averaging).
+    `update(small_sq, big_sq, b_small, b_big)` adds one step's measurement;
+    `b_simple` is the ratio of the averaged estimates (nan before any step).
+    """
+
+    ema: float = 0.9
+    g2: float = 0.0
+    trace: float = 0.0
+    steps: int = 0
+    history: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.ema < 1:
+            raise ValueError(f"ema={self.ema!r} must be in [0, 1)")
+
+    def update(self, small_sq: float, big_sq: float, b_small: float, b_big: float) -> float:
+        g2, trace = two_batch(small_sq, big_sq, b_small, b_big)
+        self.g2 = self.ema * self.g2 + (1 - self.ema) * g2
+        self.trace = self.ema * self.trace + (1 - self.ema) * trace
+        self.steps += 1
+        self.history.append(self.b_simple)
+        return self.b_simple
+
+    @property
+    def b_simple(self) -> float:
+        """tr(Sigma) / |G|^2 of the averages (bias of the EMA's zero start cancels in the ratio)."""
+        if not self.steps or self.g2 <= 0:
+            return float("nan")
+        return self.trace / self.g2

@@ -57,3 +57,136 @@ def test_token_checker():
 def test_checkers_print_and_return_none(capsys):
     assert ex.ring_bytes(6000) is None
     assert "correct" in capsys.readouterr().out
+
+
+# ------------------------------------------------ lessons 01 and 02 (simulated ranks)
+def stub_any(*args):
+    raise NotImplementedError
+
+
+def _ring_by_hand(comm, x):
+    """A learner's two-phase ring, textbook numbering (Patarasuk & Yuan: chunk r - s)."""
+    n, r = comm.world_size, comm.rank
+    chunks = list(torch.tensor_split(x, n))
+    right, left = (r + 1) % n, (r - 1) % n
+    for s in range(n - 1):
+        inbox = torch.empty_like(chunks[(r - s - 1) % n])
+        work = comm.isend(chunks[(r - s) % n], right)
+        comm.recv(inbox, left)
+        work.wait()
+        chunks[(r - s - 1) % n] += inbox
+    for s in range(n - 1):
+        work = comm.isend(chunks[(r - s + 1) % n], right)
+        comm.recv(chunks[(r - s) % n], left)
+        work.wait()
+
+
+def _reduce_scatter_only(comm, x):
+    n, r = comm.world_size, comm.rank
+    chunks = list(torch.tensor_split(x, n))
+    for s in range(n - 1):
+        inbox = torch.empty_like(chunks[(r - s - 1) % n])
+        work = comm.isend(chunks[(r - s) % n], (r + 1) % n)
+        comm.recv(inbox, (r - 1) % n)
+        work.wait()
+        chunks[(r - s - 1) % n] += inbox
+
+
+def _ring_with_chunk(comm, x):
+    n, r = comm.world_size, comm.rank
+    chunks = list(x.chunk(n))  # fewer than n chunks when n does not divide len(x) nicely
+    for s in range(n - 1):
+        inbox = torch.empty_like(chunks[(r - s - 1) % len(chunks)])
+        work = comm.isend(chunks[(r - s) % len(chunks)], (r + 1) % n)
+        comm.recv(inbox, (r - 1) % n)
+        work.wait()
+        chunks[(r - s - 1) % len(chunks)] += inbox
+    for s in range(n - 1):
+        work = comm.isend(chunks[(r - s + 1) % len(chunks)], (r + 1) % n)
+        comm.recv(chunks[(r - s) % len(chunks)], (r - 1) % n)
+        work.wait()
+
+
+def _naive_by_hand(comm, x, root=0):
+    n = comm.world_size
+    if comm.rank != root:
+        comm.send(x, root)
+        comm.recv(x, root)
+        return
+    for src in range(n):
+        if src != root:
+            x += comm.recv(torch.empty_like(x), src)
+    for dst in range(n):
+        if dst != root:
+            comm.send(x, dst)
+
+
+def _deadlocks(comm, x):
+    comm.recv(x, (comm.rank - 1) % comm.world_size)  # everyone waits, nobody sends
+
+
+def test_ring_checker_says_which_rank_and_chunk(capsys):
+    from syncedu import collectives
+    from syncedu.ui.exercises import lesson02 as ex2
+
+    assert ex2.ring_from_send_recv.grade(_ring_by_hand)
+    assert "correct" in capsys.readouterr().out
+    assert not ex2.ring_from_send_recv.grade(_reduce_scatter_only)
+    out = capsys.readouterr().out
+    assert "rank 0's chunk 0 (elements 0..2) is [1.0, 101.0, 201.0], expected [7.0, 307.0, 607.0]" \
+        in out and "only this rank's own input" in out
+    assert not ex2.ring_from_send_recv.grade(_ring_with_chunk)
+    assert "tensor_split" in capsys.readouterr().out
+    assert not ex2.ring_from_send_recv.grade(collectives.ring_allreduce)
+    assert "ready-made collective (saw ['ring_allreduce'])" in capsys.readouterr().out
+    assert not ex2.ring_from_send_recv.grade(_naive_by_hand)
+    assert "2(N-1) = 4 steps" in capsys.readouterr().out
+    assert not ex2.ring_from_send_recv.grade(_deadlocks)
+    assert "with 3 ranks and 7 elements" in capsys.readouterr().out
+    assert not ex2.ring_from_send_recv.grade(stub_any)
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+def test_lesson01_and_02_checkers_grade_right_and_wrong(capsys):
+    from syncedu.ui.exercises import lesson01 as ex1
+    from syncedu.ui.exercises import lesson02 as ex2
+
+    def gather(comm, t):
+        out = [torch.empty_like(t) for _ in range(comm.world_size)]
+        out[comm.rank].copy_(t)
+        for p in range(comm.world_size):
+            if p != comm.rank:
+                w = comm.isend(t, p)
+                comm.recv(out[p], p)
+                w.wait()
+        return out
+
+    def gather_builtin(comm, t):
+        out = [torch.empty_like(t) for _ in range(comm.world_size)]
+        comm.all_gather(out, t)
+        return out
+
+    def rs_ag(comm, x):
+        n = comm.world_size
+        mine = torch.empty(x.numel() // n)
+        comm.reduce_scatter(mine, list(x.chunk(n)))
+        comm.all_gather(list(x.chunk(n)), mine)
+
+    def last_root(comm, x):
+        _naive_by_hand(comm, x, root=comm.world_size - 1)
+
+    assert ex1.all_gather_from_send_recv.grade(gather)
+    assert not ex1.all_gather_from_send_recv.grade(gather_builtin)
+    assert not ex1.all_gather_from_send_recv.grade(stub_any)
+    assert ex1.allreduce_from_collectives.grade(rs_ag)
+    assert not ex1.allreduce_from_collectives.grade(lambda comm, x: comm.all_reduce(x))
+    assert ex1.bus_bandwidth.grade(lambda s, t, n: s / t * 2 * (n - 1) / n)
+    assert not ex1.bus_bandwidth.grade(lambda s, t, n: s / t)
+    assert ex2.ring_time.grade(lambda n, s, a, b: 2 * (n - 1) * (a + s / n * b))
+    assert not ex2.ring_time.grade(lambda n, s, a, b: 2 * (n - 1) * (a + s * b))
+    assert ex2.crossover.grade(1 << 20) and not ex2.crossover.grade(1 << 14)
+    assert ex2.rotated_naive.grade(last_root)
+    assert not ex2.rotated_naive.grade(_naive_by_hand)  # root 0, not the last rank
+    assert not ex2.rotated_naive.grade(lambda comm, x: comm.all_reduce(x))
+    assert not ex2.rotated_naive.grade(stub_any)
+    assert "not attempted yet" in capsys.readouterr().out

@@ -27,8 +27,10 @@ def all_gather_from_send_recv(my_all_gather, world_sizes=(2, 3, 5)) -> bool:
         if not ok:
             return False
         want = [[10.0 * r, 10.0 * r + 1, 10.0 * r + 2] for r in range(n)]
-        if any(got != want for got in res):
-            return _verdict(name, False, f"with {n} ranks rank 0 got {res[0]}, expected {want}")
+        bad = [r for r, got in enumerate(res) if got != want]
+        if bad:
+            return _verdict(name, False, f"with {n} ranks rank {bad[0]} got {res[bad[0]]}, "
+                            f"expected {want}")
         if set(res.ledger.ops) - _P2P:
             return _verdict(name, False, "use only send/recv (or isend/irecv), no built-in "
                             f"collective (saw {sorted(set(res.ledger.ops) - _P2P)})")

@@ -193,3 +193,38 @@ def test_recommend_prefers_exact_options_on_fast_networks_and_local_sgd_on_a_wan
     assert all(0 < o.efficiency <= 1 and o.reason for o in wan)
     with pytest.raises(ValueError, match="target"):
         scaling.recommend(100e6, 0.1, Network.preset("wan"), 8, target=0)
+
+
+# --------------------------------------------------------------- exercises
+def test_lesson09_checkers_accept_the_reference_and_reject_wrong_answers(capsys):
+    from syncedu.ui.exercises import lesson09 as ex
+
+    def outer(comm, anchor, local, buf, lr, momentum):
+        delta = diloco.outer_gradient(comm, anchor, local)
+        diloco.nesterov_step(anchor, buf, delta, lr=lr, momentum=momentum)
+
+    def pick(s, c, net, n):
+        t = scaling.comm_seconds(s, n, net)
+        return next((h for h in (2, 4, 8, 16, 32, 64) if c / (c + t / h) >= 0.9), 64)
+
+    def stub(*_args):
+        raise NotImplementedError
+
+    assert ex.outer_step.grade(outer) and ex.two_batch.grade(noise_scale.two_batch)
+    assert ex.pick_sync_every.grade(pick)
+    assert not ex.outer_step.grade(lambda comm, a, loc, b, lr, m: a.copy_(loc))
+    assert not ex.two_batch.grade(lambda *a: (0.0, 0.0))
+    assert not ex.pick_sync_every.grade(lambda *a: 1)
+    assert not ex.two_batch.grade(stub)
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+def test_local_and_post_local_methods():
+    cfg = diloco.DiLoCoConfig(inner_steps=4, inner_lr=3e-3, weight_decay=0.0)
+    kw = dict(steps=16, global_batch=32, config=cfg)
+    local = tuning.run_diloco("local", 2, **kw)
+    post = tuning.run_diloco("local", 2, start_local_at=8, **kw)
+    sync = tuning.run_diloco("sync", 2, **kw)
+    # 4 averages; post-local: 8 + 2 averages; sync: 16 gradient averages
+    assert 4 * sync.bytes_sent == 16 * local.bytes_sent
+    assert 4 * post.bytes_sent == 10 * local.bytes_sent

@@ -39,9 +39,9 @@ from syncedu.comm.network import Network
 
 from . import cost
 
+# Also `Comparison`, `published_comparisons`, `Option`, `recommend` (loaded on first use).
 __all__ = ["BACKWARD_SHARE", "step_time", "efficiency", "relative_efficiency",
-           "comm_seconds", "best_bucket", "Comparison", "published_comparisons",
-           "Option", "recommend"]
+           "comm_seconds", "best_bucket"]
 
 # Backward costs about twice the forward (two matrix products per layer instead of one).
 BACKWARD_SHARE = 2 / 3
@@ -118,5 +118,14 @@ def best_bucket(model_bytes: float, compute_seconds: float, world_size: int, net
     return max(effs, key=lambda be: (round(be[1], 12), -be[0]))
 
 
-from .scaling_advice import Option, recommend  # noqa: E402
-from .scaling_published import Comparison, published_comparisons  # noqa: E402
+# The comparisons and the helper live in their own files, which import this one:
+# load them on first use so either side can be imported first.
+_LATER = {"Comparison": "scaling_published", "published_comparisons": "scaling_published",
+          "Option": "scaling_advice", "recommend": "scaling_advice"}
+
+
+def __getattr__(name: str):
+    if name in _LATER:
+        import importlib
+        return getattr(importlib.import_module(f"{__package__}.{_LATER[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,10 @@ digits and the MLP of `train.run`, with the same global batches
 - `run_diloco(method, workers, ...)`: "sync" averages the gradients every step
   (data-parallel AdamW, one model of traffic per step); "diloco" takes
   `inner_steps` local AdamW steps and then DiLoCo's outer step
-  (strategies/diloco.py, one model of traffic per round). Each step charges
+  (strategies/diloco.py, one model of traffic per round); "local" averages
+  the parameters every `inner_steps` steps instead (local SGD with AdamW;
+  `start_local_at=T` makes it post-local SGD: every step up to step T). Each
+  step charges
   `compute_seconds` to the rank's clock, so on a simulated WAN the logical
   time shows what the traffic costs.
 - `run_noise_scale(workers, ...)`: data-parallel SGD whose one allreduce per
@@ -31,13 +34,14 @@ import torch.nn.functional as F
 
 from syncedu.comm import sim
 from syncedu.strategies.diloco import DiLoCo, DiLoCoConfig
+from syncedu.strategies.local_sgd import LocalSGD
 
 from . import data, models, sampling
 from .noise_scale import NoiseScale, allreduce_with_norms
 
 __all__ = ["TuningRun", "run_diloco", "run_noise_scale", "steps_to", "METHODS"]
 
-METHODS = ("sync", "diloco")
+METHODS = ("sync", "diloco", "local")
 
 
 @dataclass
@@ -102,9 +106,11 @@ class _Rank:
                 "params": params, **extra}
 
 
-def _diloco_worker(comm, method, steps, global_batch, seed, compute, config):
+def _diloco_worker(comm, method, steps, global_batch, seed, compute, config, start_local_at):
     rank = _Rank(comm, steps, global_batch, seed, compute)
     algo = DiLoCo(rank.model, comm, config)  # broadcasts rank 0's parameters
+    local = LocalSGD(rank.model, comm, config.inner_steps, start_local_at=start_local_at) \
+        if method == "local" else None
     comm.ledger.reset()  # count the training traffic only
     for _ in range(steps):
         algo.inner.zero_grad(set_to_none=False)
@@ -116,9 +122,13 @@ def _diloco_worker(comm, method, steps, global_batch, seed, compute, config):
         algo.inner.step()  # Step 4
         if method == "diloco":
             algo.after_step()  # Step 3: DiLoCo, the outer step every H steps
+        elif local is not None:
+            local.after_step()  # Step 3: local SGD, the parameter average every H steps
         rank.times.append(comm.now())
     if method == "diloco":
         algo.finish()
+    elif local is not None:
+        local.finish()
     return rank.result()
 
 
@@ -133,15 +143,16 @@ def _collect(res, noise=None) -> TuningRun:
 
 def run_diloco(method: str, workers: int, *, steps: int, global_batch: int, seed: int = 0,
                network=None, compute_seconds: float = 0.0,
-               config: DiLoCoConfig | None = None) -> TuningRun:
-    """Train with `method` ("sync" or "diloco") on `workers` simulated ranks."""
+               config: DiLoCoConfig | None = None, start_local_at: int = 0) -> TuningRun:
+    """Train with `method` ("sync", "diloco" or "local") on `workers` simulated ranks."""
     if method not in METHODS:
         raise ValueError(f"method={method!r} is unknown; choose one of {METHODS}")
     if global_batch % workers:
         raise ValueError(f"global_batch={global_batch} must be a multiple of workers={workers}")
     config = config or DiLoCoConfig(inner_steps=10, inner_lr=3e-3, weight_decay=0.0)
     res = sim.run(_diloco_worker, workers, args=(method, steps, global_batch, seed,
-                                                 compute_seconds, config), network=network)
+                                                 compute_seconds, config, start_local_at),
+                  network=network)
     return _collect(res)
 
 

@@ -109,6 +109,10 @@ def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumu
         from syncedu.comm import sim
         res = sim.run(train_rank.train_all, world_size, args=(cfg,), network=network)
         return _history(cfg, list(res))
+    if strategy == "horovod":  # Horovod starts its own ranks (horovod.run): lab/horovod_train
+        from . import horovod_train
+        return _history(cfg, horovod_train.run_ranks(cfg, pool=pool, network=network,
+                                                     timeout=timeout))
     own = pool is None
     pool = pool or launch.Pool(world_size, network=network, timeout=timeout, output="live")
     try:

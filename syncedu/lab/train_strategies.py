@@ -45,7 +45,7 @@ __all__ = ["Parts", "FACTORIES", "PLUGINS", "register", "build", "make_optimizer
 FACTORIES: dict[str, Callable] = {}
 # Reserved names -> the module that registers them (written by their owners).
 PLUGINS = {"zero1": "syncedu.lab.train_zero", "zero2": "syncedu.lab.train_zero",
-           "zero3": "syncedu.lab.train_zero", "horovod": "syncedu.lab.train_horovod"}
+           "zero3": "syncedu.lab.train_zero", "horovod": "syncedu.lab.horovod_train"}
 
 
 def _nothing(*_args) -> None:

@@ -1,0 +1,148 @@
+"""`horovod.run` with the course's safeguards: a timeout, restored signal handlers, a skip reason.
+
+`horovod.run(fn, num_proc=2, use_gloo=True)` starts Gloo ranks on this machine
+and returns what `fn` returned on each (Horovod's own launcher, documented in
+Horovod's "Horovod in Python" / `horovod.runner` API; `fn` may be defined in a
+notebook cell: it travels by value). Three things bite when it is called from a
+notebook, and `run` below handles them:
+
+1. **availability**: Horovod is built from source by `make setup`; if that
+   failed, `available()` says why (the log it recorded) and notebooks skip;
+2. **signal handlers**: `horovod.run` installs its own SIGINT/SIGTERM handlers
+   in the caller and leaves them there, so Ctrl-C no longer interrupts the
+   kernel. `run` saves the caller's handlers and puts them back, always;
+3. **no timeout**: a stalled job (e.g. tensor names that differ between
+   ranks) waits forever. `run` arms a timer; when it fires while Horovod's
+   handler is installed, it sends this process the SIGTERM that handler turns
+   into "stop every rank", and raises `TimeoutError`.
+
+Environment variables for the ranks (`HOROVOD_FUSION_THRESHOLD`,
+`HOROVOD_CYCLE_TIME`, `HOROVOD_TIMELINE`, ...) are set inside each rank before
+`fn` runs (so before its `hvd.init()`), never in the caller.
+
+Used in: notebooks/08_horovod_vs_ddp.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+__all__ = ["available", "run", "HorovodRunError", "FAILED_STAMP"]
+
+# Written by scripts/setup.sh when the Horovod build failed: the path of the build log.
+FAILED_STAMP = Path(sys.prefix) / ".syncedu-horovod-failed"
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class HorovodRunError(RuntimeError):
+    """A Horovod job failed: a rank raised or died. `.output` holds what the ranks printed."""
+
+    def __init__(self, message: str, output: str = ""):
+        super().__init__(message)
+        self.output = output
+
+
+def available() -> tuple[bool, str]:
+    """(True, version) if `horovod.torch` loads, else (False, why) with the build log's path."""
+    try:
+        import horovod
+        import horovod.torch  # noqa: F401  (the compiled extension is what must load)
+        return True, f"horovod {horovod.__version__}"
+    except Exception as exc:  # ImportError, or an undefined symbol from a stale build
+        why = f"horovod.torch is not importable ({type(exc).__name__}: {exc})"
+    if FAILED_STAMP.exists():
+        why += f"; the build failed, see {FAILED_STAMP.read_text().strip()}"
+    return False, why + "; build it with `make setup` (retry: `make setup FORCE=1`)"
+
+
+# horovod.run 0.28.1 exports these as the string "(None,)" (a trailing comma in its
+# _HorovodArgs); Horovod's C++ core reads that as 0: cycle time 0 ms, response cache off.
+_BOGUS = ("HOROVOD_CYCLE_TIME", "HOROVOD_CACHE_CAPACITY")
+
+
+def _with_env(fn, env: dict, args: tuple, kwargs: dict):
+    """What each rank runs: set the Horovod variables first, then the user's function."""
+    for key in _BOGUS:
+        if os.environ.get(key) == "(None,)":
+            del os.environ[key]  # back to Horovod's documented defaults
+    os.environ.update(env)
+    return fn(*args, **kwargs)
+
+
+class _Deadline:
+    """Step 3: after `timeout` s, SIGTERM this process, but only into Horovod's handler."""
+
+    def __init__(self, timeout: float, ours: dict):
+        self.timeout, self.ours = timeout, ours
+        self.fired, self.lock, self.done = False, threading.Lock(), threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        if self.done.wait(self.timeout):
+            return
+        while not self.done.wait(0.2):  # wait until Horovod's handler is in place
+            with self.lock:
+                handler = signal.getsignal(signal.SIGTERM)
+                if self.done.is_set() or not callable(handler) or handler is \
+                        self.ours[signal.SIGTERM]:
+                    continue
+                self.fired = True
+                os.kill(os.getpid(), signal.SIGTERM)  # Horovod's handler: stop the ranks
+                return
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self.lock:  # after this, the timer can no longer send anything
+            self.done.set()
+        self.thread.join()
+
+
+def run(fn, world_size: int = 2, *, args: tuple = (), kwargs: dict | None = None,
+        env: dict | None = None, timeout: float = 120.0, start_timeout: float = 60.0,
+        quiet: bool = False) -> list:
+    """`horovod.run(fn, ...)` on `world_size` local Gloo ranks; returns the ranks' values.
+
+    `env`: variables set in every rank before `fn` runs. `timeout`: seconds before
+    the job is stopped (`TimeoutError`). `quiet=True` keeps the ranks' output out of
+    the caller's streams (it is attached to a `HorovodRunError` if one is raised).
+    Raises `RuntimeError` with the reason if Horovod is not available.
+    """
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise ValueError(f"world_size={world_size!r} must be an int >= 1")
+    if not timeout > 0 or not start_timeout > 0:
+        raise ValueError(f"timeout={timeout!r} and start_timeout={start_timeout!r} must be > 0")
+    ok, why = available()  # Step 1
+    if not ok:
+        raise RuntimeError(why)
+    import horovod
+
+    env = {k: str(v) for k, v in (env or {}).items()}
+    ours = {sig: signal.getsignal(sig) for sig in _SIGNALS}  # Step 2
+    out = io.StringIO()
+    streams = (contextlib.redirect_stdout(out), contextlib.redirect_stderr(out)) if quiet else ()
+    try:
+        with contextlib.ExitStack() as stack:
+            for s in streams:
+                stack.enter_context(s)
+            deadline = stack.enter_context(_Deadline(timeout, ours))
+            try:
+                return horovod.run(_with_env, args=(fn, env, tuple(args), dict(kwargs or {})),
+                                   num_proc=world_size, use_gloo=True, start_timeout=start_timeout,
+                                   network_interfaces=["lo"])
+            except RuntimeError as e:
+                if not deadline.fired:
+                    raise HorovodRunError(str(e).strip(), out.getvalue()) from None
+        raise TimeoutError(f"horovod.run: the job was still running after timeout={timeout} s; "
+                           "its ranks were stopped")
+    finally:
+        for sig, handler in ours.items():
+            signal.signal(sig, handler)

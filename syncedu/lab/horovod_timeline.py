@@ -1,0 +1,131 @@
+"""Read a Horovod timeline (`HOROVOD_TIMELINE=file`): spans per tensor, fused collectives per step.
+
+Horovod writes a Chrome-trace JSON file (Horovod docs, "Horovod Timeline";
+`horovod/common/timeline.cc`): each tensor is a "process" (`pid`, named by a
+`process_name` metadata event), and each of its phases a `B`/`E` pair:
+
+- top level: `NEGOTIATE_ALLREDUCE` (the ranks agree the tensor is ready
+  everywhere: the coordinator waits for every rank's request), then `ALLREDUCE`;
+- inside `ALLREDUCE`, activities: `QUEUE`, `MEMCPY_IN_FUSION_BUFFER`,
+  `GLOO_ALLREDUCE` (the collective itself, on this build), `MEMCPY_OUT_FUSION_BUFFER`.
+
+Steps:
+
+1. `parse(text)`: tolerate a file cut short (the writer keeps it valid JSON
+   after each event, but a killed job may leave a partial line); map pids to
+   tensor names; pair each `E` with the last open `B` of its pid -> `Span`s
+   with times in seconds from the first event;
+2. `collectives(spans)`: the activity spans of one kind (`GLOO_ALLREDUCE`)
+   that overlap in time belong to one fused buffer (the background thread runs
+   one collective at a time), so clusters of overlapping spans are the fused
+   collectives actually sent, each with its tensors;
+3. `per_step(...)`: how many collectives each training step made, steps told
+   apart by the gaps between them.
+
+Used in: notebooks/08_horovod_vs_ddp.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Span", "Collective", "parse", "load", "collectives", "per_step", "segments"]
+
+
+@dataclass(frozen=True)
+class Span:
+    """One phase of one tensor: `name` from `start` to `end` (s), `depth` 0 = top level."""
+
+    tensor: str
+    name: str
+    start: float
+    end: float
+    depth: int
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One fused collective: the tensors that travelled together, and when."""
+
+    start: float
+    end: float
+    tensors: tuple[str, ...]
+
+
+def _events(text: str) -> list[dict]:
+    """Step 1: the JSON events, even from a file whose end was cut off."""
+    text = text.strip()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    # Horovod writes several events per line at times: decode object after object.
+    decoder, events, i = json.JSONDecoder(), [], 0
+    while True:
+        while i < len(text) and text[i] in "[], \n\r\t":
+            i += 1
+        try:
+            event, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            break  # the end, or a partial last event
+        events.append(event)
+    return events
+
+
+def parse(text: str) -> list[Span]:
+    """Step 1: every closed `B`/`E` pair as a `Span`, sorted by start."""
+    events = _events(text)
+    names = {e["pid"]: e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "process_name" and "name" in e.get("args", {})}
+    stamps = [e["ts"] for e in events if "ts" in e]
+    t0 = min(stamps) if stamps else 0
+    open_: dict[int, list[tuple[str, float]]] = {}
+    spans = []
+    for e in events:
+        ph, pid = e.get("ph"), e.get("pid")
+        if ph == "B":
+            open_.setdefault(pid, []).append((e["name"], (e["ts"] - t0) / 1e6))
+        elif ph == "E" and open_.get(pid):
+            name, start = open_[pid].pop()
+            spans.append(Span(names.get(pid, str(pid)), name, start, (e["ts"] - t0) / 1e6,
+                              len(open_[pid])))
+    return sorted(spans, key=lambda s: (s.start, s.tensor))
+
+
+def load(path) -> list[Span]:
+    """`parse` the timeline file at `path`."""
+    return parse(Path(path).read_text())
+
+
+def collectives(spans: list[Span], activity: str = "GLOO_ALLREDUCE") -> list[Collective]:
+    """Step 2: clusters of overlapping `activity` spans = the fused collectives, in order."""
+    out: list[list[Span]] = []
+    for s in sorted((s for s in spans if s.name == activity), key=lambda s: s.start):
+        if out and s.start <= max(x.end for x in out[-1]):
+            out[-1].append(s)
+        else:
+            out.append([s])
+    return [Collective(min(x.start for x in c), max(x.end for x in c),
+                       tuple(sorted({x.tensor for x in c}))) for c in out]
+
+
+def per_step(colls: list[Collective], tensors_per_step: int) -> list[int]:
+    """Step 3: collectives per step, a step ending once all `tensors_per_step` tensors went."""
+    if tensors_per_step < 1:
+        raise ValueError(f"tensors_per_step={tensors_per_step} must be >= 1")
+    counts, seen, n = [], 0, 0
+    for c in colls:
+        n += 1
+        seen += len(c.tensors)
+        if seen >= tensors_per_step:
+            counts.append(n)
+            seen, n = 0, 0
+    return counts
+
+
+def segments(spans: list[Span], names=("NEGOTIATE_ALLREDUCE", "MEMCPY_IN_FUSION_BUFFER",
+                                       "GLOO_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER")):
+    """`(tensor, phase, start, end)` rows of the phases worth drawing, for a plot."""
+    return [(s.tensor, s.name, s.start, s.end) for s in spans if s.name in names]

@@ -77,8 +77,8 @@ def _events(text: str) -> list[dict]:
 def parse(text: str) -> list[Span]:
     """Step 1: every closed `B`/`E` pair as a `Span`, sorted by start."""
     events = _events(text)
-    names = {e["pid"]: e["args"]["name"] for e in events
-             if e.get("ph") == "M" and e.get("name") == "process_name" and "name" in e.get("args", {})}
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M"
+             and e.get("name") == "process_name" and "name" in e.get("args", {})}
     stamps = [e["ts"] for e in events if "ts" in e]
     t0 = min(stamps) if stamps else 0
     open_: dict[int, list[tuple[str, float]]] = {}

@@ -1,0 +1,77 @@
+"""When compression pays: time per step of each compressor from the alpha-beta model.
+
+A step's gradient traffic for S bytes of fp32 gradients on N ranks:
+
+- fp32 / fp16: one allreduce of S / S/2 bytes (a ring: 2 (N-1)/N of it per rank);
+- PowerSGD: one allreduce of S / c bytes, c = nm / (r (n + m)) for n x m matrices;
+- top-k (ratio rho) and signSGD: an all-gather of N payloads, rho S 2 bytes
+  (fp32 value + int32 index per kept entry) or S/32 + 4 bytes each, so the
+  output, and each rank's traffic, grows with N.
+
+plus the compressor's own compute, `ms_per_mb` (measured per MB of fp32
+gradient by `python -m syncedu.bench compression`). Compared against the
+fp16 baseline, as arXiv 2407.01378 asks (not against fp32). Agarwal et al.
+(MLSys 2022) found compression beat a tuned baseline in only 6 of over 200
+setups; Zhang et al. 2020 (arXiv 2006.10103) found none needed at 100 Gbit/s.
+
+Used in: notebooks/07_compression_and_precision.
+"""
+
+from __future__ import annotations
+
+from syncedu.comm.network import Network
+from syncedu.lab import cost
+
+COMPRESSORS = ("fp32", "fp16", "topk", "signsgd", "powersgd")
+
+
+def wire_seconds(name: str, nbytes: float, world_size: int, network: Network, *,
+                 ratio: float = 0.01, powersgd_factor: float = 128.0) -> float:
+    """Modelled seconds of `name`'s collective for `nbytes` of fp32 gradients."""
+    n = world_size
+    if name == "fp32":
+        return cost.collective_time("all_reduce", nbytes, n, network)
+    if name == "fp16":
+        return cost.collective_time("all_reduce", nbytes / 2, n, network)
+    if name == "powersgd":
+        return cost.collective_time("all_reduce", nbytes / powersgd_factor, n, network)
+    if name == "topk":
+        return cost.collective_time("all_gather", n * ratio * nbytes * 2, n, network)
+    if name == "signsgd":
+        return cost.collective_time("all_gather", n * (nbytes / 32 + 4), n, network)
+    raise ValueError(f"name={name!r} is unknown; choose one of {COMPRESSORS}")
+
+
+def step_seconds(name: str, nbytes: float, world_size: int, network: Network,
+                 ms_per_mb: dict, **kwargs) -> float:
+    """Compressor compute (ms_per_mb[name] per MB of fp32 gradient) plus its traffic."""
+    compute = ms_per_mb.get(name, 0.0) * 1e-3 * nbytes / 2**20
+    return compute + wire_seconds(name, nbytes, world_size, network, **kwargs)
+
+
+def winners(nbytes: float, world_sizes, bandwidths, latency: float, ms_per_mb: dict,
+            names=("fp16", "topk", "signsgd", "powersgd"), **kwargs) -> list[list[str]]:
+    """Fastest of `names` per (world size, bandwidth) cell: rows = world sizes."""
+    grid = []
+    for n in world_sizes:
+        row = []
+        for bw in bandwidths:
+            net = Network(latency=latency, bandwidth=bw)
+            times = {c: step_seconds(c, nbytes, n, net, ms_per_mb, **kwargs) for c in names}
+            row.append(min(times, key=times.get))
+        grid.append(row)
+    return grid
+
+
+def dominating_bandwidth(nbytes: float, world_size: int, compute_seconds: float,
+                         latency: float = 0.0) -> float:
+    """Bandwidth (bytes/s) below which one fp32 allreduce takes longer than the compute.
+
+    From the ring's alpha-beta time 2(N-1) alpha + 2 (N-1)/N S / B = T_compute;
+    infinite if the latency alone already exceeds the compute.
+    """
+    n = world_size
+    room = compute_seconds - 2 * (n - 1) * latency
+    if room <= 0:
+        return float("inf")
+    return 2 * (n - 1) / n * nbytes / room

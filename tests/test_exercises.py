@@ -190,3 +190,75 @@ def test_lesson01_and_02_checkers_grade_right_and_wrong(capsys):
     assert not ex2.rotated_naive.grade(lambda comm, x: comm.all_reduce(x))
     assert not ex2.rotated_naive.grade(stub_any)
     assert "not attempted yet" in capsys.readouterr().out
+
+
+# ------------------------------------------------ lesson 06 (simulated ranks)
+def _bc(t, ref):
+    return t.view(1, -1, *([1] * (ref.dim() - 2)))
+
+
+def _syncbn_backward(comm, dy, xhat, invstd, weight, count, *, local=False, calls=1,
+                     global_w=False):
+    """A learner's SyncBN backward, right by default, or with one classic mistake."""
+    dims = [d for d in range(dy.dim()) if d != 1]
+    c = dy.shape[1]
+    sums = torch.cat([dy.sum(dims), (dy * xhat).sum(dims)])
+    mine = sums.clone()
+    if not local and calls == 1:
+        comm.all_reduce(sums)
+    elif not local:
+        comm.all_reduce(sums[:c])
+        comm.all_reduce(sums[c:])
+    n = dy.numel() // c if local else count
+    dx = _bc(weight * invstd, dy) * (dy - _bc(sums[:c], dy) / n - xhat * _bc(sums[c:], dy) / n)
+    kept = sums if global_w else mine
+    return dx, kept[c:], kept[:c]
+
+
+def test_lesson06_syncbn_backward_checker_names_the_mistake(capsys):
+    from functools import partial
+
+    from syncedu.ui.exercises import lesson06 as ex6
+
+    assert ex6.syncbn_backward.grade(_syncbn_backward)
+    assert "correct" in capsys.readouterr().out
+    assert not ex6.syncbn_backward.grade(partial(_syncbn_backward, local=True))
+    assert "this rank's samples alone: all_reduce the two sums" in capsys.readouterr().out
+    assert not ex6.syncbn_backward.grade(partial(_syncbn_backward, calls=2))
+    assert "2 communication calls" in capsys.readouterr().out
+    assert not ex6.syncbn_backward.grade(partial(_syncbn_backward, global_w=True))
+    assert "leave dweight and dbias LOCAL" in capsys.readouterr().out
+    assert not ex6.syncbn_backward.grade(stub_any)
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+def test_lesson06_checkers(capsys):
+    from syncedu.comm.ledger import ring_allreduce_elements as ring
+    from syncedu.ui.exercises import lesson06 as ex6
+
+    def stats(comm, x, wide=True):
+        x = x.double() if wide else x
+        c = x.shape[1]
+        t = torch.cat([x.sum(0), (x * x).sum(0), torch.tensor([float(len(x))], dtype=x.dtype)])
+        comm.all_reduce(t)
+        mean = t[:c] / t[-1]
+        return mean, t[c:2 * c] / t[-1] - mean * mean
+
+    def local_stats(comm, x):  # no communication: each rank's own sums, wrong
+        return x.sum(0), (x * x).sum(0)
+
+    def good_avg(comm, model):
+        for name, b in model.named_buffers():
+            if "running" in name:
+                comm.all_reduce(b, op="avg")
+
+    bytes_ = 8 * sum(ring(2 * c + 1, 8, 0)[0] + ring(2 * c, 8, 0)[0] for c in (16, 32, 64))
+    assert ex6.global_mean_var.grade(stats) and not ex6.global_mean_var.grade(local_stats)
+    capsys.readouterr()
+    assert not ex6.global_mean_var.grade(lambda comm, x: stats(comm, x, wide=False))
+    assert "float32 data with mean 3000" in capsys.readouterr().out  # the cancellation
+    assert ex6.step_bytes.grade(bytes_) and not ex6.step_bytes.grade(bytes_ // 2)
+    assert ex6.average_running_stats.grade(good_avg)
+    assert not ex6.average_running_stats.grade(lambda comm, model: None)
+    assert not ex6.global_mean_var.grade(stub_any)
+    assert "not attempted yet" in capsys.readouterr().out

@@ -11,4 +11,4 @@ from syncedu.strategies.dp import (  # noqa: F401
     register,
     trainable_parameters,
 )
-from syncedu.strategies.dp_buckets import Bucket, CommThread, build_buckets  # noqa: F401
+from syncedu.strategies.dp_buckets import Bucket, build_buckets  # noqa: F401

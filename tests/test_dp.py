@@ -118,13 +118,37 @@ def test_partial_no_sync_still_syncs(strategy):
     assert calls[0] == single  # ...and only once
 
 
+def _compressed_worker(comm, strategy):
+    model = Odd(seed=comm.rank)
+    wrapped = dp.DataParallel(model, comm, strategy, bucket_cap_mb=0.0005, compression="fp16")
+    comm.ledger.reset()
+    x, y = _batch(comm.rank)
+    F.cross_entropy(wrapped(x), y).backward()
+    wrapped.finish_gradient_synchronization()
+    return {k: (p.grad.clone() if p.grad is not None else None)
+            for k, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("strategy", STRATS)
+def test_fp16_compression_halves_bytes(strategy):
+    res = sim.run(_compressed_worker, 2, args=(strategy,))
+    ref = _reference(2)
+    for k in ref:
+        if ref[k] is not None:  # 16 bits on the wire: about 3 decimal digits
+            torch.testing.assert_close(res[0][k], ref[k], atol=1e-3, rtol=1e-2)
+    plain = sim.run(_worker, 2, args=(strategy,)).ledger.ops["all_reduce"].sent
+    assert [2 * b for b in res.ledger.ops["all_reduce"].sent] == plain  # buffers aside
+
+
 def test_buckets_reverse_order_and_cap():
     params = [nn.Parameter(torch.zeros(n)) for n in (10, 20, 30, 5)]
+    # DDP's rule: a bucket closes once it holds the cap or more.
     buckets = build_buckets(params, cap_bytes=100)
-    assert [[p.numel() for p in b.params] for b in buckets] == [[5], [30], [20], [10]]
-    buckets = build_buckets(params, cap_bytes=200)
     assert [[p.numel() for p in b.params] for b in buckets] == [[5, 30], [20, 10]]
-    assert [b.buffer.numel() for b in buckets] == [35, 30]
+    buckets = build_buckets(params, cap_bytes=200)
+    assert [[p.numel() for p in b.params] for b in buckets] == [[5, 30, 20], [10]]
+    assert [b.buffer.numel() for b in buckets] == [55, 10]
+    assert len(build_buckets(params, cap_bytes=1)) == 4  # one parameter each
     with pytest.raises(ValueError, match="bucket"):
         build_buckets(params, 0)
 

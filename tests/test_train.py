@@ -168,6 +168,23 @@ def test_local_sgd_sends_one_hth_of_the_parameters():
     assert odd.ledger.ops["all_reduce"].calls == [3, 3]  # the last partial period is averaged
 
 
+# ------------------------------------------------------------------ compression
+@pytest.mark.parametrize("strategy", ["naive", "flat", "bucketed"])
+def test_fp16_halves_the_gradient_bytes(strategy):
+    plain = train.run(strategy, 2, bucket_cap_mb=0.01, **SIM, **JOB)
+    half = train.run(strategy, 2, bucket_cap_mb=0.01, compression="fp16", **SIM, **JOB)
+    assert [2 * b for b in half.ledger.sent] == plain.ledger.sent
+    assert half.max_param_diff(plain) < 1e-2 and half.loss[-1] < half.loss[0]
+
+
+@pytest.mark.real
+def test_fp16_halves_ddp_bytes(pool):
+    plain = train.run("ddp", 2, pool=pool, **JOB)
+    half = train.run("ddp", 2, pool=pool, compression="fp16", **JOB)
+    assert plain.grad_bytes > 0 and 2 * half.grad_bytes == plain.grad_bytes
+    assert half.max_param_diff(plain) < 1e-2
+
+
 @pytest.mark.real
 def test_local_sgd_real_ranks(pool):
     flat = train.run("flat", 2, pool=pool, **JOB)

@@ -13,6 +13,9 @@ allreduce instead and:
    `Network`, first waits until the modeled ring time has passed (buckets
    queue behind each other on one emulated link).
 
+With a compressor, `compressed_hook` runs the compressor's own DDP hook
+instead; it sends through `comm`, whose ledger then counts the compressed bytes.
+
 Used in: notebooks/03_data_parallel, 05_gradient_accumulation (through train.run).
 """
 
@@ -37,6 +40,7 @@ class HookState:
         self.events: list[tuple[float, float, int]] = []
         self.link_free = 0.0
         self.lock = threading.Lock()
+        self.inner = None  # (state, hook) of a compressor's DDP hook, if any
 
     def charge(self, buf: torch.Tensor) -> None:  # Step 1
         n, r = self.comm.world_size, self.comm.rank
@@ -80,16 +84,39 @@ def counting_hook(state: HookState, bucket):
     return fut.then(done)
 
 
-def wrap_ddp(module, comm, bucket_cap_mb: float = 25.0, hook: bool = True):
+def compressed_hook(state: HookState, bucket):
+    """DDP comm hook: the compressor's own hook, timed for the timeline.
+
+    The compressor averages the bucket with `compressor.average_(comm, ...)`,
+    so `comm`'s ledger already records the compressed bytes: nothing to charge
+    here (charging the fp32 bucket too would count it twice).
+    """
+    inner_state, inner = state.inner
+    start = time.perf_counter()
+    nbytes = bucket.buffer().numel() * bucket.buffer().element_size()
+
+    def done(f):
+        state.events.append((start, time.perf_counter(), nbytes))
+        return f.value()
+
+    return inner(inner_state, bucket).then(done)
+
+
+def wrap_ddp(module, comm, bucket_cap_mb: float = 25.0, hook: bool = True, compression=None):
     """DDP around `module` on the comm's group, with the counting hook; returns (ddp, events).
 
     `hook=False` leaves DDP's own allreduce (faster by a Python call per bucket,
     but its traffic then reaches neither the ledger nor the timeline).
+    `compression`: a compressor (`syncedu.strategies.compress`) whose
+    `ddp_hook(comm)` averages the buckets instead, wrapped by `compressed_hook`.
     """
     device_ids = [comm.device.index] if comm.device.type == "cuda" else None
     ddp = DistributedDataParallel(module, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb,
                                   process_group=getattr(comm, "group", None))
     state = HookState(comm)
-    if hook:
+    if compression is not None:
+        state.inner = compression.ddp_hook(comm)
+        ddp.register_comm_hook(state, compressed_hook)
+    elif hook:
         ddp.register_comm_hook(state, counting_hook)
     return ddp, state.events

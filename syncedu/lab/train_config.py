@@ -32,6 +32,9 @@ class TrainConfig:
     the same on every strategy. `sync_every`: local SGD's period H.
     `compression`: how gradients travel (see `syncedu.strategies.compress`);
     kept as given (a name or a picklable object) and resolved on each rank.
+    `compute_seconds`: modeled compute per micro-batch on top of the real one,
+    charged layer by layer during forward and backward (lab/layer_compute.py):
+    logical time on simulated ranks, a sleep on real ones.
 
     `lr` is the learning rate after warm-up; with `warmup_steps > 0` it grows
     linearly from lr / warmup_steps to lr over the first `warmup_steps` steps

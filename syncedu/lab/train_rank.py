@@ -7,6 +7,8 @@
 2. `steps`: for each global batch, this rank's shard (`sampling.shard`), split
    into `accumulation` micro-batches; gradient sync only on the last one (or
    one of the classic mistakes, `TrainConfig.mistake`); then the optimizer step.
+   A modeled `compute_seconds` per micro-batch is charged layer by layer as
+   forward and backward run (`LayerCompute`), so overlap shows;
    Forward+backward+step count as compute, the wait for the gradients as
    exposed communication;
 3. `finish`: the final parameters by the plain module's names, the per-step
@@ -30,6 +32,7 @@ import torch.nn.functional as F
 from syncedu.comm.ledger import RankLedger
 
 from . import data, models, sampling, train_strategies
+from .layer_compute import LayerCompute
 
 _SESSIONS: dict = {}
 
@@ -47,6 +50,8 @@ class Session:
         self.parts = train_strategies.build(self.module, comm, cfg)  # Step 1
         self.model, self.events, self.opt = self.parts.model, self.parts.events, \
             self.parts.optimizer
+        self.charge = LayerCompute(self.module, comm, cfg.compute_seconds) \
+            if cfg.compute_seconds else None
         self.batches = iter(sampling.global_batches(len(self.dataset), cfg.steps,
                                                     cfg.global_batch, seed=cfg.seed,
                                                     set_epoch=cfg.set_epoch))
@@ -79,8 +84,6 @@ class Session:
             with (self.no_sync() if skip else contextlib.nullcontext()):
                 scaled.backward()
         self._step_loss += loss.item() / k
-        if cfg.compute_seconds:
-            self.comm.compute(cfg.compute_seconds)
         return self.finish_sync()
 
     def step(self, step: int, record: bool) -> None:
@@ -129,6 +132,8 @@ class Session:
         self.comm.ledger.reset()
         t0, logical0 = time.perf_counter(), self.comm.now()
         self.parts.close()
+        if self.charge is not None:
+            self.charge.close()
         self.elapsed += time.perf_counter() - t0
         self.sim_elapsed += self.comm.now() - logical0
         self._merge_ledger()

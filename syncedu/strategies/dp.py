@@ -7,9 +7,10 @@ Three ways to average, one idea each, in a registry (`STRATEGIES`):
 
 - `naive`: after backward, one `all_reduce` per parameter (one latency each);
 - `flat`: after backward, copy all gradients into one flat buffer, one `all_reduce`;
-- `bucketed`: buckets of about `bucket_cap_mb`, each allreduced in the background
-  as soon as its last gradient is ready *during* backward (autograd
-  post-accumulate-grad hooks), waited for before the step: DDP's overlap.
+- `bucketed`: buckets of about `bucket_cap_mb`, each allreduce started
+  asynchronously (`async_op=True`) as soon as its last gradient is ready
+  *during* backward (autograd post-accumulate-grad hooks), waited for before
+  the step: DDP's overlap.
 
 The wrapper, steps numbered as in the code:
 
@@ -34,7 +35,7 @@ import time
 import torch
 from torch import nn
 
-from .dp_buckets import MB, Bucket, CommThread, build_buckets
+from .dp_buckets import MB, Bucket, build_buckets, trainable_parameters
 
 __all__ = ["DataParallel", "STRATEGIES", "register", "GradSync", "NaiveSync", "FlatSync",
            "BucketedSync", "trainable_parameters"]
@@ -51,24 +52,15 @@ def register(name: str):
     return add
 
 
-def trainable_parameters(module: nn.Module) -> list[nn.Parameter]:
-    """Step 2: parameters that need gradients, each shared parameter once, in module order."""
-    seen, out = set(), []
-    for p in module.parameters():  # parameters() already skips repeats of a tied tensor
-        if p.requires_grad and id(p) not in seen:
-            seen.add(id(p))
-            out.append(p)
-    return out
-
-
 class GradSync:
     """One way to average gradients: `arm(on)` at forward, `finish()` after backward."""
 
     name = "?"
 
     def __init__(self, params: list[nn.Parameter], comm, *, bucket_cap_mb: float = 25.0,
-                 timeout: float = 300.0):
+                 timeout: float = 300.0, compressor=None):
         self.params, self.comm, self.timeout = params, comm, timeout
+        self.compressor = compressor  # None: plain fp32 allreduce
         self.armed = False
         self.events: list[tuple[float, float, int]] = []  # (start, end, bytes) per allreduce
 
@@ -86,6 +78,13 @@ class GradSync:
         self.comm.all_reduce(tensor, op="avg")
         self.events.append((t0, time.perf_counter(), tensor.numel() * tensor.element_size()))
 
+    def _average(self, grads: list[torch.Tensor], key: str) -> None:
+        """Average `grads` in place through the compressor (its own, smaller traffic)."""
+        t0 = time.perf_counter()
+        self.compressor.average_(self.comm, grads, key=key)
+        nbytes = sum(g.numel() * g.element_size() for g in grads)  # before compression
+        self.events.append((t0, time.perf_counter(), nbytes))
+
 
 def _grad(p: nn.Parameter) -> torch.Tensor:
     """The gradient to send (zeros for a parameter this rank's backward did not reach)."""
@@ -99,9 +98,11 @@ class NaiveSync(GradSync):
     """One allreduce per parameter, after backward."""
 
     def finish(self) -> None:
-        for p in self.params:
+        for i, p in enumerate(self.params):
             g = _grad(p)
-            if g.is_contiguous():
+            if self.compressor is not None:
+                self._average([g], f"param{i}")
+            elif g.is_contiguous():
                 self._all_reduce(g)
             else:
                 tmp = g.contiguous()
@@ -115,6 +116,9 @@ class FlatSync(GradSync):
 
     def finish(self) -> None:
         grads = [_grad(p) for p in self.params]
+        if self.compressor is not None:
+            self._average(grads, "bucket0")
+            return
         flat = torch.cat([g.reshape(-1) for g in grads])
         self._all_reduce(flat)
         offset = 0
@@ -125,23 +129,25 @@ class FlatSync(GradSync):
 
 @register("bucketed")
 class BucketedSync(GradSync):
-    """Buckets allreduced in the background as their gradients become ready in backward.
+    """Buckets allreduced asynchronously as backward fills them: DDP's overlap.
 
-    A bucket is launched when its last gradient is copied in, but never before
-    the buckets with a lower index, so every rank issues the same collectives in
-    the same order. On simulated ranks (threads of one process, `backend ==
-    "sim"`) each bucket is allreduced right in the hook, without a thread.
+    The hook that copies in a bucket's last gradient starts the bucket's
+    `comm.all_reduce(buffer, async_op=True)` and returns at once, so backward
+    goes on computing the earlier layers while the bytes travel (Li et al.,
+    VLDB 2020, sec. 3.2.3). Buckets start in index order only, so every rank
+    issues the same collectives in the same order. `finish()` waits for the
+    handles. No thread: the backend moves the data (Gloo/NCCL's own threads,
+    the simulator's logical clock).
     """
 
-    def __init__(self, params, comm, *, bucket_cap_mb: float = 25.0, timeout: float = 300.0):
-        super().__init__(params, comm, timeout=timeout)
+    def __init__(self, params, comm, *, bucket_cap_mb: float = 25.0, timeout: float = 300.0,
+                 compressor=None):
+        super().__init__(params, comm, timeout=timeout, compressor=compressor)
         if not bucket_cap_mb > 0:
             raise ValueError(f"bucket_cap_mb={bucket_cap_mb!r} must be > 0")
         cap = int(bucket_cap_mb * MB)
         self.buckets: list[Bucket] = build_buckets(params, cap) if params else []
         self._where = {id(p): (b, k) for b in self.buckets for k, p in enumerate(b.params)}
-        self._thread = CommThread(comm) if comm.backend != "sim" else None
-        self.events = self._thread.events if self._thread is not None else self.events
         self._next = 0  # the next bucket to launch
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for p in params]
 
@@ -156,8 +162,9 @@ class BucketedSync(GradSync):
         if not self.armed:
             return
         bucket, k = self._where[id(p)]
-        off = bucket.offsets[k]
-        bucket.buffer[off:off + p.numel()].copy_(p.grad.reshape(-1))
+        if self.compressor is None:  # a compressor reads the gradients themselves
+            off = bucket.offsets[k]
+            bucket.buffer[off:off + p.numel()].copy_(p.grad.reshape(-1))
         bucket.ready += 1
         self._launch_ready()
 
@@ -168,30 +175,45 @@ class BucketedSync(GradSync):
                 return
             if b.ready < len(b.params):  # gradients backward never produced: send zeros
                 self._fill_missing(b)
-            if self._thread is not None:
-                b.work = self._thread.submit(b.buffer)
+            if self.compressor is not None:  # in place on the gradients, blocking
+                self._average([_grad(p) for p in b.params], f"bucket{b.index}")
             else:
-                self._all_reduce(b.buffer)
+                b.started = time.perf_counter()
+                b.work = self.comm.all_reduce(b.buffer, op="avg", async_op=True)
             self._next += 1
 
-    @staticmethod
-    def _fill_missing(b: Bucket) -> None:
+    def _fill_missing(self, b: Bucket) -> None:
+        if self.compressor is not None:
+            return  # `_grad` gives zeros to the missing ones
         for p, view in b.views():
             view.copy_(p.grad if p.grad is not None else torch.zeros_like(p))
 
     def finish(self) -> None:
         self._launch_ready(force=True)
         for b in self.buckets:
-            if b.work is not None:
-                b.work.wait(self.timeout)
+            if b.work is None:
+                continue
+            b.work.wait(self.timeout)
+            b.work = None
+            # (launch, done): done is when we saw it finish, at most that late.
+            self.events.append((b.started, time.perf_counter(), b.nbytes))
             for p, view in b.views():
                 _grad(p).copy_(view)
 
     def close(self) -> None:
         for h in self._hooks:
             h.remove()
-        if self._thread is not None:
-            self._thread.close()
+
+
+def _compressor(spec, comm):
+    """The compressor for `compression=spec` (None: none), checked against the backend."""
+    if spec is None:
+        return None
+    from .compress import resolve  # only when asked: compression is its own lesson
+    compressor = resolve(spec)
+    if compressor is not None:
+        compressor.check(comm)
+    return compressor
 
 
 class DataParallel(nn.Module):
@@ -206,11 +228,16 @@ class DataParallel(nn.Module):
         broadcast_buffers: re-broadcast rank 0's buffers (e.g. BatchNorm
             running statistics) at every synchronizing forward, as DDP does.
         timeout: seconds to wait for the gradient traffic before raising.
+        compression: None (fp32 allreduce), "fp16", "bf16", a compressor name or
+            object (`syncedu.strategies.compress.resolve`): each bucket (flat:
+            one; naive: one per parameter) is averaged with the compressor's
+            `average_(comm, grads, key=f"bucket{i}")`, so the ledger counts the
+            compressed bytes. It runs in the hook, blocking: no overlap.
     """
 
     def __init__(self, module: nn.Module, comm, strategy: str = "bucketed", *,
                  bucket_cap_mb: float = 25.0, broadcast_buffers: bool = True,
-                 timeout: float = 300.0):
+                 timeout: float = 300.0, compression=None):
         super().__init__()
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy={strategy!r} is unknown; "
@@ -223,8 +250,10 @@ class DataParallel(nn.Module):
         self.broadcast_buffers = broadcast_buffers
         self.require_sync = True
         self._broadcast_state()  # Step 1
+        compressor = _compressor(compression, comm)
         self.sync: GradSync = STRATEGIES[strategy](  # Step 2
-            trainable_parameters(module), comm, bucket_cap_mb=bucket_cap_mb, timeout=timeout)
+            trainable_parameters(module), comm, bucket_cap_mb=bucket_cap_mb, timeout=timeout,
+            compressor=compressor)
 
     def _broadcast_state(self) -> None:
         with torch.no_grad():
@@ -266,5 +295,5 @@ class DataParallel(nn.Module):
         return self.sync.events
 
     def close(self) -> None:
-        """Remove the hooks and stop the background thread (the module stays usable)."""
+        """Remove the hooks (the module stays usable)."""
         self.sync.close()

@@ -1,0 +1,61 @@
+"""Modeled compute, charged layer by layer as forward and backward actually run.
+
+Overlap is about *when* things happen: a bucket's allreduce can only hide
+behind the backward of the layers that come after it. So a modeled compute
+time must be spent where the real one is, not in one lump after backward:
+
+1. split `seconds` (per micro-batch) into forward (1/3) and backward (2/3): a
+   layer's backward computes two products (gradients of its input and of its
+   weights) to forward's one, the usual 1:2 rule (Kaplan et al. 2020, sec. 2.1);
+2. give each layer that owns trainable parameters a share proportional to its
+   parameter count (a linear layer's multiply-adds per sample);
+3. forward: after a layer's forward, `comm.compute(its forward share)`;
+4. backward: a hook on the layer's output fires when the gradient reaches it,
+   *before* the layer's own backward and so before its parameters' gradients
+   are ready; it charges `comm.compute(its backward share)` there.
+
+On simulated ranks `comm.compute` moves the logical clock (an allreduce in
+flight meanwhile overlaps it); on real ranks it sleeps, which emulates a
+slower device without taking the CPU that communication needs.
+
+Used in: notebooks/03_data_parallel (through train.run's `compute_seconds`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+FORWARD_SHARE = 1 / 3  # Step 1
+
+
+class LayerCompute:
+    """Charge `seconds` of modeled compute per forward+backward of `module` to `comm`."""
+
+    def __init__(self, module: nn.Module, comm, seconds: float):
+        if not seconds >= 0:
+            raise ValueError(f"seconds={seconds!r} must be >= 0")
+        self.comm = comm
+        layers = [m for m in module.modules()
+                  if any(p.requires_grad for p in m.parameters(recurse=False))]
+        sizes = [sum(p.numel() for p in m.parameters(recurse=False)) for m in layers]
+        total = sum(sizes) or 1
+        self.shares = {id(m): seconds * n / total for m, n in zip(layers, sizes)}  # Step 2
+        self._hooks = [m.register_forward_hook(self._after_forward) for m in layers]
+
+    def _after_forward(self, module: nn.Module, _inputs, output) -> None:
+        if not (module.training and torch.is_grad_enabled()):
+            return  # evaluation is not part of a training step
+        share = self.shares[id(module)]
+        self.comm.compute(share * FORWARD_SHARE)  # Step 3
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            output.register_hook(self._backward_charge(share * (1 - FORWARD_SHARE)))  # Step 4
+
+    def _backward_charge(self, seconds: float):
+        def charge(grad: torch.Tensor) -> None:
+            self.comm.compute(seconds)
+        return charge
+
+    def close(self) -> None:
+        for h in self._hooks:
+            h.remove()

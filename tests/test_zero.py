@@ -219,3 +219,65 @@ def test_fsdp2_equals_ddp(pool2):
     assert fsdp[0][1]["grad_ratio"] == pytest.approx(2.0 if fsdp[0][1]["workaround"] else 1.0,
                                                      rel=1e-4)
     assert sum(r[1]["local_elements"] for r in fsdp) == P
+
+
+# ------------------------------------------- formulas, time model, checkers
+def test_paper_figures_from_the_formulas():
+    from syncedu.lab import memory
+    p = memory.PAPER
+    assert memory.bytes_per_rank(p["psi"], 1, 0)["total"] / memory.GB == p["baseline_gb"]
+    for stage, gb in p["figure1_gb"].items():
+        ours = memory.bytes_per_rank(p["psi"], p["n"], stage)["total"] / memory.GB
+        assert round(ours, 2 if gb < 10 else 1) == gb, (stage, ours)
+    with pytest.raises(ValueError, match="stage="):
+        memory.bytes_per_rank(1e9, 8, 4)
+
+
+def test_measured_model_state_is_the_fp32_formula():
+    from syncedu.lab import memory
+    net = zt.model()
+    opt = zt.make_optimizer(net.parameters(), "adam")
+    x, y = zt.batch(0, 0)
+    F.cross_entropy(net(x), y).backward()
+    opt.step()
+    got = memory.model_state_bytes(net, opt)
+    want = memory.bytes_per_rank(P, 1, 0, memory.FP32["adam"])
+    assert got["params"] == want["params"] and got["grads"] == want["grads"]
+    assert got["optimizer"] == want["optimizer"] + 4 * 6  # plus a step counter per tensor
+    assert memory.activation_bytes(net, x) > 0
+
+
+def test_simulated_step_time_matches_the_model():
+    from syncedu import Network
+    from syncedu.lab import zero_time
+    net = Network(latency=10e-6, bandwidth=1e9)
+    psi = 4 * (32 * 32 + 32)
+    for stage, mode in ((0, "dp"), (1, "zero1"), (3, "zero3")):
+        simulated = zero_time.simulate_step(stage, 4, net, hidden=32, depth=4)
+        model = zero_time.step_time(mode, psi, 4, 4, net, 1e-3, itemsize=4)
+        assert simulated == pytest.approx(model, rel=0.02), mode
+    assert zero_time.step_time("zero3_prefetch", psi, 4, 4, net, 1e-3, itemsize=4) < \
+        zero_time.step_time("zero3", psi, 4, 4, net, 1e-3, itemsize=4)
+
+
+def test_lesson10_checkers_accept_a_right_answer_and_reject_wrong_ones():
+    from syncedu.lab import memory
+    from syncedu.strategies.zero_shards import ring_all_gather_pieces, ring_reduce_scatter_pieces
+    from syncedu.ui.exercises import lesson10 as ex
+
+    def right(comm, params, grads, sizes, lr):
+        starts = [sum(sizes[:r]) for r in range(len(sizes))]
+        mine = ring_reduce_scatter_pieces(
+            comm, [grads[s:s + k] for s, k in zip(starts, sizes)]).div_(comm.world_size)
+        params[starts[comm.rank]:starts[comm.rank] + sizes[comm.rank]].sub_(lr * mine)
+        ring_all_gather_pieces(comm, [params[s:s + k] for s, k in zip(starts, sizes)])
+
+    def allreduce_and_broadcast(comm, params, grads, sizes, lr):
+        comm.all_reduce(grads, op="avg")
+        params.sub_(lr * grads)
+        comm.broadcast(params)
+
+    assert ex.zero2_step.grade(right)
+    assert not ex.zero2_step.grade(allreduce_and_broadcast)
+    assert ex.memory_per_rank.grade(lambda p, n, s: memory.bytes_per_rank(p, n, s)["total"])
+    assert not ex.memory_per_rank.grade(lambda p, n, s: 16 * p)

@@ -244,3 +244,37 @@ def test_ddp_hooks_match_torch():
         torch_bytes, our_bytes, fp16_close = res[r]
         assert our_bytes == torch_bytes > 0
         assert fp16_close
+
+
+# ------------------------------------------------- train.run(..., compression=)
+TRAIN_JOB = dict(steps=40, global_batch=64, lr=0.2, simulate=True)
+
+
+@pytest.fixture(scope="module")
+def train_reference():
+    from syncedu import train
+    return train.run("bucketed", 2, **TRAIN_JOB)
+
+
+@pytest.mark.parametrize("c, tol", [("fp16", 0.01), (compress.TopK(0.1), 0.1),
+                                    (compress.SignSGD(), 0.15), (compress.PowerSGD(2), 0.1)],
+                         ids=str)
+def test_train_run_with_compression_tracks_uncompressed(c, tol, train_reference):
+    """Bucketed DP on simulated ranks: mean loss of the last 5 of 40 steps within `tol` of fp32."""
+    from syncedu import train
+    ref = train_reference
+    h = train.run("bucketed", 2, compression=c, **TRAIN_JOB)
+    assert abs(sum(h.loss[-5:]) / 5 - sum(ref.loss[-5:]) / 5) < tol
+    assert sum(h.ledger.sent) < sum(ref.ledger.sent)
+    if c == "fp16":
+        assert 2 * sum(h.ledger.sent) == sum(ref.ledger.sent)
+
+
+# ------------------------------------------------------------ lesson checkers
+def test_lesson07_checkers():
+    from syncedu.ui.exercises import lesson07 as ex
+    assert ex.topk_compressor.grade(lambda: compress.TopK(0.1))
+    assert not ex.topk_compressor.grade(lambda: compress.TopK(0.1, error_feedback=False))
+    assert ex.topk_bytes.grade(lambda n, d, r: (n - 1) * math.ceil(r * d) * 8)
+    assert not ex.topk_bytes.grade(lambda n, d, r: 2 * (n - 1) * d * 4 // n)
+    assert ex.powersgd_elements.grade(lambda s, r: compress.PowerSGD(r).wire_elements([s]))

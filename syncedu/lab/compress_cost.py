@@ -4,9 +4,9 @@ A step's gradient traffic for S bytes of fp32 gradients on N ranks:
 
 - fp32 / fp16: one allreduce of S / S/2 bytes (a ring: 2 (N-1)/N of it per rank);
 - PowerSGD: one allreduce of S / c bytes, c = nm / (r (n + m)) for n x m matrices;
-- top-k (ratio rho) and signSGD: an all-gather of N payloads, rho S 2 bytes
-  (fp32 value + int32 index per kept entry) or S/32 + 4 bytes each, so the
-  output, and each rank's traffic, grows with N.
+- top-k (ratio rho) and signSGD: all-gathers of N payloads (k = rho S/4 fp32
+  values, then k int32 indices; or S/32 bytes of packed signs, then a 4-byte
+  scale), so the output, and each rank's traffic, grows with N.
 
 plus the compressor's own compute, `ms_per_mb` (measured per MB of fp32
 gradient by `python -m syncedu.bench compression`). Compared against the
@@ -18,6 +18,8 @@ Used in: notebooks/07_compression_and_precision.
 """
 
 from __future__ import annotations
+
+import math
 
 from syncedu.comm.network import Network
 from syncedu.lab import cost
@@ -35,10 +37,12 @@ def wire_seconds(name: str, nbytes: float, world_size: int, network: Network, *,
         return cost.collective_time("all_reduce", nbytes / 2, n, network)
     if name == "powersgd":
         return cost.collective_time("all_reduce", nbytes / powersgd_factor, n, network)
-    if name == "topk":
-        return cost.collective_time("all_gather", n * ratio * nbytes * 2, n, network)
-    if name == "signsgd":
-        return cost.collective_time("all_gather", n * (nbytes / 32 + 4), n, network)
+    if name == "topk":  # two all-gathers, as topk.py sends them: values, then indices
+        k = max(1, math.ceil(ratio * nbytes / 4))
+        return 2 * cost.collective_time("all_gather", n * k * 4, n, network)
+    if name == "signsgd":  # packed signs, then the scales
+        return (cost.collective_time("all_gather", n * math.ceil(nbytes / 4 / 8), n, network)
+                + cost.collective_time("all_gather", n * 4, n, network))
     raise ValueError(f"name={name!r} is unknown; choose one of {COMPRESSORS}")
 
 

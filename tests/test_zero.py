@@ -185,6 +185,17 @@ def test_train_run_zero_equals_flat_simulated(opt, momentum):
             assert abs(h.loss[-1] - flat.loss[-1]) < 1e-5
 
 
+def test_train_run_history_reports_model_state_per_rank():
+    kw = dict(steps=2, global_batch=32, optimizer="adam", simulate=True)
+    flat = train.run("flat", 4, **kw).model_state_bytes
+    peaks = {s: train.run(s, 4, **kw).model_state_bytes for s in ("zero1", "zero2", "zero3")}
+    assert len(flat) == 4 and all(len(p) == 4 for p in peaks.values())
+    for r in range(4):  # Adam's m and v: a quarter per rank (plus one step counter)
+        assert peaks["zero1"][r]["optimizer"] <= (flat[r]["optimizer"] - 4 * 6) / 4 + 8
+        assert peaks["zero3"][r]["total"] < peaks["zero2"][r]["total"] < \
+            peaks["zero1"][r]["total"] < flat[r]["total"]
+
+
 def test_train_run_zero_on_two_real_ranks(pool2):
     kw = dict(steps=3, global_batch=32, optimizer="adam", lr=0.05)
     flat = train.run("flat", 2, pool=pool2, **kw)

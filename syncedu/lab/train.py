@@ -61,6 +61,9 @@ class History:
     accuracy: float
     timeline: list[tuple[str, float, float]] = field(repr=False)
     sim_seconds: float | None = None
+    # Per rank, peak bytes of model state {"params", "grads", "optimizer", "total"}
+    # (ZeRO measures its peaks; other strategies: what is held after the last step).
+    model_state_bytes: list[dict] | None = None
 
     @property
     def steps_per_second(self) -> float:
@@ -179,4 +182,5 @@ def _history(cfg: TrainConfig, values: list[dict]) -> History:
                    compute_seconds=mean("compute"), comm_wait_seconds=mean("wait"),
                    comm_busy_seconds=mean("busy"), step_seconds=values[0]["steps"],
                    accuracy=values[0]["accuracy"], timeline=values[0]["timeline"],
-                   sim_seconds=values[0]["sim_seconds"])
+                   sim_seconds=values[0]["sim_seconds"],
+                   model_state_bytes=[v.get("model_state") for v in values])

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from syncedu.comm.ledger import RankLedger
 
-from . import data, models, sampling, train_strategies
+from . import data, memory, models, sampling, train_strategies
 from .layer_compute import LayerCompute
 
 _SESSIONS: dict = {}
@@ -140,6 +140,7 @@ class Session:
 
     # ------------------------------------------------------------ Step 3
     def result(self) -> dict:
+        state = self.parts.memory() or memory.model_state_bytes(self.module, self.opt)
         self._close()
         params = {k: v.detach().cpu().clone() for k, v in self.module.named_parameters()}
         with torch.no_grad():
@@ -153,7 +154,7 @@ class Session:
                 "elapsed": self.elapsed, "compute": self.times["compute"],
                 "wait": self.times["wait"], "busy": busy, "steps": self.times["steps"],
                 "timeline": [(k, s - first, e - first) for k, s, e in self.timeline + comm_ev],
-                "ledger": self.ledger,
+                "ledger": self.ledger, "model_state": state,
                 "sim_seconds": self.sim_elapsed if self.comm.backend == "sim" else None}
 
 

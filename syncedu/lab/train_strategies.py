@@ -13,7 +13,10 @@ loop needs:
    gradient traffic), `after_step()` after the optimizer step (e.g. local
    SGD's parameter average), `close()` after the last step (it may still
    communicate: every rank must end with the same parameters); and `events`, the
-   `(start, end, bytes)` of each gradient transfer, for the timeline.
+   `(start, end, bytes)` of each gradient transfer, for the timeline;
+4. `memory()`: the rank's peak bytes of model state {"params", "grads",
+   "optimizer", "total"} if the strategy measures it (ZeRO), else None (the loop
+   then measures what the module and optimizer hold at the end).
 
 A new strategy plugs in with `@register("name")` on its factory. Names that
 other modules provide are listed in `PLUGINS`: the first run with such a name
@@ -63,6 +66,7 @@ class Parts:
     finish: Callable[[], None] = _nothing
     after_step: Callable[[], object] = _nothing
     close: Callable[[], None] = _nothing
+    memory: Callable[[], dict | None] = _nothing
 
 
 def register(*names: str):

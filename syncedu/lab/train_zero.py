@@ -28,7 +28,5 @@ STAGE_OF = {"zero1": 1, "zero2": 2, "zero3": 3}
 def _zero(module, comm, cfg) -> Parts:
     zero = ZeroDataParallel(module, comm, stage=STAGE_OF[cfg.strategy],
                             optimizer=cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum)
-    parts = Parts(zero, zero, no_sync=zero.no_sync,
-                  finish=zero.finish_gradient_synchronization, close=zero.close)
-    parts.memory = lambda: dict(zero.memory.peak)  # read by the loop if it asks
-    return parts
+    return Parts(zero, zero, no_sync=zero.no_sync, finish=zero.finish_gradient_synchronization,
+                 close=zero.close, memory=lambda: dict(zero.memory.peak))

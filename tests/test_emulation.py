@@ -99,3 +99,69 @@ def test_same_ledger_and_values_on_real_and_simulated_ranks():
     assert real.ledger.received == simulated.ledger.received
     for name in real.ledger.ops:
         assert real.ledger.ops[name] == simulated.ledger.ops[name], name
+
+
+# ----------------------------------------------- async built-ins, clusters
+def _async_builtins(comm):
+    """Every built-in with async_op=True: handles, values, and the same ledger."""
+    n, r = comm.world_size, comm.rank
+    t = torch.full((6,), float(r + 1))
+    works = [comm.all_reduce(t, op="avg", async_op=True)]
+    b = torch.full((3,), float(r))
+    works.append(comm.broadcast(b, src=1, async_op=True))
+    out = torch.empty(2)
+    works.append(comm.reduce_scatter(out, [torch.full((2,), float(k)) for k in range(n)],
+                                     async_op=True))
+    got = [torch.empty(2) for _ in range(n)]
+    works.append(comm.all_gather(got, torch.full((2,), float(r)), async_op=True))
+    works.append(comm.barrier(async_op=True))
+    for w in works:
+        w.wait()
+    return t.tolist(), b.tolist(), out.tolist(), [g.tolist() for g in got]
+
+
+def test_async_builtins_on_real_and_simulated_ranks_agree():
+    real = launch.run(_async_builtins, 2, output="quiet")
+    simulated = sim.run(_async_builtins, 2)
+    assert list(real) == list(simulated)
+    assert real[0][0] == [1.5] * 6 and real[0][1] == [1.0] * 3 and real[1][2] == [2.0, 2.0]
+    assert real.ledger.rows() == simulated.ledger.rows()
+
+
+def _overlap(comm):
+    t = torch.ones(250_000)  # 1 MB: 2(N-1)(latency + S/(N bandwidth)) = 0.2 s modeled
+    comm.barrier()
+    t0 = time.perf_counter()
+    work = comm.all_reduce(t, async_op=True)
+    comm.compute(0.2)  # 0.2 s of "backward" while it is in flight
+    work.wait()
+    return time.perf_counter() - t0, t[0].item()
+
+
+def test_an_async_allreduce_overlaps_compute_on_emulated_ranks():
+    net = Network(latency=0.05, bandwidth=10e6)
+    res = launch.run(_overlap, 2, network=net, output="quiet")
+    assert all(v == 2.0 for _, v in res)
+    assert 0.19 < max(s for s, _ in res) < 0.33  # not 0.4: the two overlapped
+
+
+def _ping_time(comm):
+    buf = torch.zeros(250_000)
+    comm.barrier()
+    t0 = time.perf_counter()
+    if comm.rank == 0:
+        comm.send(buf, dst=1)
+    else:
+        comm.recv(buf, src=0)
+    return time.perf_counter() - t0, comm.node, comm.local_rank
+
+
+def test_emulation_maps_ranks_to_nodes_of_a_cluster():
+    fast, slow = Network(latency=1e-4, bandwidth=1e9), Network(latency=0.05, bandwidth=10e6)
+    apart = launch.run(_ping_time, 2, network=Network.cluster(2, 1, fast, slow), output="quiet")
+    together = launch.run(_ping_time, 2, network=Network.cluster(1, 2, fast, slow),
+                          output="quiet")
+    assert [(node, local) for _, node, local in apart] == [(0, 0), (1, 0)]
+    assert [(node, local) for _, node, local in together] == [(0, 0), (0, 1)]
+    assert apart[1][0] >= 0.9 * slow.transfer_time(1_000_000)  # 0.15 s between nodes
+    assert together[1][0] < 0.5 * slow.transfer_time(1_000_000)

@@ -140,6 +140,7 @@ def test_point_to_point_copies_at_send_and_receives_into_parameters():
             work = comm.isend(buf, 1)
             buf.zero_()  # the message was copied when it was sent
             work.wait()
+            comm.broadcast(torch.zeros(3, 2), src=1)  # every rank joins a collective
             return None
         param = torch.nn.Parameter(torch.zeros(3, 2))
         comm.recv(param, 0)  # a reshaped receive buffer that requires grad

@@ -60,7 +60,7 @@ def _run_one(comm, payload: bytes) -> tuple:
     comm.ledger.reset()
     dist.barrier()  # launcher traffic, not charged: aligns the ranks' start
     t0 = time.perf_counter()
-    comm._t0 = t0
+    comm.start_clock()
     value = fn(comm, *args, **kwargs)
     seconds = time.perf_counter() - t0
     return ("done", pickle.dumps(value), comm.ledger, seconds)

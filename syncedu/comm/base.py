@@ -14,7 +14,13 @@ This base class does the parts both share, so they cannot drift apart:
    naming the parameter);
 2. charge the rank's ledger: point-to-point by payload bytes, built-in
    collectives as a ring would send them (see ledger.py);
-3. call the backend's `_send`, `_recv`, `_all_reduce`, ... to move the data.
+3. call the backend's `_isend`, `_irecv`, `_all_reduce`, ... to move the data.
+
+Every built-in collective takes `async_op=True` (as torch.distributed's do): it
+is charged at once and returns a `Work` whose `wait()` finishes it; simulated
+ranks may `compute` while it is in flight. Each comm also knows where its rank
+sits: `node`, `local_rank` and `local_world_size` (from a cluster `Network`, or
+torchrun's `LOCAL_RANK`/`LOCAL_WORLD_SIZE`; one node otherwise).
 
 Used in: every notebook.
 """
@@ -63,15 +69,27 @@ class ThreadWork(Work):
             raise self.error
 
 
-class DoneWork(Work):
-    """A handle for an operation that has already completed."""
+class CollectiveWork(Work):
+    """Handle of an asynchronous built-in collective: the backend's handle, then a finish.
+
+    `inner` may be None (nothing left to wait for, e.g. one rank); `then` runs once
+    after it (e.g. dividing by N for op="avg").
+    """
+
+    def __init__(self, inner: Work | None, then=None):
+        self._inner, self._then = inner, then
 
     def wait(self, timeout: float | None = None) -> None:
-        return None
+        if self._inner is not None:
+            inner, self._inner = self._inner, None
+            inner.wait(timeout)
+        if self._then is not None:
+            then, self._then = self._then, None
+            then()
 
 
 def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
+    return t.nbytes
 
 
 def _check_tensor(t, name: str) -> torch.Tensor:
@@ -96,6 +114,13 @@ class Comm(ABC):
         self.network = network
         self.ledger = RankLedger(rank)
         self._scopes: list[str] = []
+        self._t0 = time.perf_counter()
+        net = network
+        # Where this rank sits: one node unless the network (a cluster) says otherwise.
+        self.node = net.node_of(rank) if net is not None else 0
+        self.local_rank = net.local_rank_of(rank) if net is not None else rank
+        self.local_world_size = (net.local_world_size_of(rank, world_size) if net is not None
+                                 else world_size)
 
     # ----------------------------------------------------------------- helpers
     def _peer(self, peer: int, name: str) -> int:
@@ -117,8 +142,10 @@ class Comm(ABC):
             raise ValueError(f"op={op!r} is not supported; choose one of {REDUCE_OPS}")
         return op
 
-    def _charge(self, op: str, **counts) -> None:
-        self.ledger.record(self._scopes[-1] if self._scopes else op, **counts)
+    def _charge(self, op: str, sent: int = 0, received: int = 0, msgs_sent: int = 0,
+                msgs_received: int = 0) -> None:
+        self.ledger.record(self._scopes[-1] if self._scopes else op, sent, received,
+                           msgs_sent, msgs_received)
 
     @contextlib.contextmanager
     def scope(self, name: str) -> Iterator[None]:
@@ -172,8 +199,18 @@ class Comm(ABC):
         raise NotImplementedError(f"{type(self).__name__} has no any-source receive")
 
     # ---------------------------------------------------------- collectives
-    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
-        """Copy `src`'s tensor into every rank's `tensor` (charged as a ring pipeline)."""
+    def _done(self, work: Work | None, async_op: bool, result, then=None):
+        """Return `result` once `work` is done, or (async_op) a handle that finishes it."""
+        if async_op:
+            return CollectiveWork(work, then)
+        if work is not None:
+            work.wait()
+        if then is not None:
+            then()
+        return result
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0, async_op: bool = False):
+        """Copy `src`'s tensor into every rank's `tensor` (charged as a chain)."""
         _check_tensor(tensor, "tensor")
         self._root(src, "src")
         n, b = self.world_size, _nbytes(tensor)
@@ -182,11 +219,11 @@ class Comm(ABC):
         recvs = int(n > 1 and self.rank != src)
         self._charge("broadcast", sent=sends * b, received=recvs * b,
                      msgs_sent=sends, msgs_received=recvs)
-        if n > 1:
-            self._broadcast(tensor, src)
-        return tensor
+        work = self._broadcast(tensor, src, async_op) if n > 1 else None
+        return self._done(work, async_op, tensor)
 
-    def reduce(self, tensor: torch.Tensor, dst: int = 0, op: str = "sum") -> torch.Tensor:
+    def reduce(self, tensor: torch.Tensor, dst: int = 0, op: str = "sum",
+               async_op: bool = False):
         """Reduce every rank's `tensor` into `dst`'s (a chain ending at `dst`)."""
         _check_tensor(tensor, "tensor")
         self._root(dst, "dst")
@@ -197,13 +234,11 @@ class Comm(ABC):
         recvs = int(n > 1 and self.rank != first)
         self._charge("reduce", sent=sends * b, received=recvs * b,
                      msgs_sent=sends, msgs_received=recvs)
-        if n > 1:
-            self._reduce(tensor, dst, "sum" if op == "avg" else op)
-        if op == "avg" and self.rank == dst:
-            tensor.div_(n)
-        return tensor
+        work = self._reduce(tensor, dst, "sum" if op == "avg" else op, async_op) if n > 1 else None
+        avg = op == "avg" and self.rank == dst
+        return self._done(work, async_op, tensor, (lambda: tensor.div_(n)) if avg else None)
 
-    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum", async_op: bool = False):
         """Reduce `tensor` over all ranks, in place (charged as a ring allreduce)."""
         _check_tensor(tensor, "tensor")
         self._op(op)
@@ -212,14 +247,12 @@ class Comm(ABC):
         es = tensor.element_size()
         self._charge("all_reduce", sent=sent * es, received=recv * es,
                      msgs_sent=2 * (n - 1), msgs_received=2 * (n - 1))
-        if n > 1:
-            self._all_reduce(tensor, "sum" if op == "avg" else op)
-        if op == "avg":
-            tensor.div_(n)
-        return tensor
+        work = self._all_reduce(tensor, "sum" if op == "avg" else op, async_op) if n > 1 else None
+        return self._done(work, async_op, tensor,
+                          (lambda: tensor.div_(n)) if op == "avg" else None)
 
     def reduce_scatter(self, output: torch.Tensor, input_list: list[torch.Tensor],
-                       op: str = "sum") -> torch.Tensor:
+                       op: str = "sum", async_op: bool = False):
         """Rank r gets the reduction of every rank's `input_list[r]` in `output`."""
         _check_tensor(output, "output")
         self._check_list(input_list, "input_list", output)
@@ -232,14 +265,16 @@ class Comm(ABC):
                      received=sum(sizes) - sizes[(r - 1) % n],
                      msgs_sent=n - 1, msgs_received=n - 1)
         if n > 1:
-            self._reduce_scatter(output, input_list, "sum" if op == "avg" else op)
+            work = self._reduce_scatter(output, input_list, "sum" if op == "avg" else op,
+                                        async_op)
         else:
+            work = None
             output.copy_(input_list[0])
-        if op == "avg":
-            output.div_(n)
-        return output
+        return self._done(work, async_op, output,
+                          (lambda: output.div_(n)) if op == "avg" else None)
 
-    def all_gather(self, tensor_list: list[torch.Tensor], tensor: torch.Tensor) -> list:
+    def all_gather(self, tensor_list: list[torch.Tensor], tensor: torch.Tensor,
+                   async_op: bool = False):
         """Every rank gets every rank's `tensor`: `tensor_list[r]` is rank r's."""
         _check_tensor(tensor, "tensor")
         self._check_list(tensor_list, "tensor_list", tensor)
@@ -249,16 +284,17 @@ class Comm(ABC):
         self._charge("all_gather", sent=sum(sizes) - sizes[(r + 1) % n],
                      received=sum(sizes) - sizes[r], msgs_sent=n - 1, msgs_received=n - 1)
         if n > 1:
-            self._all_gather(tensor_list, tensor)
+            work = self._all_gather(tensor_list, tensor, async_op)
         else:
+            work = None
             tensor_list[0].copy_(tensor)
-        return tensor_list
+        return self._done(work, async_op, tensor_list)
 
-    def barrier(self) -> None:
+    def barrier(self, async_op: bool = False):
         """Wait until every rank has reached the barrier."""
         self._charge("barrier")
-        if self.world_size > 1:
-            self._barrier()
+        work = self._barrier(async_op) if self.world_size > 1 else None
+        return self._done(work, async_op, None)
 
     def _check_list(self, tensors, name: str, like: torch.Tensor) -> None:
         if not isinstance(tensors, (list, tuple)) or len(tensors) != self.world_size:
@@ -285,12 +321,16 @@ class Comm(ABC):
         """Seconds since the run started (logical time on simulated ranks)."""
         return time.perf_counter() - self._t0
 
-    _t0 = 0.0
+    def start_clock(self) -> None:
+        """Make `now()` count from here (a launcher calls it when `fn` starts)."""
+        self._t0 = time.perf_counter()
 
     def _compute(self, seconds: float) -> None:
         time.sleep(seconds)
 
     # ------------------------------------------------------ backend hooks
+    # Collective hooks get `async_op` and return a `Work` still to wait for, or None
+    # once done; point-to-point hooks return a `Work`.
     @abstractmethod
     def _isend(self, tensor: torch.Tensor, dst: int, tag: int) -> Work: ...
 
@@ -298,22 +338,22 @@ class Comm(ABC):
     def _irecv(self, tensor: torch.Tensor, src: int, tag: int) -> Work: ...
 
     @abstractmethod
-    def _broadcast(self, tensor: torch.Tensor, src: int) -> None: ...
+    def _broadcast(self, tensor: torch.Tensor, src: int, async_op: bool) -> Work | None: ...
 
     @abstractmethod
-    def _reduce(self, tensor: torch.Tensor, dst: int, op: str) -> None: ...
+    def _reduce(self, tensor: torch.Tensor, dst: int, op: str, async_op: bool) -> Work | None: ...
 
     @abstractmethod
-    def _all_reduce(self, tensor: torch.Tensor, op: str) -> None: ...
+    def _all_reduce(self, tensor: torch.Tensor, op: str, async_op: bool) -> Work | None: ...
 
     @abstractmethod
-    def _reduce_scatter(self, output: torch.Tensor, inputs: list, op: str) -> None: ...
+    def _reduce_scatter(self, output: torch.Tensor, inputs: list, op: str, async_op: bool) -> Work | None: ...
 
     @abstractmethod
-    def _all_gather(self, outputs: list, tensor: torch.Tensor) -> None: ...
+    def _all_gather(self, outputs: list, tensor: torch.Tensor, async_op: bool) -> Work | None: ...
 
     @abstractmethod
-    def _barrier(self) -> None: ...
+    def _barrier(self, async_op: bool) -> Work | None: ...
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(rank={self.rank}, world_size={self.world_size}, "

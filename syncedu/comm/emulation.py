@@ -9,8 +9,11 @@ No root, no `tc`: each rank delays its own traffic.
    out of one rank take turns, as on one NIC. (The receive port is not
    emulated: a rank receiving from several peers at once gets them sooner
    than the simulator would say.)
-2. Collectives: the rank runs torch's built-in, then waits until the time a ring
-   would take on the modeled network has passed (`ring_seconds`).
+   On a cluster network (`Network.cluster`) a message between ranks of
+   different nodes takes the `inter` link, inside a node the `intra` one (NIC
+   sharing between ranks is not emulated: each rank only knows its own port).
+2. Collectives: the rank runs torch's built-in, then waits until the time
+   `alphabeta.collective_time` gives (a ring or chain) has passed since the call.
 3. Compute: `comm.compute(seconds)` sleeps seconds times the rank's slowdown
    (in base.Comm).
 
@@ -19,30 +22,18 @@ Used in: notebooks/00_start_here, 04_parameter_server, 09_tuning_playbook.
 
 from __future__ import annotations
 
-import math
 import queue
 import threading
 import time
 
+from . import alphabeta
 from .base import ThreadWork, Work
 from .network import Network
 
 
 def ring_seconds(kind: str, nbytes: int, world_size: int, network: Network) -> float:
-    """Modeled time of a built-in collective of `nbytes` done as a ring (or chain)."""
-    n, a, bw = world_size, network.latency, network.bandwidth
-    if n == 1:
-        return 0.0
-    chunk = -(-nbytes // n)  # the largest ring chunk
-    if kind == "all_reduce":
-        return 2 * (n - 1) * (a + chunk / bw)
-    if kind in ("reduce_scatter", "all_gather"):
-        return (n - 1) * (a + chunk / bw)
-    if kind in ("broadcast", "reduce"):
-        return (n - 1) * (a + nbytes / bw)
-    if kind == "barrier":  # dissemination: ceil(log2 N) rounds of empty messages
-        return math.ceil(math.log2(n)) * a
-    raise ValueError(f"kind={kind!r} is not a known collective")
+    """Modeled time of a built-in collective (alphabeta.collective_time; kept for callers)."""
+    return alphabeta.collective_time(kind, nbytes, world_size, network)
 
 
 class Emulator:
@@ -62,7 +53,8 @@ class Emulator:
         nbytes = tensor.numel() * tensor.element_size()
         with self._lock:
             depart = max(time.perf_counter(), self._free_at)
-            due = depart + self.network.transfer_time(nbytes) + self.network.noise(self._rng)
+            link = self.network.link(self.rank, dst)
+            due = depart + link.transfer_time(nbytes) + self.network.noise(self._rng)
             self._free_at = due
             handle = ThreadWork("emulated send")
             self._link(dst).put((due, start, handle))
@@ -90,13 +82,11 @@ class Emulator:
             else:
                 handle.finish()
 
-    def collective(self, kind: str, nbytes: int, call) -> None:
-        """Run `call()`, then wait out the rest of the modeled ring time."""
-        t0 = time.perf_counter()
-        call()
+    def hold(self, kind: str, nbytes: int, t0: float) -> None:
+        """Wait until the modeled time of a collective started at `t0` has passed."""
         steps = 2 * (self.world_size - 1)
         noise = sum(self.network.noise(self._rng) for _ in range(steps)) if steps else 0.0
-        left = t0 + ring_seconds(kind, nbytes, self.world_size, self.network) + noise
-        left -= time.perf_counter()
+        left = t0 + alphabeta.collective_time(kind, nbytes, self.world_size, self.network)
+        left += noise - time.perf_counter()
         if left > 0:
             time.sleep(left)

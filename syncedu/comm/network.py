@@ -5,6 +5,8 @@ message of n bytes takes
 
     t(n) = alpha + n / bandwidth          (alpha = latency, 1/bandwidth = beta)
 
+`Network.cluster(nodes, gpus_per_node, intra, inter)` builds a hierarchical
+one (cluster.py); the formulas for every collective are in alphabeta.py.
 On top of it: per-rank `slowdown` factors that multiply each rank's compute time
 (stragglers), seeded `jitter` (extra delay drawn uniformly in [0, jitter) s per
 message) and `loss` (each message is lost with that probability and resent after
@@ -72,6 +74,35 @@ class Network:
     def transfer_time(self, nbytes: int) -> float:
         """alpha + n * beta: seconds one message of `nbytes` takes on one link."""
         return self.latency + nbytes / self.bandwidth
+
+    # A flat network is one node: every rank is local, every message takes this link.
+    is_cluster = False
+
+    def node_of(self, rank: int) -> int:
+        return 0
+
+    def local_rank_of(self, rank: int) -> int:
+        return rank
+
+    def local_world_size_of(self, rank: int, world_size: int) -> int:
+        return world_size
+
+    def link(self, src: int, dst: int) -> Network:
+        """The flat network a message from `src` to `dst` travels on (here: this one)."""
+        return self
+
+    @classmethod
+    def cluster(cls, nodes: int, gpus_per_node: int, intra="nvlink4", inter="infiniband_ndr",
+                nics_per_node: int = 1, **changes) -> Network:
+        """A hierarchical network of `nodes` x `gpus_per_node` ranks (see cluster.py).
+
+        `intra` (inside a node) and `inter` (between nodes) are `Network`s or preset
+        names; `changes` sets the other fields (slowdown, jitter, loss, seed, name).
+        """
+        from .cluster import Cluster  # cluster.py builds on this module
+
+        return Cluster(nodes=nodes, gpus_per_node=gpus_per_node, intra=intra, inter=inter,
+                       nics_per_node=nics_per_node, **changes)
 
     def slowdown_of(self, rank: int) -> float:
         """Compute slowdown of `rank` (1.0 when no slowdown was given)."""

@@ -1,8 +1,8 @@
 """Mark what simulated ranks print with their rank, as real ranks' lines are.
 
-Simulated ranks are threads of the caller's process, so their `print` goes to
+Simulated ranks run in the caller's process (threads or greenlets), so their `print` goes to
 the caller's `sys.stdout` directly. While a `sim.run` is active, `capture`
-puts a dispatcher in front of `sys.stdout`: a write from a thread bound to a
+puts a dispatcher in front of `sys.stdout`: a write from a rank bound to a
 rank goes to that run's `RankSink`, which marks each line `[rank r]` and either
 passes it on at once ("live"), holds it to print in rank order at the end
 ("ordered"), or drops it ("quiet"). Writes from any other thread pass through.
@@ -11,6 +11,7 @@ passes it on at once ("live"), holds it to print in rank order at the end
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import io
 import sys
 import threading
@@ -18,7 +19,9 @@ from collections.abc import Iterator
 
 OUTPUT_MODES = ("live", "ordered", "quiet")  # for launch.run and sim.run alike
 
-_local = threading.local()
+# (rank, sink) of the running rank: a context variable, so each thread and each
+# greenlet (simulated ranks may be either) has its own.
+_bound: contextvars.ContextVar = contextvars.ContextVar("syncedu_rank", default=None)
 _lock = threading.Lock()
 _state = {"users": 0, "original": None}  # the one dispatcher, shared by concurrent runs
 
@@ -28,10 +31,10 @@ class _Dispatch(io.TextIOBase):
         self.original = original
 
     def write(self, s: str) -> int:
-        sink = getattr(_local, "sink", None)
-        if sink is None:
+        bound = _bound.get()
+        if bound is None or bound[1] is None:
             return self.original.write(s)
-        sink.write(_local.rank, s)
+        bound[1].write(bound[0], s)
         return len(s)
 
     def flush(self) -> None:
@@ -74,8 +77,8 @@ class RankSink:
 
 
 def bind(rank: int, sink: RankSink | None) -> None:
-    """Called in a rank's thread: its writes now go to `sink`, marked `rank`."""
-    _local.rank, _local.sink = rank, sink
+    """Called in a rank's thread or greenlet: its writes now go to `sink`, marked `rank`."""
+    _bound.set((rank, sink))
 
 
 @contextlib.contextmanager

@@ -1,9 +1,11 @@
-"""Simulated messages: the message in flight, the handles, the receive port.
+"""Simulated messages and their timing: ports, clocks, the message in flight, the handles.
 
 See sim.py for the time model. A message's send-side times are fixed by its
 sender, in the sender's program order; the receive port is booked by the
 receiver, in its own program order. So logical time never depends on which
-thread the operating system happens to run first.
+rank the scheduler happens to run first. On a cluster network (cluster.py) a
+message between nodes also books its node's NIC on the way out (by the sender)
+and the other node's NIC on the way in (by the receiver).
 
 Used in: notebooks/00_start_here (through `syncedu.sim`).
 """
@@ -20,20 +22,22 @@ from .base import Work
 class Message:
     """One message in flight: a private copy of the data and its timing."""
 
-    __slots__ = ("data", "src", "chan", "start", "dur", "what")
+    __slots__ = ("data", "src", "chan", "start", "dur", "what", "nbytes")
 
-    def __init__(self, data, src: int, chan, start: float, dur: float, what: str):
+    def __init__(self, data, src: int, chan, start: float, dur: float, what: str,
+                 nbytes: int = 0):
         self.data, self.src, self.chan, self.what = data, src, chan, what
-        self.start = start  # when it left the sender's send port
+        self.start = start  # when it left the sender (and its NIC, between nodes)
         self.dur = dur  # latency + bytes / bandwidth (+ noise)
+        self.nbytes = nbytes
 
 
 class RecvPort:
-    """A rank's receive port: sorted, disjoint busy intervals, filled first-fit.
+    """A port (a rank's receive side, or a NIC): sorted, disjoint busy intervals, first-fit.
 
-    The receiver reserves a slot when it waits for a message, in its program
-    order. First-fit lets a message that left early but is waited for late
-    (after a straggler's) still come in early, in a gap.
+    The booker reserves a slot in its program order. First-fit lets a message
+    that left early but is waited for late (after a straggler's) still come in
+    early, in a gap.
     """
 
     __slots__ = ("starts", "ends")
@@ -47,6 +51,9 @@ class RecvPort:
         if dur <= 0:
             return earliest
         starts, ends = self.starts, self.ends
+        if not ends or ends[-1] <= earliest:  # the common case: nothing booked after
+            self._insert(len(starts), earliest, earliest + dur)
+            return earliest
         i = bisect_right(ends, earliest)  # busy intervals before i end in time
         t = earliest
         while i < len(starts) and starts[i] < t + dur:
@@ -54,6 +61,13 @@ class RecvPort:
             i += 1
         self._insert(i, t, t + dur)
         return t
+
+    def busy_until(self) -> float:
+        return self.ends[-1] if self.ends else float("-inf")
+
+    def append(self, t: float, end: float) -> None:
+        """Book [t, end), known to start at or after every interval booked so far."""
+        self._insert(len(self.starts), t, end)
 
     def _insert(self, i: int, t: float, end: float) -> None:
         starts, ends = self.starts, self.ends
@@ -71,47 +85,109 @@ class RecvPort:
             ends.insert(i, end)
 
 
+class Clock:
+    """One rank's logical clock, send port and receive port (and its noise stream)."""
+
+    __slots__ = ("now", "send_free", "port", "rng")
+
+    def __init__(self, rng=None):
+        self.now = 0.0
+        self.send_free = 0.0
+        self.port = RecvPort()
+        self.rng = rng
+
+    def advance(self, t: float) -> None:
+        if t > self.now:
+            self.now = t
+
+
+class Wires:
+    """The time model of one run: every rank's `Clock` and, on a cluster, the NICs."""
+
+    def __init__(self, network, world_size: int):
+        self.net = network
+        det = network.deterministic
+        self.clocks = [Clock(None if det else network.rng(r)) for r in range(world_size)]
+        self.cluster = network.is_cluster
+        self.nics: dict[tuple, RecvPort] = {}  # (node, nic, "out" | "in") -> port
+
+    def depart(self, src: int, dst: int, nbytes: int) -> tuple[float, float, float]:
+        """Step 1: book the sender's port (and NIC); return (start, dur, send end)."""
+        c, net = self.clocks[src], self.net
+        link = net.link(src, dst) if self.cluster else net
+        dur = link.latency + nbytes / link.bandwidth
+        if c.rng is not None:
+            dur += net.noise(c.rng)
+        start = c.send_free if c.send_free > c.now else c.now
+        if self.cluster and net.node_of(src) != net.node_of(dst):  # bytes queue at the NIC
+            start = self._nic(src, "out").reserve(start, nbytes / link.bandwidth)
+        c.send_free = start + dur
+        return start, dur, start + dur
+
+    def arrive(self, dst: int, src: int, start: float, dur: float, nbytes: int) -> float:
+        """Step 2: book the receiver's port (and NIC) from `start`; return the arrival."""
+        t = start
+        if self.cluster and self.net.node_of(src) != self.net.node_of(dst):
+            t = self._nic(dst, "in").reserve(start, nbytes / self.net.inter.bandwidth)
+        return self.clocks[dst].port.reserve(t, dur) + dur
+
+    def _nic(self, rank: int, way: str) -> RecvPort:
+        key = (self.net.node_of(rank), self.net.nic_of(rank), way)
+        port = self.nics.get(key)
+        if port is None:
+            port = self.nics[key] = RecvPort()
+        return port
+
+
 class SendWork(Work):
     """Handle of an `isend`: `wait()` moves the clock to when the send port is done."""
 
-    __slots__ = ("comm", "end")
+    __slots__ = ("clock", "end")
 
-    def __init__(self, comm, end: float):
-        self.comm, self.end = comm, end
+    def __init__(self, clock: Clock, end: float):
+        self.clock, self.end = clock, end
 
     def wait(self, timeout: float | None = None) -> None:
-        self.comm._advance(self.end)
+        self.clock.advance(self.end)
 
 
 class RecvWork(Work):
     """Handle of an `irecv`: `wait()` blocks until the message is in, then copies it.
 
+    `arrive(handle)` (the comm's) waits, books the ports and returns the data.
     `timeout` is accepted for the `Work` interface but not needed: a simulated
     wait either completes or is reported at once as a `DeadlockError`.
     """
 
-    __slots__ = ("comm", "src", "chan", "tensor", "nbytes", "what", "msg", "done")
+    __slots__ = ("arrive", "rank", "src", "chan", "tensor", "nbytes", "what", "msg", "done")
 
-    def __init__(self, comm, src: int, chan, tensor, what: str):
-        self.comm, self.src, self.chan, self.tensor, self.what = comm, src, chan, tensor, what
-        self.nbytes = tensor.numel() * tensor.element_size() if tensor is not None else 0
+    def __init__(self, arrive, rank: int, src: int, chan, tensor, what: str):
+        self.arrive, self.rank, self.src, self.chan = arrive, rank, src, chan
+        self.tensor, self.what = tensor, what
+        self.nbytes = tensor.nbytes if tensor is not None else 0
         self.msg: Message | None = None
         self.done = False
 
     def wait(self, timeout: float | None = None) -> None:
         if self.done:
             return
-        data = self.comm._arrive(self)
+        data = self.arrive(self)
         _check_match(self, data)
         flat_view(self.tensor).copy_(data)
         self.done = True
 
+    def describe(self, world) -> str:
+        text = f"recv from rank {self.src} (tag {self.chan[1]}, {self.nbytes} bytes)"
+        if world.ranks[self.src].done:
+            text += f"; rank {self.src} has already returned"
+        return text
+
 
 def _check_match(handle: RecvWork, data: torch.Tensor) -> None:
-    t, comm = handle.tensor, handle.comm
+    t = handle.tensor
     if data.dtype != t.dtype or data.numel() != t.numel():
         raise ValueError(
-            f"rank {comm.rank} posted a receive of {t.numel()} x {t.dtype} from rank "
+            f"rank {handle.rank} posted a receive of {t.numel()} x {t.dtype} from rank "
             f"{handle.src} (tag {handle.chan[1]}), but rank {handle.src} sent "
             f"{data.numel()} x {data.dtype}: sender and receiver must agree on dtype "
             "and number of elements")
@@ -119,4 +195,6 @@ def _check_match(handle: RecvWork, data: torch.Tensor) -> None:
 
 def flat_view(t: torch.Tensor) -> torch.Tensor:
     """A flat view of `t` outside autograd (a parameter may be received into)."""
-    return (t.detach() if t.requires_grad else t).view(-1)
+    if t.requires_grad:
+        t = t.detach()
+    return t if t.dim() == 1 else t.view(-1)  # the common 1-D case costs nothing

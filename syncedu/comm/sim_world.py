@@ -1,18 +1,20 @@
-"""What the threads of one simulated run share: mailboxes, a baton and a watch.
+"""What the ranks of one simulated run share: mailboxes, rendezvous, a baton and a watch.
 
-`sim.py` runs each rank as a thread; this module holds everything those threads
-share, in one `World` per run (nothing lives at module level, so several runs
-can go on at once, even nested):
+`sim.py` runs each rank as a thread or a greenlet (sim_sched.py); this module
+holds everything those ranks share, in one `World` per run (nothing lives at
+module level, so several runs can go on at once, even nested):
 
 - **mailboxes**: per receiver, the messages not yet matched and the receives
   not yet matched, keyed by (source, channel) and matched first-in first-out,
   as MPI matches by (source, tag);
-- **the baton**: only one rank's thread runs at a time. A rank runs until it
-  must wait for a message that is not there, then hands the baton to the next
-  ready rank (first come, first served), or when it has sent `BACKLOG` messages
-  that nobody has received yet (memory). The threads never fight over the GIL
-  or the cores, the run order (and so the order of prints) is the same every
-  time, and a deadlock is exact: a rank that must wait finds nobody ready;
+- **rendezvous**: the built-in collectives, matched by call number; the last
+  rank to join does the whole collective (sim_collectives.py);
+- **the baton**: only one rank runs at a time. A rank runs until it must wait
+  for a message (or a collective) that is not there, then hands the baton to
+  the next ready rank (first come, first served), or when it has sent
+  `BACKLOG` messages that nobody has received yet (memory). The run order
+  (and so the order of prints) is the same every time, and a deadlock is
+  exact: a rank that must wait finds nobody ready;
 - **the watch**: when a rank raises, or a deadlock or timeout stops the run,
   every parked rank is woken and `Cancelled` is raised inside it.
 
@@ -21,58 +23,87 @@ Used in: notebooks/00_start_here (through `syncedu.sim`).
 
 from __future__ import annotations
 
-import ctypes
 import threading
-import time
 import traceback
 from collections import deque
 
 from . import rank_output
 from .errors import DeadlockError, WorkerError
+from .sim_collectives import Call, check, resolve
 from .sim_messages import Message
 
 BACKLOG = 64  # a sender with this many unreceived messages to one rank lets others run
 
 
 class Cancelled(BaseException):
-    """Raised inside a rank's thread when the run is being stopped.
+    """Raised inside a rank when the run is being stopped.
 
     A `BaseException`, so a worker's `except Exception:` does not swallow it.
     """
 
 
 class RankState:
-    """One rank's mailbox, baton and watch entry (changed only under the world lock)."""
+    """One rank's mailbox and watch entry."""
 
-    __slots__ = ("baton", "parked", "unmatched", "posted", "waiting", "any_chan", "done")
+    __slots__ = ("parked", "unmatched", "posted", "waiting", "any_chan", "done", "calls")
 
     def __init__(self):
-        self.baton = threading.Lock()  # held while the rank is parked
-        self.baton.acquire()
         self.parked = True  # every rank starts parked, waiting for its first turn
         self.unmatched: dict = {}  # (src, chan) -> deque of Message
         self.posted: dict = {}  # (src, chan) -> deque of receive handles
-        self.waiting = None  # the receive handle this rank is blocked on
+        self.waiting = None  # the handle this rank is blocked on
         self.any_chan = None  # the channel this rank's recv_any waits on
         self.done = False
+        self.calls = 0  # built-in collectives called so far
+
+
+class CollectiveWork:
+    """Handle of one rank's part in a built-in collective (see `World.join`)."""
+
+    __slots__ = ("world", "rank", "call", "pending", "msg")
+
+    def __init__(self, world, rank: int, call: Call, pending: dict):
+        self.world, self.rank, self.call, self.pending = world, rank, call, pending
+        self.msg = None  # set (True) when the collective is done
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until every rank has joined; then move the clock to the completion."""
+        self.world.wait(self.rank, self)
+        self.world.wires.clocks[self.rank].advance(self.call.end)
+
+    def describe(self, world) -> str:
+        missing = [r for r in range(world.n) if r not in self.pending]
+        text = f"{self.call.kind}: waiting for a message from rank {missing[0]}"
+        if len(missing) > 1:
+            shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
+            text += f" (ranks {shown} have not called it)"
+        done = [r for r in missing if world.ranks[r].done]
+        if done:
+            text += f"; rank {done[0]} has already returned"
+        return text
 
 
 class World:
     """The shared state of one run of `world_size` simulated ranks."""
 
-    def __init__(self, world_size: int, sink=None):
+    Cancelled = Cancelled
+
+    def __init__(self, world_size: int, sink, sched, wires):
         self.n = world_size
-        self.sink = sink  # where the rank threads' prints go (rank_output.RankSink)
+        self.sink = sink  # where the ranks' prints go (rank_output.RankSink)
+        self.sched = sched  # sim_sched: threads or greenlets
+        self.wires = wires  # sim_messages.Wires: clocks, ports, NICs
         self.lock = threading.Lock()
         self.ranks = [RankState() for _ in range(world_size)]
         self.ready = deque(range(world_size))  # parked ranks that can run, in turn order
         self.idle: list[int] = []  # ranks in recv_any with a message to choose from
+        self.rendezvous: dict[int, dict] = {}  # call number -> {rank: handle}
         self.results: list = [None] * world_size
         self.failures: dict[int, tuple[BaseException, str]] = {}
         self.error: BaseException | None = None  # why the run is stopping
+        self.timeout_error = None  # made by sim.run: the error a timeout stops the run with
         self.n_done = 0
         self.all_done = threading.Event()
-        self.threads: list[threading.Thread] = []
 
     # ------------------------------------------------------------ messages
     def check(self) -> None:
@@ -105,14 +136,20 @@ class World:
 
     def pause(self, rank: int) -> None:
         """Let the ready ranks run before `rank` goes on (it is far ahead of a receiver)."""
+        if not self.ready or not self._may_park(rank):
+            return
         with self.lock:
             self.check()
-            if not self.ready:
-                return
             self.ranks[rank].parked = True
             self.ready.append(rank)
             self._pass_baton()
         self._turn(rank)
+
+    def _may_park(self, rank: int) -> bool:
+        try:
+            return self.sched.check_can_park(rank)
+        except RuntimeError:
+            return False  # inside autograd on a greenlet: keep running instead
 
     def post(self, rank: int, handle) -> None:
         """Match receive `handle` (fields src, chan) to a queued message or post it."""
@@ -127,9 +164,10 @@ class World:
                 st.posted.setdefault(key, deque()).append(handle)
 
     def wait(self, rank: int, handle) -> Message:
-        """Park rank `rank` until `handle` has its message; return the message."""
+        """Park rank `rank` until `handle` has its message (`.msg`); return it."""
         if handle.msg is not None:
             return handle.msg
+        self.sched.check_can_park(rank)
         with self.lock:
             self.check()
             st = self.ranks[rank]
@@ -139,6 +177,28 @@ class World:
         self._turn(rank)
         return handle.msg
 
+    def join(self, rank: int, call: Call) -> CollectiveWork:
+        """Join rank `rank`'s next built-in collective; the last rank to join does it."""
+        with self.lock:
+            self.check()
+            st = self.ranks[rank]
+            number, st.calls = st.calls, st.calls + 1
+            pending = self.rendezvous.setdefault(number, {})
+            if pending:
+                check(next(iter(pending.values())).call, call)
+            call.now = self.wires.clocks[rank].now
+            handle = pending[rank] = CollectiveWork(self, rank, call, pending)
+            if len(pending) < self.n:
+                return handle
+            del self.rendezvous[number]
+            resolve([pending[r].call for r in range(self.n)], self.wires)
+            for r in range(self.n):
+                pending[r].msg = True
+                if self.ranks[r].waiting is pending[r]:
+                    self.ranks[r].waiting = None
+                    self.ready.append(r)
+        return handle
+
     def recv_any(self, rank: int, chan) -> Message:
         """Park `rank` until no other rank can run; take its earliest message on `chan`.
 
@@ -147,6 +207,7 @@ class World:
         among the ranks in `recv_any`, the one whose earliest message arrives
         first goes on (`_pass_baton`). The choice never depends on thread timing.
         """
+        self.sched.check_can_park(rank)
         with self.lock:
             self.check()
             st = self.ranks[rank]
@@ -172,30 +233,33 @@ class World:
                     best, key = (msg.start + msg.dur, src), (src, chan)
         return key
 
-    # ------------------------------------------------------------- threads
+    # --------------------------------------------------------------- ranks
     def launch(self, comms: list, fn, args: tuple, kwargs: dict) -> None:
-        """Start one daemon thread per comm, running `fn(comm, *args, **kwargs)`."""
-        for comm in comms:
-            t = threading.Thread(target=self._main, args=(comm, fn, args, kwargs),
-                                 name=f"sim-rank-{comm.rank}", daemon=True)
-            try:
-                t.start()
-            except RuntimeError as exc:  # the operating system refused another thread
-                self.stop(exc)
-                self.join()
-                raise RuntimeError(f"sim.run could start only {len(self.threads)} of "
-                                   f"{len(comms)} rank threads: {exc}") from None
-            self.threads.append(t)
+        """Start every rank (parked) running `fn(comm, *args, **kwargs)`; rank 0 goes first."""
+        def main(comm):
+            self._main(comm, fn, args, kwargs)
+
+        try:
+            self.sched.start(comms, main)
+        except RuntimeError as exc:  # the operating system refused another thread
+            self.stop(exc)
+            self.sched.join(Cancelled)
+            raise RuntimeError(f"sim.run could not start {len(comms)} ranks: {exc}") from None
         with self.lock:
-            self._pass_baton()  # rank 0 goes first
+            self._pass_baton()
 
     def _main(self, comm, fn, args: tuple, kwargs: dict) -> None:
-        rank_output.bind(comm.rank, self.sink)  # this thread's prints: "[rank r] ..."
+        rank_output.bind(comm.rank, self.sink)  # this rank's prints: "[rank r] ..."
         try:
-            self._turn(comm.rank)
+            self.sched.first_turn(comm.rank)
+            self.check()
             result = fn(comm, *args, **kwargs)
         except Cancelled:
             self.fail(comm.rank, None, "")
+        except KeyboardInterrupt:  # greenlet ranks run on the caller's thread: pass it on
+            self.fail(comm.rank, None, "")
+            self.stop(RuntimeError("sim.run was interrupted"))
+            raise
         except BaseException as exc:  # noqa: BLE001 - any failure is reported, not lost
             tb = exc.__traceback__.tb_next  # start at fn, not at this frame
             self.fail(comm.rank, exc, "".join(traceback.format_exception(type(exc), exc, tb)))
@@ -204,21 +268,8 @@ class World:
 
     def _turn(self, rank: int) -> None:
         """Sleep until this rank holds the baton (or the run stops)."""
-        self.ranks[rank].baton.acquire()
+        self.sched.park(rank)
         self.check()
-
-    def join(self, grace: float = 0.5) -> None:
-        """Join every thread; one stuck outside the comm gets `Cancelled` raised in it."""
-        deadline = time.monotonic() + grace
-        for t in self.threads:
-            t.join(max(0.0, deadline - time.monotonic()))
-        stuck = [t for t in self.threads if t.is_alive()]
-        for t in stuck:  # e.g. a pure-Python loop that never calls the comm again
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(t.ident),
-                                                       ctypes.py_object(Cancelled))
-        deadline = time.monotonic() + grace
-        for t in stuck:
-            t.join(max(0.0, deadline - time.monotonic()))
 
     # --------------------------------------------------------------- watch
     def finish(self, rank: int, result) -> None:
@@ -238,15 +289,19 @@ class World:
             if exc is not None:
                 self.failures[rank] = (exc, tb)
                 self._stop(WorkerError(rank, _one_line(exc), tb))
+            if self.n_done == self.n:
+                self.all_done.set()
 
     def stop(self, error: BaseException) -> None:
         """Stop the run with `error` (kept only if it is the first reason)."""
         with self.lock:
             self._stop(error)
 
+    def stop_for_timeout(self) -> None:
+        self.stop(self.timeout_error(self.unfinished()))
+
     def unfinished(self) -> list[int]:
-        with self.lock:
-            return [r for r, st in enumerate(self.ranks) if not st.done]
+        return [r for r, st in enumerate(self.ranks) if not st.done]
 
     def outcome(self) -> BaseException | None:
         """The error to raise: the lowest failed rank's, else deadlock or timeout."""
@@ -265,9 +320,8 @@ class World:
             self.idle.remove(rank)
         else:
             return False
-        st = self.ranks[rank]
-        st.parked = False
-        st.baton.release()
+        self.ranks[rank].parked = False
+        self.sched.wake(rank)
         return True
 
     def _arrival(self, rank: int) -> float:
@@ -283,29 +337,18 @@ class World:
     def _stop(self, error: BaseException) -> None:
         if self.error is None:
             self.error = error
-        for st in self.ranks:  # wake every parked rank: each raises Cancelled
-            if st.parked:
-                st.parked = False
-                st.baton.release()
+        parked = [r for r, st in enumerate(self.ranks) if st.parked]
+        for r in parked:
+            self.ranks[r].parked = False
+        self.sched.release_all(parked)  # each wakes up and raises Cancelled
         self.all_done.set()
 
     def _waiting(self) -> dict[int, str]:
-        waiting = {r: describe(st.waiting, self) for r, st in enumerate(self.ranks)
+        waiting = {r: st.waiting.describe(self) for r, st in enumerate(self.ranks)
                    if st.waiting is not None and not st.done}
         waiting.update({r: f"recv_any (tag {st.any_chan[1]}) from any rank"
                         for r, st in enumerate(self.ranks) if st.any_chan is not None})
         return waiting
-
-
-def describe(handle, world: World) -> str:
-    """What a blocked receive waits for, e.g. 'recv from rank 3 (tag 0, 4000 bytes)'."""
-    if handle.what == "recv":
-        text = f"recv from rank {handle.src} (tag {handle.chan[1]}, {handle.nbytes} bytes)"
-    else:
-        text = f"{handle.what}: waiting for a message from rank {handle.src}"
-    if world.ranks[handle.src].done:
-        text += f"; rank {handle.src} has already returned"
-    return text
 
 
 def _one_line(exc: BaseException) -> str:

@@ -13,6 +13,7 @@ Used in: every notebook that launches real ranks.
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 
@@ -74,7 +75,16 @@ class TorchComm(Comm):
                       if self.backend == "nccl" else torch.device("cpu"))
         self.device = torch.device(device)
         self._emu = Emulator(network, self.rank, self.world_size) if network is not None else None
-        self._t0 = time.perf_counter()
+        if not (network is not None and network.is_cluster):
+            self._place_from_env()
+
+    def _place_from_env(self) -> None:
+        """Under torchrun: node and local rank from LOCAL_RANK / LOCAL_WORLD_SIZE."""
+        local, size = os.environ.get("LOCAL_RANK"), os.environ.get("LOCAL_WORLD_SIZE")
+        if self.group is not None or local is None or size is None:
+            return  # one node: local rank = rank (set by Comm)
+        self.local_rank, self.local_world_size = int(local), int(size)
+        self.node = int(os.environ.get("GROUP_RANK", self.rank // max(1, int(size))))
 
     def _global(self, r: int) -> int:
         return r if self.group is None else dist.get_global_rank(self.group, r)
@@ -99,49 +109,55 @@ class TorchComm(Comm):
         return src if self.group is None else dist.get_group_rank(self.group, src)
 
     # ---------------------------------------------------- collectives
-    # Each runs torch's built-in; with emulation the rank then waits until the
-    # modeled ring time has passed (Emulator.collective).
-    def _timed(self, kind: str, nbytes: int, call) -> None:
-        if self._emu is None:
-            call()
-        else:
-            self._emu.collective(kind, nbytes, call)
+    # Each runs torch's built-in (async_op as given); with emulation the rank then
+    # waits until the modeled time since the call has passed (Emulator.hold).
+    def _timed(self, kind: str, nbytes: int, call, async_op: bool):
+        t0 = time.perf_counter()
+        work = call(async_op)
+        after = None if self._emu is None else (lambda: self._emu.hold(kind, nbytes, t0))
+        handle = TorchWork(work, after)
+        if async_op:
+            return handle
+        handle.wait()
+        return None
 
-    def _broadcast(self, tensor, src):
-        self._timed("broadcast", _nb(tensor),
-                    lambda: dist.broadcast(tensor, self._global(src), group=self.group))
+    def _broadcast(self, tensor, src, async_op):
+        return self._timed("broadcast", _nb(tensor), lambda a: dist.broadcast(
+            tensor, self._global(src), group=self.group, async_op=a), async_op)
 
-    def _reduce(self, tensor, dst, op):
-        self._timed("reduce", _nb(tensor),
-                    lambda: dist.reduce(tensor, self._global(dst), op=_OPS[op], group=self.group))
+    def _reduce(self, tensor, dst, op, async_op):
+        return self._timed("reduce", _nb(tensor), lambda a: dist.reduce(
+            tensor, self._global(dst), op=_OPS[op], group=self.group, async_op=a), async_op)
 
-    def _all_reduce(self, tensor, op):
-        self._timed("all_reduce", _nb(tensor),
-                    lambda: dist.all_reduce(tensor, op=_OPS[op], group=self.group))
+    def _all_reduce(self, tensor, op, async_op):
+        return self._timed("all_reduce", _nb(tensor), lambda a: dist.all_reduce(
+            tensor, op=_OPS[op], group=self.group, async_op=a), async_op)
 
-    def _reduce_scatter(self, output, inputs, op):
-        def call():
+    def _reduce_scatter(self, output, inputs, op, async_op):
+        def call(a):
             if self._has_reduce_scatter:
                 try:
-                    dist.reduce_scatter(output, list(inputs), op=_OPS[op], group=self.group)
-                    return
+                    return dist.reduce_scatter(output, list(inputs), op=_OPS[op],
+                                               group=self.group, async_op=a)
                 except RuntimeError as e:  # older Gloo builds lack reduce_scatter
                     if "support" not in str(e).lower():
                         raise
                     self._has_reduce_scatter = False
-            flat = torch.cat([t.reshape(-1) for t in inputs])
+            flat = torch.cat([t.reshape(-1) for t in inputs])  # done here, even if async
             dist.all_reduce(flat, op=_OPS[op], group=self.group)
             output.copy_(flat.view(len(inputs), -1)[self.rank].view_as(output))
-        self._timed("reduce_scatter", _nb(output) * self.world_size, call)
+            return None
+        return self._timed("reduce_scatter", _nb(output) * self.world_size, call, async_op)
 
     _has_reduce_scatter = True
 
-    def _all_gather(self, outputs, tensor):
-        self._timed("all_gather", _nb(tensor) * self.world_size,
-                    lambda: dist.all_gather(list(outputs), tensor, group=self.group))
+    def _all_gather(self, outputs, tensor, async_op):
+        return self._timed("all_gather", _nb(tensor) * self.world_size, lambda a: dist.all_gather(
+            list(outputs), tensor, group=self.group, async_op=a), async_op)
 
-    def _barrier(self):
-        self._timed("barrier", 0, lambda: dist.barrier(group=self.group))
+    def _barrier(self, async_op):
+        return self._timed("barrier", 0, lambda a: dist.barrier(group=self.group, async_op=a),
+                           async_op)
 
     def _compute(self, seconds: float) -> None:
         time.sleep(seconds)

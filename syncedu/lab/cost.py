@@ -1,21 +1,13 @@
-"""The alpha-beta(-gamma) cost model of every collective, calibration, and what-ifs.
+"""The alpha-beta(-gamma) cost model at work: predictions, calibration, what-ifs.
 
-A message of n bytes takes alpha + n * beta (alpha: latency, beta = 1 /
-bandwidth); reducing n bytes costs n * gamma (Hockney 1994; Thakur, Rabenseifner
-& Gropp, IJHPCA 2005). With N ranks and S bytes per rank, each algorithm's time
-is a * alpha + b * beta + c * gamma, and `terms` gives (a, b, c):
-
-| algorithm | a (messages in a row) | b (bytes in a row) | c (bytes reduced) |
-|---|---|---|---|
-| naive | 2(N-1) | 2(N-1) S | (N-1) S |
-| ring | 2(N-1) G | 2(N-1) S/N | (N-1)/N S |
-| tree | 2 ceil(log2 N) | 2 ceil(log2 N) S | ceil(log2 N) S |
-| halving_doubling | 2 log2 p (+2) | 2(p-1)/p S (+2S) | (p-1)/p S (+S) |
-
-G is the ring's pipeline segments per chunk (1 unless a chunk is over
-`SEGMENT_BYTES`); p = 2^floor(log2 N), the (+...) terms only when N != p. These
-are exactly what the simulator's clock charges (tests hold formula, simulator
-and ledger together). Busbw follows nccl-tests' PERFORMANCE.md.
+The formulas themselves (transfer time; ring, tree, halving-doubling,
+recursive doubling, hierarchical and chain times, flat and on a cluster; busbw
+factors) live in one table, `syncedu/comm/alphabeta.py`; the simulator's
+logical time equals them (tests/test_cost.py, tests/test_cluster.py). This
+module adds what a lesson does with them: the (a, b, c) coefficients of
+time = a alpha + b beta + c gamma on a flat network (`terms`, Thakur,
+Rabenseifner & Gropp, IJHPCA 2005), the best algorithm per size, what-if
+tables, and fitting alpha and beta to measurements (`calibrate`).
 
 Used in: notebooks/02_allreduce_algorithms, 04_parameter_server, 09_tuning_playbook.
 """
@@ -25,60 +17,72 @@ from __future__ import annotations
 import math
 import statistics
 
-from syncedu.comm.emulation import ring_seconds
+from syncedu.comm import alphabeta
 from syncedu.comm.network import Network
 from syncedu.strategies.collectives import ALGORITHMS, SEGMENT_BYTES, ring_segments
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
-BUS_FACTOR = {  # nccl-tests: busbw = algbw * factor(N)
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-}
+BUS_FACTOR = alphabeta.BUS_FACTOR
+_DEFAULT = object()  # segment_bytes not given: ring_pipelined's default, no segments for ring
 
 
 def _check(nbytes, world_size) -> None:
-    if not isinstance(world_size, int) or world_size < 1:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size={world_size!r} must be an int >= 1")
     if nbytes < 0:
         raise ValueError(f"nbytes={nbytes!r} must be >= 0")
 
 
+def _algorithm(algorithm: str) -> str:
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm={algorithm!r} is unknown; choose one of {list(ALGORITHMS)}")
+    return algorithm
+
+
+def _segments(algorithm, nbytes, n, itemsize, segment_bytes) -> int:
+    if algorithm == "ring_pipelined" or (algorithm == "ring" and segment_bytes is not _DEFAULT):
+        seg = SEGMENT_BYTES if segment_bytes is _DEFAULT else segment_bytes
+        return ring_segments(int(nbytes // itemsize), n, itemsize, seg)
+    return 1
+
+
 def terms(algorithm: str, nbytes: float, world_size: int, *, itemsize: int = 4,
-          segment_bytes: int | None = SEGMENT_BYTES) -> tuple[float, float, float]:
-    """(a, b, c) with time = a*alpha + b*beta + c*gamma for an allreduce of `nbytes`."""
+          segment_bytes=_DEFAULT) -> tuple[float, float, float]:
+    """(a, b, c) with time = a*alpha + b*beta + c*gamma, flat network (alphabeta.py's table)."""
     _check(nbytes, world_size)
     n, s = world_size, float(nbytes)
     if n == 1:
         return 0.0, 0.0, 0.0
+    _algorithm(algorithm)
     if algorithm == "naive":
         return 2 * (n - 1), 2 * (n - 1) * s, (n - 1) * s
-    if algorithm == "ring":
-        g = ring_segments(int(s // itemsize), n, itemsize, segment_bytes)
+    if algorithm in ("ring", "ring_pipelined", "hierarchical"):  # one node: a ring
+        g = _segments(algorithm, nbytes, n, itemsize, segment_bytes)
         return 2 * (n - 1) * g, 2 * (n - 1) * s / n, (n - 1) / n * s
     if algorithm == "tree":
         k = math.ceil(math.log2(n))
         return 2 * k, 2 * k * s, k * s
-    if algorithm == "halving_doubling":
-        p = 1 << (n.bit_length() - 1)
-        fold = 2 if n != p else 0
-        return (2 * math.log2(p) + fold, 2 * (p - 1) / p * s + fold * s,
-                (p - 1) / p * s + fold / 2 * s)
-    raise ValueError(f"algorithm={algorithm!r} is unknown; choose one of {list(ALGORITHMS)}")
+    p = 1 << (n.bit_length() - 1)
+    fold = 2 if n != p else 0
+    if algorithm == "recursive_doubling":
+        k = math.log2(p)
+        return k + fold, k * s + fold * s, k * s + fold / 2 * s
+    return (2 * math.log2(p) + fold, 2 * (p - 1) / p * s + fold * s,
+            (p - 1) / p * s + fold / 2 * s)
 
 
 def allreduce_time(algorithm: str, nbytes: float, world_size: int, network: Network, *,
-                   gamma: float = 0.0, itemsize: int = 4,
-                   segment_bytes: int | None = SEGMENT_BYTES) -> float:
-    """Predicted seconds of an allreduce of `nbytes` per rank on `network`.
+                   gamma: float = 0.0, itemsize: int = 4, segment_bytes=_DEFAULT) -> float:
+    """Predicted seconds of an allreduce of `nbytes` per rank on `network` (flat or cluster).
 
     `gamma` is seconds per byte reduced (0: arithmetic is free, as in the simulator).
     """
-    a, b, c = terms(algorithm, nbytes, world_size, itemsize=itemsize,
-                    segment_bytes=segment_bytes)
-    return a * network.latency + b / network.bandwidth + c * gamma
+    _check(nbytes, world_size)
+    g = _segments(_algorithm(algorithm), nbytes, world_size, itemsize, segment_bytes)
+    seconds = alphabeta.allreduce_time(algorithm, nbytes, world_size, network, segments=g)
+    if gamma:
+        seconds += terms(algorithm, nbytes, world_size, itemsize=itemsize)[2] * gamma
+    return seconds
 
 
 def collective_time(op: str, nbytes: float, world_size: int, network: Network) -> float:
@@ -86,12 +90,12 @@ def collective_time(op: str, nbytes: float, world_size: int, network: Network) -
 
     all_reduce: a ring; reduce_scatter / all_gather: one ring phase, `nbytes`
     being the whole (input / output) tensor; broadcast / reduce: a chain of
-    N-1 whole messages.
+    N-1 whole messages (alphabeta.collective_time, which emulation uses too).
     """
     _check(nbytes, world_size)
     if op not in COLLECTIVES:
         raise ValueError(f"op={op!r} is unknown; choose one of {COLLECTIVES}")
-    return ring_seconds(op, nbytes, world_size, network)  # the one model emulation uses too
+    return alphabeta.collective_time(op, nbytes, world_size, network)
 
 
 def ps_time(nbytes: float, workers: int, network: Network, servers: int = 1) -> float:
@@ -118,9 +122,7 @@ def algbw(nbytes: float, seconds: float) -> float:
 
 def busbw(op: str, nbytes: float, seconds: float, world_size: int) -> float:
     """Bus bandwidth: algbw times the op's factor, e.g. 2(N-1)/N for all_reduce (nccl-tests)."""
-    if op not in BUS_FACTOR:
-        raise ValueError(f"op={op!r} is unknown; choose one of {list(BUS_FACTOR)}")
-    return algbw(nbytes, seconds) * BUS_FACTOR[op](world_size)
+    return alphabeta.busbw(op, nbytes, seconds, world_size)
 
 
 # ------------------------------------------------------------ what-ifs

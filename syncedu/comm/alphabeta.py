@@ -1,0 +1,221 @@
+"""The alpha-beta formulas, in one place: what each collective costs on a `Network`.
+
+A message of n bytes on one link takes t(n) = alpha + n * beta (Hockney 1994;
+alpha = latency, beta = 1 / bandwidth). With N ranks and S bytes per rank, the
+allreduce algorithms of `syncedu.collectives` take (flat network, Thakur,
+Rabenseifner & Gropp, IJHPCA 2005; Patarasuk & Yuan, JPDC 2009):
+
+| algorithm | time |
+|---|---|
+| naive | 2(N-1) t(S) |
+| ring | 2(N-1) t(S/N) |
+| ring_pipelined | 2(N-1) G t(S/(N G)), G segments per chunk |
+| tree | 2 ceil(log2 N) t(S) |
+| halving_doubling | 2 sum_k t(S/2^k), k = 1..log2 p; plus 2 t(S) if N != p |
+| recursive_doubling | log2 p t(S); plus 2 t(S) if N != p |
+
+p = 2^floor(log2 N): the ranks beyond p are folded in first (each hands its
+vector to a partner and gets the result back). The built-in collectives of
+`Comm` are charged as a ring (all_reduce: 2(N-1) t(S/N); reduce_scatter and
+all_gather: (N-1) t(S/N)), broadcast and reduce as a chain of N-1 whole
+messages, barrier as ceil(log2 N) empty messages (dissemination). Bus bandwidth
+follows nccl-tests' PERFORMANCE.md (`BUS_FACTOR`).
+
+On a cluster (`Network.cluster`: M nodes of L ranks, `intra` inside a node,
+`inter` between nodes, f = ceil(L / nics_per_node) ranks per NIC), a message
+between nodes also queues at its node's NIC, which carries one message's bytes
+at a time (sim.py). So:
+
+- ring (ranks in node order: one flow per NIC per step):
+  2(N-1) max(t_intra(S/N), t_inter(S/N));
+- hierarchical (ring reduce-scatter inside the node, ring allreduce across
+  nodes among equal local ranks on the S/L shard, ring all-gather inside):
+  2(L-1) t_intra(S/L) + max(alpha + 2(M-1) f w, 2(M-1) t_inter(S/N) + (f-1) w),
+  w = (S/N) beta_inter: the L rings across nodes share the NIC, so it is either
+  always busy (bandwidth) or each ring waits for its own latency;
+- tree, halving_doubling, recursive_doubling: their steps summed, a step
+  between nodes costing alpha + f' n beta_inter when f' flows share a NIC.
+
+The simulator's logical time equals these on flat networks, and on clusters for
+naive, ring, tree, and for every algorithm as long as no two flows meet at a
+NIC (small messages, one rank per NIC). Where flows do meet (halving-doubling,
+recursive doubling and hierarchical with large messages), ranks drift apart
+and the simulator's first-come first-served NICs make the order matter: there
+these are the lockstep model, within 25% of the simulator (tests/test_cluster.py).
+
+Used in: notebooks/02_allreduce_algorithms, 09_tuning_playbook (through `syncedu.cost`).
+"""
+
+from __future__ import annotations
+
+import math
+
+BUS_FACTOR = {  # nccl-tests: busbw = algbw * factor(N)
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+}
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "barrier")
+ALLREDUCE = ("naive", "ring", "ring_pipelined", "tree", "halving_doubling",
+             "recursive_doubling", "hierarchical")
+
+
+def transfer_time(nbytes: float, link) -> float:
+    """alpha + n * beta: seconds one message of `nbytes` takes on `link` (a flat Network)."""
+    return link.latency + nbytes / link.bandwidth
+
+
+def _links(network):
+    """(intra link, inter link, ranks per node, nodes, ranks per NIC) of any network."""
+    if getattr(network, "is_cluster", False):
+        f = -(-network.gpus_per_node // network.nics_per_node)
+        return network.intra, network.inter, network.gpus_per_node, network.nodes, f
+    return network, network, None, 1, 1
+
+
+def _check(nbytes, world_size) -> None:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size={world_size!r} must be an int >= 1")
+    if not nbytes >= 0:
+        raise ValueError(f"nbytes={nbytes!r} must be >= 0")
+
+
+# ---------------------------------------------------------------- flat
+def ring_time(nbytes: float, n: int, network, segments: int = 1) -> float:
+    """2(N-1) G t(S/(N G)); on a cluster the slower of the intra/inter link per step."""
+    intra, inter, per_node, nodes, _ = _links(network)
+    if n == 1:
+        return 0.0
+    piece = nbytes / n / segments
+    slow = transfer_time(piece, inter if nodes > 1 else intra)
+    return 2 * (n - 1) * segments * max(transfer_time(piece, intra), slow)
+
+
+def chain_time(nbytes: float, n: int, network) -> float:
+    """N-1 whole messages one after the other (broadcast, reduce; naive's root port).
+
+    On a cluster M-1 of them cross nodes (the chain runs in node order; naive's
+    root takes the N-L messages from other nodes on its port, one at a time).
+    """
+    intra, inter, _, nodes, _ = _links(network)
+    crossing = nodes - 1
+    return crossing * transfer_time(nbytes, inter) + (n - 1 - crossing) * transfer_time(nbytes, intra)
+
+
+def naive_time(nbytes: float, n: int, network) -> float:
+    """Everyone to rank 0 and back: its port takes N-1 whole messages each way."""
+    intra, inter, per_node, nodes, _ = _links(network)
+    crossing = n - per_node if nodes > 1 else 0
+    return 2 * (crossing * transfer_time(nbytes, inter)
+                + (n - 1 - crossing) * transfer_time(nbytes, intra))
+
+
+def _crossing(n: int, mask: int, per_node) -> bool:
+    """Does a step between ranks `mask` apart cross nodes (nodes of `per_node` ranks)?"""
+    return per_node is not None and mask >= per_node
+
+
+def _step(nbytes: float, n: int, mask: int, network, flows_per_nic: int) -> float:
+    """One step of a log-depth algorithm between ranks `mask` apart."""
+    intra, inter, per_node, nodes, f = _links(network)
+    if nodes > 1 and _crossing(n, mask, per_node):
+        return inter.latency + min(flows_per_nic, f) * nbytes / inter.bandwidth
+    return transfer_time(nbytes, intra)
+
+
+def tree_time(nbytes: float, n: int, network) -> float:
+    """Binomial reduce + broadcast: 2 sum over rounds of t(S) (one flow per node per round)."""
+    k = math.ceil(math.log2(n)) if n > 1 else 0
+    return 2 * sum(_step(nbytes, n, 1 << i, network, 1) for i in range(k))
+
+
+def _fold(nbytes: float, n: int, network) -> tuple[int, float]:
+    """(p, time of folding in and out the N - p extra ranks: 2 t(S) if any)."""
+    p = 1 << (n.bit_length() - 1)
+    return p, (2 * _step(nbytes, n, 1, network, 1) if n != p else 0.0)
+
+
+def halving_doubling_time(nbytes: float, n: int, network) -> float:
+    """Rabenseifner: halving with distance p/2..1 on S/2..S/p, then doubling back."""
+    if n == 1:
+        return 0.0
+    p, fold = _fold(nbytes, n, network)
+    steps, d, size = 0.0, p // 2, nbytes / 2
+    while d:  # every rank of a node sends at once in a crossing step: f flows per NIC
+        steps += 2 * _step(size, n, d, network, 1 << 30)
+        d, size = d // 2, size / 2
+    return fold + steps
+
+
+def recursive_doubling_time(nbytes: float, n: int, network) -> float:
+    """Thakur et al. 2005 (short messages): log2 p swaps of the whole vector."""
+    if n == 1:
+        return 0.0
+    p, fold = _fold(nbytes, n, network)
+    return fold + sum(_step(nbytes, n, 1 << i, network, 1 << 30)
+                      for i in range(p.bit_length() - 1))
+
+
+def hierarchical_time(nbytes: float, n: int, network) -> float:
+    """Ring inside the node, L rings across nodes sharing the NICs, ring inside again."""
+    intra, inter, per_node, nodes, f = _links(network)
+    if per_node is None or nodes == 1:
+        return ring_time(nbytes, n, intra)
+    inside = 2 * (per_node - 1) * transfer_time(nbytes / per_node, intra)
+    if nodes == 1:
+        return inside
+    w = nbytes / n / inter.bandwidth
+    steps = 2 * (nodes - 1)
+    across = max(inter.latency + steps * f * w, steps * (inter.latency + w) + (f - 1) * w)
+    return inside + across
+
+
+def allreduce_time(algorithm: str, nbytes: float, world_size: int, network,
+                   segments: int = 1) -> float:
+    """Seconds of `algorithm` (see the table above) for `nbytes` per rank on `network`."""
+    _check(nbytes, world_size)
+    n = world_size
+    if n == 1:
+        return 0.0
+    if algorithm == "naive":
+        return naive_time(nbytes, n, network)
+    if algorithm in ("ring", "ring_pipelined"):
+        return ring_time(nbytes, n, network, segments)
+    formulas = {"tree": tree_time, "halving_doubling": halving_doubling_time,
+                "recursive_doubling": recursive_doubling_time,
+                "hierarchical": hierarchical_time}
+    if algorithm not in formulas:
+        raise ValueError(f"algorithm={algorithm!r} is unknown; choose one of {list(ALLREDUCE)}")
+    return formulas[algorithm](nbytes, n, network)
+
+
+def collective_time(kind: str, nbytes: float, world_size: int, network) -> float:
+    """Seconds of a built-in collective as `Comm` charges it (a ring, a chain, dissemination).
+
+    `nbytes`: the whole tensor (the input of reduce_scatter, the output of all_gather).
+    The ring's step is set by its largest chunk, ceil(S / N) bytes.
+    """
+    _check(nbytes, world_size)
+    n = world_size
+    if kind not in COLLECTIVES:
+        raise ValueError(f"kind={kind!r} is not a known collective; choose one of {COLLECTIVES}")
+    if n == 1:
+        return 0.0
+    chunk = -(-int(nbytes) // n)
+    if kind == "all_reduce":
+        return ring_time(chunk * n, n, network)
+    if kind in ("reduce_scatter", "all_gather"):
+        return ring_time(chunk * n, n, network) / 2
+    if kind in ("broadcast", "reduce"):
+        return chain_time(nbytes, n, network)
+    intra, inter, _, nodes, _ = _links(network)  # barrier: ceil(log2 N) empty messages
+    return math.ceil(math.log2(n)) * max(intra.latency, inter.latency if nodes > 1 else 0.0)
+
+
+def busbw(kind: str, nbytes: float, seconds: float, world_size: int) -> float:
+    """Bus bandwidth: algbw S / t times the op's factor, e.g. 2(N-1)/N for all_reduce."""
+    if kind not in BUS_FACTOR:
+        raise ValueError(f"op={kind!r} is unknown; choose one of {list(BUS_FACTOR)}")
+    return nbytes / seconds * BUS_FACTOR[kind](world_size)

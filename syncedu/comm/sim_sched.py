@@ -1,0 +1,211 @@
+"""Where simulated ranks run: one thread each, or one greenlet each on the caller's thread.
+
+Either way exactly one rank runs at a time and hands over (sim_world.py picks
+who is next), so runs repeat exactly. The two differ in cost and in what they
+share:
+
+- `ThreadScheduler`: a thread per rank, parked on its own lock. A hand-over is
+  an operating-system context switch (~10-20 us); every rank has its own
+  thread-local torch state (grad mode, autocast, the autograd engine), so a
+  rank may wait anywhere, even inside a backward (SyncBN, DDP-style hooks).
+- `GreenletScheduler`: a greenlet per rank, switched by the caller's thread (the
+  hub); a hand-over costs about a microsecond, so 1024 ranks that exchange two
+  million messages take seconds. The ranks share one thread, so at every switch
+  grad mode and autocast are saved and restored per rank, and a rank must not
+  wait inside the C++ autograd engine (it keeps per-thread state that another
+  rank's backward would trample): that raises an error naming the fix,
+  `scheduler="thread"`.
+
+`pick("auto", world_size)` chooses threads up to `THREAD_LIMIT` ranks (safe for
+anything torch does) and greenlets above (fast).
+
+Used in: notebooks/00_start_here, 02_allreduce_algorithms (through `syncedu.sim`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+
+import greenlet
+import torch
+
+SCHEDULERS = ("auto", "thread", "greenlet")
+THREAD_LIMIT = 64  # "auto" uses threads up to this many ranks
+_AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def pick(scheduler: str, world_size: int) -> str:
+    if scheduler not in SCHEDULERS:
+        raise ValueError(f"scheduler={scheduler!r} must be one of {SCHEDULERS}")
+    if scheduler == "auto":
+        return "thread" if world_size <= THREAD_LIMIT else "greenlet"
+    return scheduler
+
+
+class ThreadScheduler:
+    """Rank r runs in its own thread and sleeps on lock r while parked."""
+
+    kind = "thread"
+
+    def __init__(self, n: int):
+        self.batons = [threading.Lock() for _ in range(n)]
+        for b in self.batons:
+            b.acquire()
+        self.threads: list[threading.Thread] = []
+
+    def start(self, comms, main) -> None:
+        for comm in comms:
+            t = threading.Thread(target=main, args=(comm,), name=f"sim-rank-{comm.rank}",
+                                 daemon=True)
+            t.start()  # a RuntimeError here means the OS refused another thread
+            self.threads.append(t)
+
+    def first_turn(self, rank: int) -> None:
+        self.batons[rank].acquire()
+
+    def check_can_park(self, rank: int) -> bool:
+        return True
+
+    def park(self, rank: int) -> None:
+        self.batons[rank].acquire()
+
+    def wake(self, rank: int) -> None:
+        self.batons[rank].release()
+
+    def release_all(self, ranks) -> None:
+        for r in ranks:  # each wakes up and raises Cancelled
+            self.batons[r].release()
+
+    def drive(self, world, timeout: float) -> bool:
+        """Wait for the ranks' threads; False on timeout."""
+        return world.all_done.wait(timeout)
+
+    def join(self, cancelled, grace: float = 0.5) -> None:
+        """Join every thread; one stuck outside the comm gets `cancelled` raised in it."""
+        deadline = time.monotonic() + grace
+        for t in self.threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        stuck = [t for t in self.threads if t.is_alive()]
+        for t in stuck:  # e.g. a pure-Python loop that never calls the comm again
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(t.ident),
+                                                       ctypes.py_object(cancelled))
+        deadline = time.monotonic() + grace
+        for t in stuck:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
+class GreenletScheduler:
+    """Rank r is greenlet r; the hub (the caller of sim.run) switches to the next one."""
+
+    kind = "greenlet"
+
+    def __init__(self, n: int):
+        self.glets: list = [None] * n
+        self.next: int | None = None
+        self.hub = None
+
+    def start(self, comms, main) -> None:
+        self.hub = greenlet.getcurrent()
+        for comm in comms:
+            self.glets[comm.rank] = greenlet.greenlet(lambda c=comm: main(c), parent=self.hub)
+
+    def first_turn(self, rank: int) -> None:
+        _restore((True, None))  # what a new thread starts with: grad on, no autocast
+
+    def check_can_park(self, rank: int) -> bool:
+        """Raise if this rank may not switch away here (inside autograd); False: go on."""
+        if torch._C._current_graph_task_id() != -1:
+            raise RuntimeError(
+                f"simulated rank {rank} must wait for another rank inside autograd's backward "
+                "(a collective in a custom autograd Function or a gradient hook): greenlet "
+                "ranks share one thread and cannot switch there; run with "
+                "sim.run(..., scheduler='thread')")
+        if torch.is_inference_mode_enabled():
+            raise RuntimeError(f"simulated rank {rank} must wait inside torch.inference_mode(), "
+                               "which greenlet ranks cannot keep apart; use torch.no_grad() "
+                               "or sim.run(..., scheduler='thread')")
+        return True
+
+    def park(self, rank: int) -> None:
+        state = _save()
+        self.hub.switch()
+        _restore(state)
+
+    def wake(self, rank: int) -> None:
+        self.next = rank
+
+    def release_all(self, ranks) -> None:
+        return None  # the hub switches to each unfinished rank once it is back (_loop)
+
+    def drive(self, world, timeout: float) -> bool:
+        """Run ranks until none is ready; False if `timeout` real seconds passed."""
+        hub_state = _save()
+        ident = threading.get_ident()
+        fired, lock = [], threading.Lock()
+
+        def fire() -> None:  # from a timer thread: stop whatever rank runs now
+            with lock:
+                if world.all_done.is_set():
+                    return
+                fired.append(True)
+                world.stop_for_timeout()
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
+                                                           ctypes.py_object(world.Cancelled))
+
+        timer = threading.Timer(timeout, fire)
+        timer.daemon = True
+        timer.start()
+        try:
+            self._loop(world)
+        finally:
+            with lock:
+                world.all_done.set()
+                timer.cancel()
+            _restore(hub_state)
+        return not fired
+
+    def _loop(self, world) -> None:
+        while True:
+            try:
+                while self.next is not None:
+                    rank, self.next = self.next, None
+                    self.glets[rank].switch()
+                for g in self.glets:  # stopping: each unfinished rank raises Cancelled
+                    if world.error is not None and not g.dead:
+                        g.switch()
+                return
+            except world.Cancelled:  # the timer fired while the hub itself ran
+                continue
+
+    def join(self, cancelled, grace: float = 0.5) -> None:
+        return None
+
+
+def make(kind: str, n: int):
+    return ThreadScheduler(n) if kind == "thread" else GreenletScheduler(n)
+
+
+def _save() -> tuple:
+    """This thread's grad mode and (only if any is on) autocast settings."""
+    if not torch._C._is_any_autocast_enabled():
+        return torch.is_grad_enabled(), None
+    return (torch.is_grad_enabled(),
+            tuple((torch.is_autocast_enabled(d), torch.get_autocast_dtype(d))
+                  for d in _AUTOCAST_DEVICES))
+
+
+def _restore(state: tuple) -> None:
+    grad, autocast = state
+    if torch.is_grad_enabled() != grad:
+        torch._C._set_grad_enabled(grad)
+    if autocast is None:
+        if not torch._C._is_any_autocast_enabled():
+            return
+        autocast = ((False, None),) * len(_AUTOCAST_DEVICES)
+    for d, (on, dtype) in zip(_AUTOCAST_DEVICES, autocast):
+        if torch.is_autocast_enabled(d) != on:
+            torch.set_autocast_enabled(d, on)
+        if dtype is not None and torch.get_autocast_dtype(d) != dtype:
+            torch.set_autocast_dtype(d, dtype)

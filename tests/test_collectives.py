@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from syncedu import collectives
+from syncedu import Network, collectives
 from syncedu.comm import launch, sim
 from syncedu.comm.ledger import ring_allreduce_elements
 
@@ -94,6 +94,14 @@ def test_hierarchical_any_node_shape(world_size):
 
     for per_node in range(1, world_size + 2):  # uneven last nodes, one node, more than N
         assert all(sim.run(worker, world_size, args=(per_node,))), f"{per_node} per node"
+
+
+@pytest.mark.skipif(not hasattr(Network, "cluster"), reason="needs Network.cluster")
+@pytest.mark.parametrize("nodes, per_node", [(1, 4), (4, 1), (2, 4), (3, 3), (2, 5)])
+def test_hierarchical_on_cluster_networks(nodes, per_node):
+    net = Network.cluster(nodes, per_node, "nvlink4", "ethernet_100g")
+    res = sim.run(check_all, nodes * per_node, args=("hierarchical", (1, 7, 129)), network=net)
+    assert list(res) == [[]] * (nodes * per_node)
 
 
 @pytest.mark.parametrize("world_size, per_node", [(8, 4), (8, 2), (12, 4), (9, 3)])

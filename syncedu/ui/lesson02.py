@@ -1,4 +1,9 @@
-"""Notebook 02's interactive comparison: algorithm times vs N, message size and network.
+"""Notebook 02's interactive comparison: which allreduce wins, by N, message size and network.
+
+The networks are the flat presets (one hop between any two ranks) and two
+clusters of 8-rank nodes (NVLink inside a node, one NIC per node into 100 GbE
+or InfiniBand NDR; `Network.cluster`). Times are `cost.allreduce_time`, the
+formulas the simulator's logical clock is tested equal to.
 
 Used in: notebooks/02_allreduce_algorithms.
 """
@@ -14,32 +19,53 @@ from syncedu.ui.plots import collectives as plots
 from syncedu.ui.widgets import Dashboard, figure_png, show_text
 
 SIZES = [2 ** k for k in range(3, 31)]  # 8 B .. 1 GiB
+GPUS_PER_NODE = 8
+CLUSTERS = {  # name -> (inside a node, between nodes)
+    "cluster: 8/node, NVLink + 100 GbE": ("nvlink4", "ethernet_100g"),
+    "cluster: 8/node, NVLink + InfiniBand NDR": ("nvlink4", "infiniband_ndr"),
+}
+NETWORKS = (*CLUSTERS, *sorted(PRESETS))
 
 
-def describe(times: dict, nbytes: int, world_size: int, network: Network) -> str:
+def network(choice: str, world_size: int) -> Network:
+    """The network `choice` names: a flat preset, or a cluster of 8-rank nodes for N ranks."""
+    if choice in PRESETS:
+        return PRESETS[choice]
+    if choice not in CLUSTERS:
+        raise ValueError(f"network={choice!r} is unknown; choose one of {list(NETWORKS)}")
+    per_node = min(GPUS_PER_NODE, world_size)
+    if world_size % per_node:
+        raise ValueError(f"world_size={world_size} must be a multiple of {per_node} "
+                         "(whole 8-rank nodes) on a cluster network")
+    intra, inter = CLUSTERS[choice]
+    return Network.cluster(world_size // per_node, per_node, intra, inter)
+
+
+def describe(times: dict, nbytes: int, world_size: int, net: Network) -> str:
     best = min(times, key=times.get)
-    lines = [f"{network.describe()}; N = {world_size}, S = {plots._size(nbytes)}"]
+    lines = [f"{net.describe()}; N = {world_size}, S = {plots._size(nbytes)}"]
     for name, t in times.items():
-        lines.append(f"  {name:<17}{t * 1e3:12.4f} ms{'   <- fastest' if name == best else ''}")
+        lines.append(f"  {name:<19}{t * 1e3:12.4f} ms{'   <- fastest' if name == best else ''}")
     return "\n".join(lines)
 
 
 class AlgorithmExplorer(Dashboard):
-    """Sliders for N and S, a network preset, algorithm toggles: predicted times and a plot.
+    """Sliders for N and S, a network, algorithm toggles: predicted times and a plot.
 
     `.times` ({algorithm: seconds}), `.best` and `.text` hold the last result.
     """
 
     def __init__(self, network: str = "ethernet_10g", world_size: int = 64,
                  nbytes: int = 1 << 20, algorithms=tuple(ALGORITHMS)):
-        self.network = w.Dropdown(options=sorted(PRESETS), value=network, description="network")
+        self.network = w.Dropdown(options=NETWORKS, value=network, description="network",
+                                  layout=w.Layout(width="420px"))
         self.n = w.SelectionSlider(options=[2 ** k for k in range(1, 11)], value=world_size,
                                    description="ranks N", continuous_update=False)
         self.size = w.SelectionSlider(options=[(plots._size(s), s) for s in SIZES],
                                       value=nbytes, description="size S",
                                       continuous_update=False)
         self.algos = w.SelectMultiple(options=list(ALGORITHMS), value=tuple(algorithms),
-                                      description="algorithms", rows=4)
+                                      description="algorithms", rows=len(ALGORITHMS))
         self.out, self.image = w.Output(), w.Image(format="png")
         for c in (self.network, self.n, self.size, self.algos):
             c.observe(lambda _: self.update(), names="value")
@@ -48,7 +74,8 @@ class AlgorithmExplorer(Dashboard):
         self.update()
 
     def update(self) -> None:
-        net, n, s = PRESETS[self.network.value], self.n.value, self.size.value
+        n, s = self.n.value, self.size.value
+        net = network(self.network.value, n)
         names = list(self.algos.value) or list(ALGORITHMS)
         self.times = {a: cost.allreduce_time(a, s, n, net) for a in names}
         self.best = min(self.times, key=self.times.get)

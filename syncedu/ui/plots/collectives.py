@@ -12,8 +12,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import to_rgb
 
-ALGO_COLORS = {"naive": "tab:red", "ring": "tab:blue", "tree": "tab:green",
-               "halving_doubling": "tab:purple", "builtin": "tab:gray"}
+ALGO_COLORS = {"naive": "tab:red", "ring": "tab:blue", "ring_pipelined": "tab:cyan",
+               "tree": "tab:green", "halving_doubling": "tab:purple",
+               "recursive_doubling": "tab:pink", "hierarchical": "tab:orange",
+               "builtin": "tab:gray"}
 
 
 def _label(mask: int, n: int) -> str:

@@ -11,7 +11,10 @@ warm-up round is dropped. Reports the median steps/s of each strategy and the
 ratio bucketed / ddp ("ddp": DDP's own allreduce path; "ddp_counted": with
 the counting comm hook that `train.run` uses to put DDP's bytes in the ledger).
 
-Target (issue 5): bucketed >= 0.9x the steps/s of DDP (2 ranks, Gloo).
+Targets (issue 11): bucketed >= 0.95x the steps/s of DDP and >= 0.97x flat (2
+ranks, Gloo). On loopback the transfer needs the same CPU as backward, so
+there is little to hide: overlap is about not losing here; where waiting can
+be hidden (an emulated network), tests/test_overlap.py checks that it wins.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from syncedu.comm import launch
 
 from . import train
 
-TARGET = 0.9
+TARGETS = {"ddp": 0.95, "flat": 0.97}  # bucketed / each, at least
 
 
 def measure(world_size: int = 2, rounds: int = 5, steps: int = 30, hidden: int = 1024,
@@ -64,10 +67,11 @@ def report(m: dict) -> str:
     for s, v in r.items():
         rel = f"  ({v / r['ddp']:.2f}x ddp)" if "ddp" in r else ""
         lines.append(f"  {s:<10}{v:9.1f} steps/s{rel}")
-    if "ddp" in r and "bucketed" in r:
-        ratio = r["bucketed"] / r["ddp"]
-        lines.append(f"  bucketed / ddp = {ratio:.2f} (target >= {TARGET}: "
-                     f"{'met' if ratio >= TARGET else 'MISSED'})")
+    for other, target in TARGETS.items():
+        if other in r and "bucketed" in r:
+            ratio = r["bucketed"] / r[other]
+            lines.append(f"  bucketed / {other} = {ratio:.2f} (target >= {target}: "
+                         f"{'met' if ratio >= target else 'MISSED'})")
     return "\n".join(lines)
 
 

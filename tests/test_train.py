@@ -109,6 +109,20 @@ def test_a_registered_strategy_plugs_in(monkeypatch):
     assert calls == [0, 1] and h.loss == train.run("flat", 2, **SIM, **JOB).loss
 
 
+def test_single_runs_on_a_world_size_one_comm():
+    from syncedu.comm.base import Comm
+    from syncedu.comm.local import LocalComm
+
+    comm = LocalComm()
+    assert isinstance(comm, Comm) and (comm.rank, comm.world_size) == (0, 1)
+    t = torch.arange(4.0)
+    assert torch.equal(comm.all_reduce(t, op="avg"), torch.arange(4.0))
+    comm.barrier()
+    with pytest.raises(ValueError, match="dst"):
+        comm.send(t, 1)
+    assert comm.ledger.sent == 0
+
+
 def test_single_is_seeded(ref):
     again = train.run("single", 1, **JOB)
     assert again.loss == ref.loss and again.max_param_diff(ref) == 0

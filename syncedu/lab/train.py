@@ -8,9 +8,10 @@
 Steps:
 
 1. validate the job in a frozen `TrainConfig` (ValueError naming the parameter);
-2. run it: "single" in this process (the reference: one model, the whole global
-   batch), the others on real ranks (`launch.Pool`, or the `pool` you pass) or,
-   with `simulate=True`, on simulated ones; every strategy reads the same global
+2. run it: "single" in this process on a world-size-1 `LocalComm` (the
+   reference: one model, the whole global batch), the others on real ranks
+   (`launch.Pool`, or the `pool` you pass) or, with `simulate=True`, on
+   simulated ones; every strategy reads the same global
    batches (`sampling.global_batches`), each rank its `shard`;
 3. long real runs go in chunks on the warm ranks so a tqdm bar can move;
 4. gather a `History`: loss (global mean per optimizer step: the ranks' shard
@@ -38,6 +39,7 @@ import torch
 
 from syncedu.comm import launch
 from syncedu.comm.ledger import Ledger
+from syncedu.comm.local import LocalComm
 
 from . import train_rank
 from .train_config import MISTAKES, STRATEGIES, TrainConfig
@@ -105,7 +107,7 @@ def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumu
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            return _history(cfg, [train_rank.train_all(train_rank.Solo(), cfg)])
+            return _history(cfg, [train_rank.train_all(LocalComm(), cfg)])
         finally:
             torch.set_num_threads(threads)
     if simulate:
@@ -144,7 +146,7 @@ def _check_where(cfg: TrainConfig, pool, network, simulate: bool) -> None:
                              "with network=...)")
 
 
-def _run_real(pool, cfg: TrainConfig, progress: bool, timeout: float) -> list[dict]:
+def _run_real(pool, cfg: TrainConfig, progress: bool, timeout: float) -> list:
     """Step 3: the whole run in one call, or in chunks behind a progress bar."""
     if not progress:
         return list(pool.run(train_rank.train_all, (cfg,), timeout=timeout))
@@ -165,22 +167,22 @@ def _run_real(pool, cfg: TrainConfig, progress: bool, timeout: float) -> list[di
         pool.run(train_rank.train_drop, (token,), timeout=timeout)
 
 
-def _history(cfg: TrainConfig, values: list[dict]) -> History:
+def _history(cfg: TrainConfig, values: list[train_rank.RankResult]) -> History:
     """Step 4: merge the ranks' results; the parameters must agree bit for bit."""
-    first = values[0]["params"]
+    first = values[0].params
     for r, v in enumerate(values[1:], start=1):
-        bad = [k for k in first if not torch.equal(first[k], v["params"][k])]
+        bad = [k for k in first if not torch.equal(first[k], v.params[k])]
         if bad:
             raise RuntimeError(f"rank {r}'s parameters {bad} differ from rank 0's: the "
                                f"ranks diverged (strategy={cfg.strategy!r})")
     n = len(values)
-    mean = lambda key: sum(v[key] for v in values) / n  # noqa: E731
-    loss = [sum(v["loss"][i] for v in values) / n for i in range(cfg.steps)]
+    loss = [sum(v.loss[i] for v in values) / n for i in range(cfg.steps)]
     return History(config=cfg, loss=loss, params=first,
-                   ledger=Ledger([v["ledger"] for v in values]),
-                   train_seconds=max(v["elapsed"] for v in values),
-                   compute_seconds=mean("compute"), comm_wait_seconds=mean("wait"),
-                   comm_busy_seconds=mean("busy"), step_seconds=values[0]["steps"],
-                   accuracy=values[0]["accuracy"], timeline=values[0]["timeline"],
-                   sim_seconds=values[0]["sim_seconds"],
-                   model_state_bytes=[v.get("model_state") for v in values])
+                   ledger=Ledger([v.ledger for v in values]),
+                   train_seconds=max(v.elapsed for v in values),
+                   compute_seconds=sum(v.compute for v in values) / n,
+                   comm_wait_seconds=sum(v.wait for v in values) / n,
+                   comm_busy_seconds=sum(v.busy for v in values) / n,
+                   step_seconds=values[0].steps, accuracy=values[0].accuracy,
+                   timeline=values[0].timeline, sim_seconds=values[0].sim_seconds,
+                   model_state_bytes=[v.model_state for v in values])

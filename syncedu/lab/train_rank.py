@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +36,24 @@ from . import data, memory, models, sampling, train_strategies
 from .layer_compute import LayerCompute
 
 _SESSIONS: dict = {}
+
+
+@dataclass
+class RankResult:
+    """What one rank reports at the end of a run (train.py merges them into a `History`)."""
+
+    loss: list[float]  # this rank's shard mean loss per optimizer step
+    params: dict[str, torch.Tensor]  # final parameters by the plain module's names
+    accuracy: float  # on the whole dataset, at the end
+    elapsed: float  # seconds of the training steps, from a common barrier
+    compute: float  # seconds computing (forward, backward, optimizer step)
+    wait: float  # seconds waiting for communication (exposed)
+    busy: float  # seconds a gradient transfer was in flight, overlapped or not
+    steps: list[float]  # seconds of each step
+    timeline: list[tuple[str, float, float]]  # (kind, start, end) of the last steps
+    ledger: RankLedger  # the training traffic
+    model_state: dict | None  # peak bytes of params, grads, optimizer state (lab/memory.py)
+    sim_seconds: float | None  # logical seconds (simulated ranks only)
 
 
 class Session:
@@ -139,47 +158,26 @@ class Session:
         self._merge_ledger()
 
     # ------------------------------------------------------------ Step 3
-    def result(self) -> dict:
+    def result(self) -> RankResult:
         state = self.parts.memory() or memory.model_state_bytes(self.module, self.opt)
         self._close()
         params = {k: v.detach().cpu().clone() for k, v in self.module.named_parameters()}
         with torch.no_grad():
             self.module.eval()
             pred = self.module(self.x.to(self.comm.device)).argmax(1).cpu()
-        accuracy = (pred == self.y).float().mean().item()
         first = self.timeline[0][1] if self.timeline else 0.0
         comm_ev = [("comm", s, e) for s, e, _ in self.events if s >= first] if self.timeline else []
-        busy = sum(e - s for s, e, _ in self.events)
-        return {"loss": self.loss, "params": params, "accuracy": accuracy,
-                "elapsed": self.elapsed, "compute": self.times["compute"],
-                "wait": self.times["wait"], "busy": busy, "steps": self.times["steps"],
-                "timeline": [(k, s - first, e - first) for k, s, e in self.timeline + comm_ev],
-                "ledger": self.ledger, "model_state": state,
-                "sim_seconds": self.sim_elapsed if self.comm.backend == "sim" else None}
-
-
-class Solo:
-    """The "comm" of the one-process reference: no peers, nothing sent."""
-
-    rank, world_size, backend, network = 0, 1, "local", None
-    device = torch.device("cpu")
-
-    def __init__(self):
-        self.ledger = RankLedger(0)
-        self._t0 = time.perf_counter()
-
-    def barrier(self) -> None:
-        pass
-
-    def now(self) -> float:
-        return time.perf_counter() - self._t0
-
-    def compute(self, seconds: float) -> None:
-        time.sleep(seconds)
+        return RankResult(
+            loss=self.loss, params=params, accuracy=(pred == self.y).float().mean().item(),
+            elapsed=self.elapsed, compute=self.times["compute"], wait=self.times["wait"],
+            busy=sum(e - s for s, e, _ in self.events), steps=self.times["steps"],
+            timeline=[(k, s - first, e - first) for k, s, e in self.timeline + comm_ev],
+            ledger=self.ledger, model_state=state,
+            sim_seconds=self.sim_elapsed if self.comm.backend == "sim" else None)
 
 
 # ---------------------------------------------------------------- entry points
-def train_all(comm, cfg) -> dict:
+def train_all(comm, cfg) -> RankResult:
     """The whole run in one call (simulated ranks, or no progress bar)."""
     session = Session(comm, cfg)
     session.run(0, cfg.steps)
@@ -194,7 +192,7 @@ def train_chunk(comm, token: str, start: int, stop: int) -> None:
     _SESSIONS[token].run(start, stop)
 
 
-def train_end(comm, token: str) -> dict:
+def train_end(comm, token: str) -> RankResult:
     return _SESSIONS.pop(token).result()
 
 

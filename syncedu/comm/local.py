@@ -1,0 +1,34 @@
+"""`LocalComm`: a `Comm` of world size 1, in this process.
+
+The one-process reference of a lesson (e.g. `train.run("single", 1, ...)`)
+runs the same code as the distributed ranks, on a real `Comm`: `Comm` itself
+makes every collective of one rank the identity (nothing to send, nothing
+charged but the call), and there is no other rank to send to. So nothing here
+moves data; `compute(seconds)` sleeps, as on real ranks.
+
+Used in: notebooks/03_data_parallel, 05_gradient_accumulation (through train.run).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import Comm
+
+
+class LocalComm(Comm):
+    """Rank 0 of 1: collectives are the identity, point-to-point has no peer."""
+
+    backend = "local"
+
+    def __init__(self, device: torch.device | str = "cpu", network=None):
+        super().__init__(0, 1, network)
+        self.device = torch.device(device)
+
+    def _no_peer(self, *_args):
+        # `Comm` never gets here with world size 1: it answers collectives itself
+        # and rejects any peer rank first.
+        raise RuntimeError("LocalComm has world size 1: there is no other rank")
+
+    _isend = _irecv = _broadcast = _reduce = _all_reduce = _no_peer
+    _reduce_scatter = _all_gather = _barrier = _no_peer

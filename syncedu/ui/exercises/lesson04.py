@@ -11,10 +11,10 @@ from . import _attempt, _verdict, checker
 
 @checker
 def server_ingress(answer, cases=((3, 1), (4, 2), (5, 3))) -> bool:
-    """Exercise 04.1: `answer(workers, servers, numel)` = push bytes server 0 receives per step."""
+    """Quick check: `answer(workers, servers, numel)` = push bytes server 0 receives per step."""
     from syncedu.lab import ps_train
 
-    name = "Exercise 1 (server ingress)"
+    name = "Quick check (server ingress)"
     n = ps_train.numel()
     for workers, servers in cases:
         ok, value = _attempt(name, lambda w=workers, s=servers: answer(w, s, n))
@@ -31,8 +31,8 @@ def server_ingress(answer, cases=((3, 1), (4, 2), (5, 3))) -> bool:
 
 @checker
 def ssp_rule(answer) -> bool:
-    """Exercise 04.2: `answer(next_step, clocks, tau)`: may the server reply now?"""
-    name = "Exercise 2 (the bounded-staleness rule)"
+    """Exercise 04.1: `answer(next_step, clocks, tau)`: may the server reply now?"""
+    name = "Exercise 1 (the bounded-staleness rule)"
     for next_step, low, tau in itertools.product(range(6), range(6), range(4)):
         if low > next_step:
             continue
@@ -49,8 +49,8 @@ def ssp_rule(answer) -> bool:
 
 @checker
 def sync_update(answer) -> bool:
-    """Exercise 04.3: `answer(shard, grads, lr)` returns the shard after one sync step."""
-    name = "Exercise 3 (the synchronous update)"
+    """Quick check: `answer(shard, grads, lr)` returns the shard after one sync step."""
+    name = "Quick check (the synchronous update)"
     g = torch.Generator().manual_seed(4)
     for workers in (1, 3, 4):
         shard = torch.randn(7, generator=g)

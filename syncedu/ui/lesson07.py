@@ -18,16 +18,16 @@ from syncedu.strategies.compress import PowerSGD, TopK
 from syncedu.ui.plots import compress as cplots
 from syncedu.ui.widgets import Explorer
 
-STEPS = 100
+STEPS, LR = 80, 0.3
 
 
 @functools.lru_cache(maxsize=4)
 def _reference(steps: int = STEPS):
-    return compress_train.run(None, 2, steps=steps)
+    return compress_train.run(None, 2, steps=steps, lr=LR)
 
 
 def _view(c, label: str, steps: int = STEPS):
-    ref, h = _reference(steps), compress_train.run(c, 2, steps=steps)
+    ref, h = _reference(steps), compress_train.run(c, 2, steps=steps, lr=LR)
     fig = cplots.side_by_side({"fp32 allreduce": ref, label: h},
                               {"fp32": ref.sent_per_step, label.split()[0]: h.sent_per_step})
     text = (f"{label}: final loss {sum(h.loss[-10:]) / 10:.3f} (fp32 "

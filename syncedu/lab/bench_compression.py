@@ -65,6 +65,10 @@ def _average(comm, spec, t: torch.Tensor) -> None:
         c.average_(comm, [t], key="bench")
 
 
+def _one(comm, spec, shape) -> None:
+    _average(comm, resolve(spec), torch.randn(*shape))
+
+
 def _timed(comm, specs: dict, shape, repeats: int, rounds: int) -> dict:
     """Median seconds per `average_` of each spec, rounds alternating the specs."""
     g = torch.Generator().manual_seed(comm.rank)
@@ -94,8 +98,7 @@ def measure(sizes_mb=(1, 16), rounds: int = 5, repeats: int = 5, world_size: int
             alone = _timed(Alone(), specs, shape, repeats, rounds)
             step = pool.run(_timed, args=(specs, shape, repeats, rounds), timeout=600)[0]
             for name, spec in specs.items():
-                sent = sim.run(lambda comm, s=spec: _average(comm, resolve(s), torch.randn(*shape)),
-                               world_size).ledger.sent[0]
+                sent = sim.run(_one, world_size, args=(spec, shape)).ledger.sent[0]
                 rows.append({"compressor": name, "size_mb": mb, "shape": shape,
                              "ratio": _fp32_sent(shape, world_size) / sent,
                              "compute_ms_per_mb": alone[name] * 1e3 / mb,

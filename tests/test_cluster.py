@@ -65,7 +65,7 @@ def test_every_comm_knows_its_node_and_local_rank():
 # ------------------------------------------------------------------ NICs
 def _fan_out(comm, nbytes):
     """Node 0's ranks each send `nbytes` to their partner on node 1, all at once."""
-    n, half = comm.world_size, comm.world_size // 2
+    half = comm.world_size // 2
     buf = torch.ones(nbytes // 4)
     if comm.rank < half:
         comm.send(buf, comm.rank + half)

@@ -101,7 +101,8 @@ def chain_time(nbytes: float, n: int, network) -> float:
     """
     intra, inter, _, nodes, _ = _links(network)
     crossing = nodes - 1
-    return crossing * transfer_time(nbytes, inter) + (n - 1 - crossing) * transfer_time(nbytes, intra)
+    inside = n - 1 - crossing
+    return crossing * transfer_time(nbytes, inter) + inside * transfer_time(nbytes, intra)
 
 
 def naive_time(nbytes: float, n: int, network) -> float:

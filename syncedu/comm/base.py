@@ -28,7 +28,6 @@ Used in: every notebook.
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -36,56 +35,9 @@ from collections.abc import Iterator
 import torch
 
 from .ledger import RankLedger, ring_allreduce_elements
+from .work import CollectiveWork, ThreadWork, Work  # noqa: F401 - re-exported: Comm's handles
 
 REDUCE_OPS = ("sum", "prod", "max", "min", "avg")
-
-
-class Work(ABC):
-    """Handle of a non-blocking operation; `wait()` blocks until it is done."""
-
-    @abstractmethod
-    def wait(self, timeout: float | None = None) -> None: ...
-
-
-class ThreadWork(Work):
-    """An operation another thread carries out; it calls `finish(error)` when done.
-
-    `wait()` blocks until then and re-raises the error, if any, in the caller.
-    """
-
-    def __init__(self, what: str = "operation"):
-        self.what = what
-        self.error: BaseException | None = None
-        self._done = threading.Event()
-
-    def finish(self, error: BaseException | None = None) -> None:
-        self.error = error
-        self._done.set()
-
-    def wait(self, timeout: float | None = None) -> None:
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"{self.what} not finished within {timeout} s")
-        if self.error is not None:
-            raise self.error
-
-
-class CollectiveWork(Work):
-    """Handle of an asynchronous built-in collective: the backend's handle, then a finish.
-
-    `inner` may be None (nothing left to wait for, e.g. one rank); `then` runs once
-    after it (e.g. dividing by N for op="avg").
-    """
-
-    def __init__(self, inner: Work | None, then=None):
-        self._inner, self._then = inner, then
-
-    def wait(self, timeout: float | None = None) -> None:
-        if self._inner is not None:
-            inner, self._inner = self._inner, None
-            inner.wait(timeout)
-        if self._then is not None:
-            then, self._then = self._then, None
-            then()
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -172,17 +124,22 @@ class Comm(ABC):
 
     def isend(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> Work:
         """Start sending `tensor` to `dst`; do not modify it before `.wait()`."""
-        _check_tensor(tensor, "tensor")
-        self._peer(dst, "dst")
-        self._charge("send", sent=_nbytes(tensor), msgs_sent=1)
+        self._check_p2p(tensor, dst, "dst")
+        self.ledger.record(self._scopes[-1] if self._scopes else "send", tensor.nbytes, 0, 1, 0)
         return self._isend(tensor, dst, tag)
 
     def irecv(self, tensor: torch.Tensor, src: int, tag: int = 0) -> Work:
         """Start receiving from `src` into `tensor`; valid after `.wait()`."""
-        _check_tensor(tensor, "tensor")
-        self._peer(src, "src")
-        self._charge("recv", received=_nbytes(tensor), msgs_received=1)
+        self._check_p2p(tensor, src, "src")
+        self.ledger.record(self._scopes[-1] if self._scopes else "recv", 0, tensor.nbytes, 0, 1)
         return self._irecv(tensor, src, tag)
+
+    def _check_p2p(self, tensor, peer, name: str) -> None:
+        # The cheap test first: simulated rings send millions of messages.
+        if type(peer) is not int or not 0 <= peer < self.world_size or peer == self.rank:
+            self._peer(peer, name)
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_contiguous():
+            _check_tensor(tensor, "tensor")
 
     def recv_any(self, tensor: torch.Tensor, tag: int = 0) -> int:
         """Receive the next `tag` message from whichever rank sends one; return that rank.
@@ -257,12 +214,11 @@ class Comm(ABC):
         _check_tensor(output, "output")
         self._check_list(input_list, "input_list", output)
         self._op(op)
-        n, r = self.world_size, self.rank
-        sizes = [_nbytes(t) for t in input_list]
+        n = self.world_size
         # A ring in which rank r ends up owning chunk r: r sends all chunks but
-        # its own and receives all but r - 1's.
-        self._charge("reduce_scatter", sent=sum(sizes) - sizes[r],
-                     received=sum(sizes) - sizes[(r - 1) % n],
+        # its own and receives all but r - 1's (all the size of `output`).
+        part = _nbytes(output)
+        self._charge("reduce_scatter", sent=(n - 1) * part, received=(n - 1) * part,
                      msgs_sent=n - 1, msgs_received=n - 1)
         if n > 1:
             work = self._reduce_scatter(output, input_list, "sum" if op == "avg" else op,
@@ -278,11 +234,11 @@ class Comm(ABC):
         """Every rank gets every rank's `tensor`: `tensor_list[r]` is rank r's."""
         _check_tensor(tensor, "tensor")
         self._check_list(tensor_list, "tensor_list", tensor)
-        n, r = self.world_size, self.rank
-        sizes = [_nbytes(t) for t in tensor_list]
+        n = self.world_size
         # Ring: rank r forwards every chunk but (r + 1)'s and receives all but its own.
-        self._charge("all_gather", sent=sum(sizes) - sizes[(r + 1) % n],
-                     received=sum(sizes) - sizes[r], msgs_sent=n - 1, msgs_received=n - 1)
+        part = _nbytes(tensor)
+        self._charge("all_gather", sent=(n - 1) * part, received=(n - 1) * part,
+                     msgs_sent=n - 1, msgs_received=n - 1)
         if n > 1:
             work = self._all_gather(tensor_list, tensor, async_op)
         else:
@@ -299,7 +255,11 @@ class Comm(ABC):
     def _check_list(self, tensors, name: str, like: torch.Tensor) -> None:
         if not isinstance(tensors, (list, tuple)) or len(tensors) != self.world_size:
             raise ValueError(f"{name} must be a list of world_size={self.world_size} tensors")
+        shape, dtype = like.shape, like.dtype
         for i, t in enumerate(tensors):
+            if isinstance(t, torch.Tensor) and t.shape == shape and t.dtype == dtype \
+                    and t.is_contiguous():
+                continue  # the common case, checked cheaply (1024 ranks: a million of these)
             _check_tensor(t, f"{name}[{i}]")
             if t.shape != like.shape or t.dtype != like.dtype:
                 raise ValueError(f"{name}[{i}] has shape {tuple(t.shape)} and dtype {t.dtype}; "
@@ -347,7 +307,8 @@ class Comm(ABC):
     def _all_reduce(self, tensor: torch.Tensor, op: str, async_op: bool) -> Work | None: ...
 
     @abstractmethod
-    def _reduce_scatter(self, output: torch.Tensor, inputs: list, op: str, async_op: bool) -> Work | None: ...
+    def _reduce_scatter(self, output: torch.Tensor, inputs: list, op: str,
+                        async_op: bool) -> Work | None: ...
 
     @abstractmethod
     def _all_gather(self, outputs: list, tensor: torch.Tensor, async_op: bool) -> Work | None: ...

@@ -69,12 +69,12 @@ class RankLedger:
 
     def record(self, op: str, sent: int = 0, received: int = 0,
                msgs_sent: int = 0, msgs_received: int = 0, calls: int = 1) -> None:
-        """Charge one call of `op` (payload bytes and message counts)."""
+        """Charge one call of `op` (payload bytes and message counts, ints)."""
         c = self.ops.get(op)
         if c is None:
             c = self.ops[op] = OpCount()
-        c.sent += int(sent)
-        c.received += int(received)
+        c.sent += sent
+        c.received += received
         c.msgs_sent += msgs_sent
         c.msgs_received += msgs_received
         c.calls += calls

@@ -1,12 +1,12 @@
 """Simulated ranks: N ranks in one process, in-memory links, a logical clock.
 
 `run(fn, world_size)` calls `fn(comm, *args, **kwargs)` on `world_size`
-`SimComm`s (threads, or greenlets for large runs: sim_sched.py) and returns a `RunResult` whose `.seconds` is
-logical time under a `Network` model, not wall-clock time. This is how a laptop
-"runs" 256 GPUs: the values are real, the time is the model's, and the same
-call always gives the same values, ledger and seconds. One rank runs at a time
-and hands over when it must wait (sim_world.py), so even the order of prints
-repeats.
+`SimComm`s (threads, or greenlets for large runs: sim_sched.py) and returns a
+`RunResult` whose `.seconds` is logical time under a `Network` model, not
+wall-clock time. This is how a laptop "runs" 1024 GPUs: the values are real,
+the time is the model's, and the same call always gives the same values,
+ledger and seconds. One rank runs at a time and hands over when it must wait
+(sim_world.py), so even the order of prints repeats.
 
 The time model (alpha-beta, Hockney 1994; single-port, full-duplex, Thakur,
 Rabenseifner & Gropp 2005): every rank has a logical clock, a send port and a

@@ -47,6 +47,32 @@ class Call:
         return (self.kind, self.op, self.root, None if t is None else (t.numel(), t.dtype))
 
 
+class CollectiveWork:
+    """Handle of one rank's part in a built-in collective (made by `World.join`)."""
+
+    __slots__ = ("world", "rank", "call", "pending", "msg")
+
+    def __init__(self, world, rank: int, call: Call, pending: dict):
+        self.world, self.rank, self.call, self.pending = world, rank, call, pending
+        self.msg = None  # set (True) when the collective is done
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until every rank has joined; then move the clock to the completion."""
+        self.world.wait(self.rank, self)
+        self.world.wires.clocks[self.rank].advance(self.call.end)
+
+    def describe(self, world) -> str:
+        missing = [r for r in range(world.n) if r not in self.pending]
+        text = f"{self.call.kind}: waiting for a message from rank {missing[0]}"
+        if len(missing) > 1:
+            shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
+            text += f" (ranks {shown} have not called it)"
+        done = [r for r in missing if world.ranks[r].done]
+        if done:
+            text += f"; rank {done[0]} has already returned"
+        return text
+
+
 def check(first: Call, call: Call) -> None:
     """Step 1: `call` must match `first` (the first rank to join)."""
     if (call.kind, call.op, call.root) != (first.kind, first.op, first.root):
@@ -126,9 +152,9 @@ def _reduce_scatter(calls) -> None:
 
 
 def _all_gather(calls) -> None:
-    for c in calls:
-        for k, other in enumerate(calls):
-            flat_view(c.parts[k]).copy_(flat_view(other.tensor))
+    sources = [flat_view(c.tensor) for c in calls]
+    for c in calls:  # N^2 copies: one C++ loop per rank
+        torch._foreach_copy_([flat_view(p) for p in c.parts], sources)
 
 
 def _broadcast(calls) -> None:

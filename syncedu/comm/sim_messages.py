@@ -172,8 +172,12 @@ class RecvWork(Work):
         if self.done:
             return
         data = self.arrive(self)
-        _check_match(self, data)
-        flat_view(self.tensor).copy_(data)
+        t = self.tensor
+        if data.dtype != t.dtype or data.numel() != t.numel():
+            _mismatch(self, data)
+        if t.requires_grad:
+            t = t.detach()
+        (t if t.dim() == 1 else t.view(-1)).copy_(data)
         self.done = True
 
     def describe(self, world) -> str:
@@ -183,14 +187,13 @@ class RecvWork(Work):
         return text
 
 
-def _check_match(handle: RecvWork, data: torch.Tensor) -> None:
+def _mismatch(handle: RecvWork, data: torch.Tensor) -> None:
     t = handle.tensor
-    if data.dtype != t.dtype or data.numel() != t.numel():
-        raise ValueError(
-            f"rank {handle.rank} posted a receive of {t.numel()} x {t.dtype} from rank "
-            f"{handle.src} (tag {handle.chan[1]}), but rank {handle.src} sent "
-            f"{data.numel()} x {data.dtype}: sender and receiver must agree on dtype "
-            "and number of elements")
+    raise ValueError(
+        f"rank {handle.rank} posted a receive of {t.numel()} x {t.dtype} from rank "
+        f"{handle.src} (tag {handle.chan[1]}), but rank {handle.src} sent "
+        f"{data.numel()} x {data.dtype}: sender and receiver must agree on dtype "
+        "and number of elements")
 
 
 def flat_view(t: torch.Tensor) -> torch.Tensor:

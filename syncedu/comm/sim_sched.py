@@ -25,6 +25,7 @@ Used in: notebooks/00_start_here, 02_allreduce_algorithms (through `syncedu.sim`
 from __future__ import annotations
 
 import ctypes
+import gc
 import threading
 import time
 
@@ -130,7 +131,14 @@ class GreenletScheduler:
 
     def park(self, rank: int) -> None:
         state = _save()
-        self.hub.switch()
+        nxt = self.next
+        if nxt is None or not self.glets[nxt]:
+            self.hub.switch()  # stopping, or a rank not started yet: the hub starts it
+        elif nxt != rank:  # (recv_any may pick this very rank: then just go on)
+            self.next = None
+            self.glets[nxt].switch()  # straight to the next rank: one switch, not two
+        else:
+            self.next = None
         _restore(state)
 
     def wake(self, rank: int) -> None:
@@ -157,6 +165,8 @@ class GreenletScheduler:
         timer = threading.Timer(timeout, fire)
         timer.daemon = True
         timer.start()
+        collecting = gc.isenabled()
+        gc.disable()  # thousands of live ranks make every cyclic collection slow: once after
         try:
             self._loop(world)
         finally:
@@ -164,6 +174,8 @@ class GreenletScheduler:
                 world.all_done.set()
                 timer.cancel()
             _restore(hub_state)
+            if collecting:
+                gc.enable()
         return not fired
 
     def _loop(self, world) -> None:

@@ -29,7 +29,7 @@ from collections import deque
 
 from . import rank_output
 from .errors import DeadlockError, WorkerError
-from .sim_collectives import Call, check, resolve
+from .sim_collectives import Call, CollectiveWork, check, resolve
 from .sim_messages import Message
 
 BACKLOG = 64  # a sender with this many unreceived messages to one rank lets others run
@@ -55,32 +55,6 @@ class RankState:
         self.any_chan = None  # the channel this rank's recv_any waits on
         self.done = False
         self.calls = 0  # built-in collectives called so far
-
-
-class CollectiveWork:
-    """Handle of one rank's part in a built-in collective (see `World.join`)."""
-
-    __slots__ = ("world", "rank", "call", "pending", "msg")
-
-    def __init__(self, world, rank: int, call: Call, pending: dict):
-        self.world, self.rank, self.call, self.pending = world, rank, call, pending
-        self.msg = None  # set (True) when the collective is done
-
-    def wait(self, timeout: float | None = None) -> None:
-        """Block until every rank has joined; then move the clock to the completion."""
-        self.world.wait(self.rank, self)
-        self.world.wires.clocks[self.rank].advance(self.call.end)
-
-    def describe(self, world) -> str:
-        missing = [r for r in range(world.n) if r not in self.pending]
-        text = f"{self.call.kind}: waiting for a message from rank {missing[0]}"
-        if len(missing) > 1:
-            shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
-            text += f" (ranks {shown} have not called it)"
-        done = [r for r in missing if world.ranks[r].done]
-        if done:
-            text += f"; rank {done[0]} has already returned"
-        return text
 
 
 class World:

@@ -21,7 +21,7 @@ import time
 import torch
 
 from syncedu.comm import launch
-from syncedu.comm.emulation import ring_seconds
+from syncedu.comm.alphabeta import collective_time
 from syncedu.comm.network import Network
 
 SIZES_MB = (1, 4, 16)
@@ -61,7 +61,7 @@ def measure(network: Network, repeat: int = 3, progress=None) -> list[dict]:
             # the acknowledgement is 4 bytes the other way: one more latency
             ping_model = network.transfer_time(nbytes) + network.transfer_time(4)
             ar = statistics.median(pool.run(_timed, (_allreduce, nbytes, repeat))[0])
-            ar_model = ring_seconds("all_reduce", nbytes, 2, network)
+            ar_model = collective_time("all_reduce", nbytes, 2, network)
             rows.append(dict(mb=mb, ping=ping, ping_model=ping_model, ar=ar, ar_model=ar_model))
             if progress:
                 progress()

@@ -1,0 +1,61 @@
+"""Handles of operations in flight: `Work` and its two shared implementations.
+
+- `ThreadWork`: an operation another thread carries out (emulated sends, DP buckets);
+- `CollectiveWork`: an asynchronous built-in collective (`async_op=True`): the
+  backend's handle, then what is left to do (e.g. divide by N for op="avg").
+
+Backends add their own (`TorchWork`, the simulator's handles).
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+
+
+class Work(ABC):
+    """Handle of a non-blocking operation; `wait()` blocks until it is done."""
+
+    @abstractmethod
+    def wait(self, timeout: float | None = None) -> None: ...
+
+
+class ThreadWork(Work):
+    """An operation another thread carries out; it calls `finish(error)` when done.
+
+    `wait()` blocks until then and re-raises the error, if any, in the caller.
+    """
+
+    def __init__(self, what: str = "operation"):
+        self.what = what
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+
+    def finish(self, error: BaseException | None = None) -> None:
+        self.error = error
+        self._done.set()
+
+    def wait(self, timeout: float | None = None) -> None:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"{self.what} not finished within {timeout} s")
+        if self.error is not None:
+            raise self.error
+
+
+class CollectiveWork(Work):
+    """Handle of an asynchronous built-in collective: the backend's handle, then a finish.
+
+    `inner` may be None (nothing left to wait for, e.g. one rank); `then` runs once
+    after it (e.g. dividing by N for op="avg").
+    """
+
+    def __init__(self, inner: Work | None, then=None):
+        self._inner, self._then = inner, then
+
+    def wait(self, timeout: float | None = None) -> None:
+        if self._inner is not None:
+            inner, self._inner = self._inner, None
+            inner.wait(timeout)
+        if self._then is not None:
+            then, self._then = self._then, None
+            then()

@@ -32,8 +32,9 @@ def _loop(comm, forward, opt, finish=lambda: None) -> None:
         opt.step()
 
 
-def _zero_worker(comm, stage, split, opt, **kw):
-    z = ZeroDataParallel(zt.model(**kw), comm, stage=stage, split=split, lr=zt.LR, **OPTS[opt])
+def _zero_worker(comm, stage, split, opt, prefetch=False, **kw):
+    z = ZeroDataParallel(zt.model(**kw), comm, stage=stage, split=split, lr=zt.LR,
+                         prefetch=prefetch, **OPTS[opt])
     comm.ledger.reset()  # the start-up broadcast is not a training step's traffic
     _loop(comm, z, z, z.finish_gradient_synchronization)
     sent = _sent(comm)
@@ -87,6 +88,22 @@ def test_stage_equals_one_process_and_flat_simulated(stage, split, opt):
             assert zt.max_diff(res[r][0], flat[0][0]) < 1e-5
 
 
+def test_stage3_prefetch_same_parameters_bytes_less_time():
+    from syncedu import Network
+    from syncedu.lab import zero_time
+    for n in (3, 4):
+        plain = sim.run(_zero_worker, n, args=(3, "uneven", "adam"))
+        ahead = sim.run(_zero_worker, n, args=(3, "uneven", "adam", True))
+        assert zt.max_diff(ahead[0][0], plain[0][0]) == 0.0
+        assert sum(r[1] for r in ahead) == sum(r[1] for r in plain)  # same bytes, sent direct
+    net = Network(latency=10e-6, bandwidth=1e9)
+    slow = zero_time.simulate_step(3, 4, net, hidden=32, depth=4)
+    fast = zero_time.simulate_step(3, 4, net, hidden=32, depth=4, prefetch=True)
+    assert fast < slow
+    with pytest.raises(ValueError, match="prefetch="):
+        ZeroConfig(stage=2, prefetch=True)
+
+
 def test_world_size_one_and_four():
     for n in (1, 4):
         flat = sim.run(_flat_worker, n, args=("adam",))
@@ -106,10 +123,12 @@ def pool2():
 
 
 def test_stages_on_two_real_ranks(pool2):
-    for opt in ("sgd", "adam"):
+    for opt, cases in (("sgd", [(2, "padded", False)]),
+                       ("adam", [(1, "padded", False), (3, "padded", False),
+                                 (3, "uneven", True)])):
         want = _one_process(2, opt)
-        for stage, split in ((1, "padded"), (2, "uneven"), (3, "padded"), (3, "uneven")):
-            res = pool2.run(_zero_worker, args=(stage, split, opt), timeout=60)
+        for stage, split, ahead in cases:
+            res = pool2.run(_zero_worker, args=(stage, split, opt, ahead), timeout=60)
             assert zt.max_diff(res[0][0], want) < 1e-5, (stage, split, opt)
             assert torch.equal(res[0][0]["net.0.weight"], res[1][0]["net.0.weight"])
 
@@ -173,16 +192,15 @@ def test_train_run_rejects_unknown_stage_and_optimizer():
 
 
 # ------------------------------------------------------------- train.run
-@pytest.mark.parametrize("opt,momentum", [("sgd", 0.9), ("adam", 0.0)])
-def test_train_run_zero_equals_flat_simulated(opt, momentum):
-    for acc in (1, 2):
-        kw = dict(steps=4, global_batch=48, optimizer=opt, momentum=momentum, lr=0.05,
-                  simulate=True, accumulation=acc)
-        flat = train.run("flat", 3, **kw)
-        for stage in ("zero1", "zero2", "zero3"):
-            h = train.run(stage, 3, **kw)
-            assert h.max_param_diff(flat) < 1e-5, stage
-            assert abs(h.loss[-1] - flat.loss[-1]) < 1e-5
+@pytest.mark.parametrize("opt,momentum,acc", [("sgd", 0.9, 2), ("adam", 0.0, 1)])
+def test_train_run_zero_equals_flat_simulated(opt, momentum, acc):
+    kw = dict(steps=4, global_batch=48, optimizer=opt, momentum=momentum, lr=0.05,
+              simulate=True, accumulation=acc)
+    flat = train.run("flat", 3, **kw)
+    for stage in ("zero1", "zero2", "zero3"):
+        h = train.run(stage, 3, **kw)
+        assert h.max_param_diff(flat) < 1e-5, stage
+        assert abs(h.loss[-1] - flat.loss[-1]) < 1e-5
 
 
 def test_train_run_history_reports_model_state_per_rank():

@@ -85,11 +85,11 @@ class _Charge:
         return hook
 
 
-def _worker(comm, stage: int, hidden: int, depth: int, f: float, steps: int):
+def _worker(comm, stage: int, hidden: int, depth: int, f: float, steps: int, prefetch: bool):
     torch.manual_seed(0)
     net = nn.Sequential(*[nn.Linear(hidden, hidden) for _ in range(depth)])
     wrapped = (DataParallel(net, comm, "flat") if stage == 0 else
-               ZeroDataParallel(net, comm, stage=stage, lr=0.01))
+               ZeroDataParallel(net, comm, stage=stage, lr=0.01, prefetch=prefetch))
     opt = wrapped if stage else torch.optim.SGD(net.parameters(), lr=0.01)
     _Charge(comm, net, f)
     comm.barrier()
@@ -104,12 +104,13 @@ def _worker(comm, stage: int, hidden: int, depth: int, f: float, steps: int):
 
 
 def simulate_step(stage: int, n: int, network, *, hidden: int = 32, depth: int = 4,
-                  forward_seconds: float = 1e-3, steps: int = 2) -> float:
+                  forward_seconds: float = 1e-3, steps: int = 2, prefetch: bool = False) -> float:
     """Logical seconds of one step of our ZeRO `stage` (0: "flat" DP) on `n` simulated ranks.
 
     The model is `depth` Linear(hidden, hidden) layers (bias included); each
     charges forward_seconds / depth in forward and twice that in backward.
+    `prefetch` (stage 3): start each layer's all-gather one layer ahead.
     """
     f = forward_seconds / depth
-    res = sim.run(_worker, n, args=(stage, hidden, depth, f, steps), network=network)
+    res = sim.run(_worker, n, args=(stage, hidden, depth, f, steps, prefetch), network=network)
     return max(res)

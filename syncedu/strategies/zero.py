@@ -17,7 +17,9 @@ time (each module that owns parameters is a slice of it, like FSDP's units), so
 gradients can leave, and parameters arrive, as each layer needs. A step:
 
 1. forward; stage 3 all-gathers a layer's parameters just before it runs and
-   frees them right after (forward pre/post hooks);
+   frees them right after (forward pre/post hooks); with `prefetch=True` it
+   starts the next layer's all-gather before this layer computes, so the
+   transfer can hide behind the compute (as FSDP does);
 2. backward; stage 3 all-gathers the layer again before its backward (backward
    pre hook); stages 2 and 3 reduce-scatter a layer's gradients as soon as they
    are complete (post-accumulate-grad hooks) and free them, keeping only this
@@ -28,6 +30,11 @@ gradients can leave, and parameters arrive, as each layer needs. A step:
    optimizer state for 1/N of the parameters;
 4. stages 1 and 2 all-gather the updated shards into the whole parameters;
    stage 3 leaves them sharded until the next forward needs them.
+
+Each rank's shard is one contiguous range of the buffer (so every element is
+summed in the order of data parallelism's ring allreduce, and the results agree
+to the bit); a layer therefore often lies in one or two shards, and its
+all-gather moves the same bytes as FSDP's but less evenly spread over the ranks.
 
 Memory: `memory.peak` holds the most bytes of parameters, gradients and
 optimizer state this rank held at once (storages counted, see
@@ -71,6 +78,7 @@ class ZeroConfig:
     momentum: float = 0.0  # SGD only
     split: str = "uneven"  # or "padded" (see zero_shards)
     units: str = "layer"  # stages 2-3 move one "layer" at a time, or the whole "model"
+    prefetch: bool = False  # stage 3: start the next layer's all-gather before computing
 
     def __post_init__(self):
         if self.stage not in STAGES:
@@ -85,6 +93,8 @@ class ZeroConfig:
                              f"optimizer='sgd'")
         if self.split not in SPLITS:
             raise ValueError(f"split={self.split!r} is unknown; choose one of {SPLITS}")
+        if self.prefetch not in (True, False) or (self.prefetch and self.stage != 3):
+            raise ValueError(f"prefetch={self.prefetch!r} must be a bool, True only at stage=3")
         if self.units not in UNITS:
             raise ValueError(f"units={self.units!r} is unknown; choose one of {UNITS}")
 
@@ -154,6 +164,7 @@ class ZeroDataParallel(nn.Module):
     def _pre_forward(self, u: Unit):
         def hook(_module, _inputs):
             self._gather(u)  # Step 1: the layer's whole parameters, just in time
+            self._prefetch(u, +1)
             self.memory.sample(f"gather {u.name}")
         return hook
 
@@ -170,6 +181,7 @@ class ZeroDataParallel(nn.Module):
         def hook(_grad):
             if self.stage == 3:
                 self._gather(u)  # Step 2: backward needs the weights again
+                self._prefetch(u, -1)
             if u.flat_grad is None:
                 u.flat_grad = self.shard.new_zeros(u.b - u.a)
                 u.attach_grads(u.flat_grad)
@@ -196,14 +208,39 @@ class ZeroDataParallel(nn.Module):
         return lo - start, hi - start
 
     def _gather(self, u: Unit) -> None:
-        """Stage 3: all-gather the layer's slice from the shards (our ring over its pieces)."""
+        """Stage 3: all-gather the layer's slice from the shards (waits for a prefetch)."""
         if u.flat is None:
-            u.flat = self.shard.new_empty(u.b - u.a)
-            pieces = self.layout.pieces(u.flat, u.a)
-            lo, hi = self._own(u)
-            pieces[self.comm.rank].copy_(self.shard.detach()[lo:hi])
+            self._start_gather(u)
+        for work in u.pending:
+            work.wait()
+        if u.pending:
+            u.pending = []
+            u.attach(u.flat)
+
+    def _start_gather(self, u: Unit) -> None:
+        """Without prefetch: our ring over the layer's pieces. With it: every rank sends its
+        piece straight to every other (non-blocking, same bytes), so compute can run meanwhile."""
+        u.flat = self.shard.new_empty(u.b - u.a)
+        pieces = self.layout.pieces(u.flat, u.a)
+        lo, hi = self._own(u)
+        pieces[self.comm.rank].copy_(self.shard.detach()[lo:hi])
+        if not self.config.prefetch:
             all_gather(self.comm, pieces, builtin=False)
             u.attach(u.flat)
+            return
+        tag, me = 1 + self.units.index(u), self.comm.rank  # apart from the rings' tag 0
+        with self.comm.scope("prefetch_all_gather"):
+            for j, piece in enumerate(pieces):
+                if j != me and piece.numel():
+                    u.pending.append(self.comm.irecv(piece, j, tag))
+                if j != me and pieces[me].numel():
+                    u.pending.append(self.comm.isend(pieces[me], j, tag))
+
+    def _prefetch(self, u: Unit, direction: int) -> None:
+        """Start the all-gather of the layer that runs next (forward: +1, backward: -1)."""
+        k = self.units.index(u) + direction
+        if self.config.prefetch and 0 <= k < len(self.units) and self.units[k].flat is None:
+            self._start_gather(self.units[k])
 
     def _reduce(self, u: Unit) -> None:
         """Stages 2-3: reduce-scatter the layer's gradients; keep (add up) this rank's piece."""

@@ -198,6 +198,7 @@ class Unit:
         self.a, self.b = a, a + sum(p.numel() for p in params)
         self.flat: torch.Tensor | None = None  # stage 3: the gathered slice, while in use
         self.flat_grad: torch.Tensor | None = None  # stages 2-3: its gradients, until reduced
+        self.pending: list = []  # stage 3 with prefetch: the all-gather's sends and receives
         self.ready = 0  # parameters whose gradient arrived in this backward
 
     def attach(self, flat: torch.Tensor) -> None:

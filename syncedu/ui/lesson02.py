@@ -67,10 +67,24 @@ class AlgorithmExplorer(Dashboard):
         self.algos = w.SelectMultiple(options=list(ALGORITHMS), value=tuple(algorithms),
                                       description="algorithms", rows=len(ALGORITHMS))
         self.out, self.image = w.Output(), w.Image(format="png")
+        self._quiet = False
         for c in (self.network, self.n, self.size, self.algos):
-            c.observe(lambda _: self.update(), names="value")
+            c.observe(lambda _: None if self._quiet else self.update(), names="value")
         self.widget = w.VBox([w.HBox([self.network, self.algos]), self.n, self.size,
                               self.out, self.image])
+        self.update()
+
+    def set(self, network: str | None = None, world_size: int | None = None,
+            nbytes: int | None = None) -> None:
+        """Move several controls at once and update once (as a learner would, one by one)."""
+        self._quiet = True
+        try:
+            for control, value in ((self.network, network), (self.n, world_size),
+                                   (self.size, nbytes)):
+                if value is not None:
+                    control.value = value
+        finally:
+            self._quiet = False
         self.update()
 
     def update(self) -> None:

@@ -112,8 +112,9 @@ def _diagnose_dx(case, r, got) -> str:
                  "on this rank's samples alone: all_reduce the two sums over the ranks"),
                 (_dx(dy, xhat, w * inv, *glob, max(n_local, 1)), "the sums are global but you "
                  f"divided by this rank's count ({n_local}); divide by the global count {n}"),
-                (_dx(dy, xhat, w * inv, *glob, n * len(case["sizes"])), "divided by count * world_size: the "
-                 "all_reduce already sums over the ranks, and count is already global"),
+                (_dx(dy, xhat, w * inv, *glob, n * len(case["sizes"])), "divided by count * "
+                 "world_size: the all_reduce already sums over the ranks, and count is "
+                 "already global"),
                 (_dx(dy, xhat, inv, *glob, n), "the weight (gamma) is missing: dx = weight * "
                  "invstd * (...)"),
                 (_dx(dy, xhat, w * inv, glob[0], torch.zeros_like(glob[1]), n), "the "

@@ -144,3 +144,30 @@ def test_greenlet_deadlocks_and_timeouts():
 def test_auto_uses_threads_for_small_runs_and_the_choice_is_checked():
     with pytest.raises(ValueError, match="scheduler"):
         sim.run(lambda comm: None, 2, scheduler="fibers")
+
+
+# ------------------------------------------------------------------ scale
+def test_4096_ranks_barrier_and_1024_ranks_builtins_equal_their_formulas():
+    net = Network.preset("ethernet_10g")
+    res = sim.run(lambda comm: comm.barrier(), 4096, network=net)
+    assert math.isclose(res.seconds, collective_time("barrier", 0, 4096, net), rel_tol=1e-12)
+
+    def builtins(comm):
+        t = torch.full((1000,), float(comm.rank))
+        comm.all_reduce(t)
+        comm.broadcast(t, src=3)
+        return t[0].item()
+
+    res = sim.run(builtins, 1024, network=net)
+    assert set(res) == {1023 * 1024 / 2}
+    want = (collective_time("all_reduce", 4000, 1024, net)
+            + collective_time("broadcast", 4000, 1024, net))
+    assert math.isclose(res.seconds, want, rel_tol=1e-12)
+
+
+def test_the_sim_benchmark_runs_every_operation():
+    from syncedu.lab import bench_sim
+
+    rows = [bench_sim.measure(8, op, 64) for op in bench_sim.OPS]
+    assert [r["events"] for r in rows] == [112, 112, 7, 56, 56, 24, 160]
+    assert "events/s" in bench_sim.table(rows) and all(r["wall"] > 0 for r in rows)

@@ -180,7 +180,7 @@ def run(fn, world_size: int, args=(), kwargs=None, *, network: Network | None = 
 def _run(fn, world_size, args, kwargs, network, timeout, sink, kind) -> RunResult:
     world = World(world_size, sink, make(kind, world_size), Wires(network, world_size))
     world.timeout_error = lambda ranks: RunTimeoutError(
-        f"sim.run: ranks {ranks} still running after {timeout} s of real time", ranks)
+        f"sim.run: ranks {_some(ranks)} still running after {timeout} s of real time", ranks)
     comms = [SimComm(r, world_size, network, world) for r in range(world_size)]
     world.launch(comms, fn, tuple(args), dict(kwargs or {}))
     try:
@@ -196,6 +196,13 @@ def _run(fn, world_size, args, kwargs, network, timeout, sink, kind) -> RunResul
         raise error
     seconds = max(c.now() for c in comms)
     return RunResult(world.results, Ledger([c.ledger for c in comms]), seconds)
+
+
+def _some(ranks: list[int]) -> str:
+    """[0, 1, 2] or, for long lists, [0, 1, ..., 1023] (the error's .ranks has them all)."""
+    if len(ranks) <= 16:
+        return str(ranks)
+    return "[" + ", ".join(map(str, ranks[:8])) + f", ... {ranks[-1]}] ({len(ranks)} ranks)"
 
 
 def _check_run(fn, world_size, args, kwargs, network, timeout):

@@ -51,8 +51,12 @@ class RecvPort:
         if dur <= 0:
             return earliest
         starts, ends = self.starts, self.ends
-        if not ends or ends[-1] <= earliest:  # the common case: nothing booked after
-            self._insert(len(starts), earliest, earliest + dur)
+        if not ends or ends[-1] < earliest:  # the common cases: nothing booked after...
+            starts.append(earliest)
+            ends.append(earliest + dur)
+            return earliest
+        if ends[-1] == earliest:  # ... or right up to it: one longer interval
+            ends[-1] = earliest + dur
             return earliest
         i = bisect_right(ends, earliest)  # busy intervals before i end in time
         t = earliest

@@ -89,11 +89,14 @@ class World:
         """Hand `msg` to rank `dst`: to a posted receive if one waits, else queue it."""
         key = (msg.src, msg.chan)
         with self.lock:
-            self.check()
+            if self.error is not None:
+                raise Cancelled()
             st = self.ranks[dst]
             posted = st.posted.get(key)
             if not posted:
-                queue = st.unmatched.setdefault(key, deque())
+                queue = st.unmatched.get(key)
+                if queue is None:
+                    queue = st.unmatched[key] = deque()
                 queue.append(msg)
                 far_ahead = len(queue) % BACKLOG == 0
                 if st.any_chan == msg.chan and st.parked and dst not in self.idle:
@@ -129,13 +132,17 @@ class World:
         """Match receive `handle` (fields src, chan) to a queued message or post it."""
         key = (handle.src, handle.chan)
         with self.lock:
-            self.check()
+            if self.error is not None:
+                raise Cancelled()
             st = self.ranks[rank]
             queued = st.unmatched.get(key)
             if queued:
                 handle.msg = queued.popleft()
             else:
-                st.posted.setdefault(key, deque()).append(handle)
+                waiting = st.posted.get(key)
+                if waiting is None:
+                    waiting = st.posted[key] = deque()
+                waiting.append(handle)
 
     def wait(self, rank: int, handle) -> Message:
         """Park rank `rank` until `handle` has its message (`.msg`); return it."""

@@ -74,6 +74,9 @@ def _timed(comm, specs: dict, shape, repeats: int, rounds: int) -> dict:
     g = torch.Generator().manual_seed(comm.rank)
     grad = torch.randn(*shape, generator=g)
     specs = {name: resolve(spec) for name, spec in specs.items()}
+    for c in specs.values():
+        if c is not None:
+            c.reset()  # a new size: no residual or warm start from the last one
     times = {name: [] for name in specs}
     for r in range(rounds + 1):  # round 0 warms up (allocator, first collective)
         for name, c in specs.items():

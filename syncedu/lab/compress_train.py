@@ -54,7 +54,7 @@ def _worker(comm, compressor, steps, global_batch, lr, seed, hidden):
                 comm.all_reduce(p.grad, op="avg")
             else:
                 compressor.average_(comm, [p.grad], key=name)
-            residual = getattr(compressor, "residual", lambda c, k: None)(comm, name)
+            residual = None if compressor is None else compressor.residual(comm, name)
             norms[name].append(0.0 if residual is None else residual.norm().item())
         with torch.no_grad():
             for p in params.values():

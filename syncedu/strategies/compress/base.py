@@ -67,6 +67,19 @@ class Compressor:
             self._state[k] = make()
         return self._state[k]
 
+    def residual(self, comm, key: str = "bucket") -> torch.Tensor | None:
+        """This rank's error-feedback residual ("bank balance") for bucket `key`, if any."""
+        return self._state.get((key, comm.rank))
+
+    def _residual_like(self, comm, key: str, like: torch.Tensor) -> torch.Tensor:
+        """The residual of bucket `key`, or zeros if it is new or changed size.
+
+        DDP rebuilds its buckets after the first step, so a key can come back
+        with other contents; a stale residual must not be added to them.
+        """
+        e = self._state.get((key, comm.rank))
+        return e if e is not None and e.shape == like.shape else torch.zeros_like(like)
+
     def reset(self) -> None:
         """Forget every residual and warm start (e.g. before a new training run)."""
         self._state.clear()

@@ -100,6 +100,10 @@ class PowerSGD(Compressor):
     def decompress(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         return p @ q.t()
 
+    def residual(self, comm, key: str = "bucket") -> torch.Tensor | None:
+        """This rank's error-feedback residual for bucket `key` (None before `start_iter`)."""
+        return self._state.get((key, comm.rank), {}).get("error")
+
     # ----------------------------------------------------------- the round
     def _step(self, comm, key: str) -> int:
         """This rank's step: the most times any bucket has been averaged here.
@@ -130,7 +134,8 @@ class PowerSGD(Compressor):
         st = self.state(comm, key, dict)
         grads = flatten(tensors)
         if self.error_feedback:                               # Step 1
-            grads = grads + st.setdefault("error", torch.zeros_like(grads))
+            error = st.get("error")  # none yet, or stale after DDP rebuilt its buckets
+            grads = grads + (error if error is not None and error.shape == grads.shape else 0)
         parts = list(grads.split([t.numel() for t in tensors]))
         plan = self.plan([t.shape for t in tensors])
         rest = [i for i, p in enumerate(plan) if p is None]

@@ -67,17 +67,13 @@ class SignSGD(Compressor):
     def decompress(packed, scale, numel: int) -> torch.Tensor:
         return unpack_signs(packed, numel) * scale
 
-    def residual(self, comm, key: str = "bucket") -> torch.Tensor | None:
-        """This rank's error-feedback residual for bucket `key`."""
-        return self._state.get((key, comm.rank))
-
     def average_(self, comm, tensors, key="bucket") -> None:
         tensors = list(tensors)
         if not tensors:
             return
         p = flatten(tensors)
         if self.error_feedback:                               # Step 1
-            p = p + self.state(comm, key, lambda: torch.zeros_like(p))
+            p = p + self._residual_like(comm, key, p)
         packed, scale = self.compress(p)                      # Step 2
         if self.error_feedback:                               # Step 3
             self._state[(key, comm.rank)] = p - self.decompress(packed, scale, p.numel())

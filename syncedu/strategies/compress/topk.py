@@ -62,17 +62,13 @@ class TopK(Compressor):
         out = torch.zeros(numel, dtype=values.dtype, device=values.device)
         return out.index_add_(0, indices.long(), values)
 
-    def residual(self, comm, key: str = "bucket") -> torch.Tensor | None:
-        """This rank's error-feedback residual ("bank balance") for bucket `key`."""
-        return self._state.get((key, comm.rank))
-
     def average_(self, comm, tensors, key="bucket") -> None:
         tensors = list(tensors)
         if not tensors:
             return
         acc = flatten(tensors)
         if self.error_feedback:                               # Step 1
-            acc = acc + self.state(comm, key, lambda: torch.zeros_like(acc))
+            acc = acc + self._residual_like(comm, key, acc)
         values, idx = self.compress(acc)                      # Step 2
         if self.error_feedback:                               # Step 3
             residual = acc.clone()

@@ -228,3 +228,16 @@ def test_local_and_post_local_methods():
     # 4 averages; post-local: 8 + 2 averages; sync: 16 gradient averages
     assert 4 * sync.bytes_sent == 16 * local.bytes_sent
     assert 4 * post.bytes_sent == 10 * local.bytes_sent
+
+
+def test_lesson09_dashboards_rerun_on_change():
+    from syncedu.ui import lesson09
+
+    helper = lesson09.HelperExplorer()
+    before = helper.text
+    helper.network.value = "wan"
+    assert "->" in helper.text and helper.text != before
+    sync = lesson09.SyncExplorer(workers=2, steps=8, global_batch=32)
+    assert sync.text.startswith("H=16 on wan")
+    sync.h.value = 4
+    assert sync.text.startswith("H=4 on wan") and "error" not in sync.text

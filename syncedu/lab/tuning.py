@@ -49,11 +49,11 @@ class TuningRun:
     """What `run_diloco` and `run_noise_scale` return."""
 
     loss: list[float]  # mean over ranks of the local loss, per step
-    times: list[float]  # logical seconds at the end of each step (rank 0)
+    times: list[float]  # logical seconds at the end of each step (rank 0, set-up excluded)
     final_loss: float  # loss of the final (common) parameters on all the data
     accuracy: float
     bytes_sent: int  # rank 0's payload bytes
-    seconds: float
+    seconds: float  # logical seconds of the training (rank 0, set-up excluded)
     params: dict[str, torch.Tensor] = field(repr=False)
     noise: list[float] = field(default_factory=list)  # B_simple per step (noise-scale runs)
 
@@ -78,6 +78,16 @@ class _Rank:
         self.batches = iter(sampling.global_batches(len(self.x), steps, global_batch, seed=seed))
         self.loss: list[float] = []
         self.times: list[float] = []
+        self.start = 0.0
+
+    def begin(self) -> None:
+        """After the set-up (the initial broadcast): line the ranks up, zero ledger and clock."""
+        self.comm.barrier()  # the broadcast reached the ranks at different logical times
+        self.comm.ledger.reset()
+        self.start = self.comm.now()
+
+    def tick(self) -> None:
+        self.times.append(self.comm.now() - self.start)
 
     def forward_backward(self) -> None:  # Step 2
         idx = sampling.shard(next(self.batches), self.comm.rank, self.comm.world_size)
@@ -103,7 +113,7 @@ class _Rank:
             acc = (out.argmax(1) == self.y).float().mean().item()
         params = {k: v.detach().clone() for k, v in self.model.named_parameters()}
         return {"loss": self.loss, "times": self.times, "final": final, "acc": acc,
-                "params": params, **extra}
+                "params": params, "elapsed": self.comm.now() - self.start, **extra}
 
 
 def _diloco_worker(comm, method, steps, global_batch, seed, compute, config, start_local_at):
@@ -111,7 +121,7 @@ def _diloco_worker(comm, method, steps, global_batch, seed, compute, config, sta
     algo = DiLoCo(rank.model, comm, config)  # broadcasts rank 0's parameters
     local = LocalSGD(rank.model, comm, config.inner_steps, start_local_at=start_local_at) \
         if method == "local" else None
-    comm.ledger.reset()  # count the training traffic only
+    rank.begin()  # count the training traffic and time only
     for _ in range(steps):
         algo.inner.zero_grad(set_to_none=False)
         rank.forward_backward()
@@ -124,7 +134,7 @@ def _diloco_worker(comm, method, steps, global_batch, seed, compute, config, sta
             algo.after_step()  # Step 3: DiLoCo, the outer step every H steps
         elif local is not None:
             local.after_step()  # Step 3: local SGD, the parameter average every H steps
-        rank.times.append(comm.now())
+        rank.tick()
     if method == "diloco":
         algo.finish()
     elif local is not None:
@@ -137,7 +147,7 @@ def _collect(res, noise=None) -> TuningRun:
     loss = [sum(r["loss"][i] for r in res) / n for i in range(len(res[0]["loss"]))]
     return TuningRun(loss=loss, times=res[0]["times"], final_loss=res[0]["final"],
                      accuracy=res[0]["acc"], bytes_sent=res.ledger.sent[0],
-                     seconds=res.seconds, params=res[0]["params"],
+                     seconds=res[0]["elapsed"], params=res[0]["params"],
                      noise=noise if noise is not None else [])
 
 
@@ -162,6 +172,7 @@ def _noise_worker(comm, steps, global_batch, seed, lr, ema):
         comm.broadcast(t.data, src=0)
     opt = torch.optim.SGD(rank.model.parameters(), lr=lr)
     scale = NoiseScale(ema=ema)
+    rank.begin()
     b_small, b_big = global_batch // comm.world_size, global_batch
     for _ in range(steps):
         opt.zero_grad(set_to_none=False)
@@ -171,7 +182,7 @@ def _noise_worker(comm, steps, global_batch, seed, lr, ema):
         scale.update(small_sq, big_sq, b_small, b_big)  # Steps 3-4
         rank.set_grad(flat)
         opt.step()
-        rank.times.append(comm.now())
+        rank.tick()
     return rank.result(noise=scale.history)
 
 
@@ -182,3 +193,33 @@ def run_noise_scale(workers: int, *, steps: int, global_batch: int, lr: float = 
         raise ValueError(f"workers={workers} must be >= 2 and divide global_batch={global_batch}")
     res = sim.run(_noise_worker, workers, args=(steps, global_batch, seed, lr, ema))
     return _collect(res, noise=res[0]["noise"])
+
+
+def batch_sweep(batches, *, target: float, base_lr: float = 0.05, base_batch: int = 32,
+                warmup_steps: int = 5, max_steps: int = 400, seed: int = 0) -> dict[int, int]:
+    """Steps to reach `target` training loss for each global batch (0: not within max_steps).
+
+    One process, plain SGD, the linear scaling rule lr = base_lr * B / base_batch
+    with `warmup_steps` of linear warm-up (Goyal et al. 2017). The loss checked
+    is the current batch's, smoothed over the last 5 steps.
+    """
+    x, y = data.digits().tensors
+    out = {}
+    for b in batches:
+        model = models.make("mlp", seed=seed)
+        lr = base_lr * b / base_batch
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        recent: list[float] = []
+        out[b] = 0
+        for step, idx in enumerate(sampling.global_batches(len(x), max_steps, b, seed=seed)):
+            for group in opt.param_groups:  # warm-up, then the scaled rate
+                group["lr"] = lr * min(1.0, (step + 1) / warmup_steps) if warmup_steps else lr
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            loss.backward()
+            opt.step()
+            recent = (recent + [loss.item()])[-5:]
+            if len(recent) == 5 and sum(recent) / 5 <= target:
+                out[b] = step + 1
+                break
+    return out

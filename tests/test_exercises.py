@@ -262,3 +262,65 @@ def test_lesson06_checkers(capsys):
     assert not ex6.average_running_stats.grade(lambda comm, model: None)
     assert not ex6.global_mean_var.grade(stub_any)
     assert "not attempted yet" in capsys.readouterr().out
+
+
+# ------------------------------------------------ lesson 00 (simulated ranks for the token)
+def _token_before_adding(comm):
+    t = torch.zeros(1)
+    n, r = comm.world_size, comm.rank
+    if r == 0:
+        comm.send(t, dst=1)
+        comm.recv(t, src=n - 1)
+        return t.item()
+    comm.recv(t, src=r - 1)
+    seen = t.item()
+    t += r
+    comm.send(t, dst=(r + 1) % n)
+    return seen
+
+
+def _token_everyone_waits(comm):
+    t = torch.zeros(1)
+    comm.recv(t, src=(comm.rank - 1) % comm.world_size)
+    comm.send(t + comm.rank, dst=(comm.rank + 1) % comm.world_size)
+    return t.item()
+
+
+def _token_twice(comm):
+    """Right values, but rank 0 sends an extra message (one message per rank is the rule)."""
+    value = good_token(comm)
+    if comm.rank == 0:
+        comm.send(torch.zeros(1), dst=1)
+    elif comm.rank == 1:
+        comm.recv(torch.zeros(1), src=0)
+    return value
+
+
+def test_lesson00_token_checker_names_the_mistake(capsys):
+    assert ex.pass_the_token.grade(good_token)
+    assert "correct" in capsys.readouterr().out
+    assert not ex.pass_the_token.grade(_token_before_adding)
+    assert "rank 1 returned 0, expected 1: it returned the token before adding" \
+        in capsys.readouterr().out
+    assert not ex.pass_the_token.grade(_token_everyone_waits)
+    assert "every rank waits for a message nobody sends" in capsys.readouterr().out
+    assert not ex.pass_the_token.grade(_token_twice)
+    assert "each rank sends exactly one" in capsys.readouterr().out
+    assert not ex.pass_the_token.grade(stub)
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+# ------------------------------------------------ lesson 04
+def test_lesson04_checkers(capsys):
+    from syncedu.ui.exercises import lesson04 as ex4
+
+    assert ex4.ssp_rule.grade(lambda c, clocks, tau: c - min(clocks) <= tau)
+    assert "Exercise 1 (the bounded-staleness rule): correct" in capsys.readouterr().out
+    assert not ex4.ssp_rule.grade(lambda c, clocks, tau: c - min(clocks) < tau)
+    assert "next_step=0, clocks=[0, 0, 1], tau=0: got False, expected True" \
+        in capsys.readouterr().out
+    assert ex4.server_ingress.grade(lambda w, s, n: w * (-(-n // s) + 1) * 4)
+    assert not ex4.sync_update.grade(lambda s, g, lr: s - lr * sum(g))
+    assert "Quick check (the synchronous update): not yet right" in capsys.readouterr().out
+    assert not ex4.ssp_rule.grade(stub_any)
+    assert "not attempted yet" in capsys.readouterr().out

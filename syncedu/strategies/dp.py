@@ -164,7 +164,9 @@ class BucketedSync(GradSync):
         bucket, k = self._where[id(p)]
         if self.compressor is None:  # a compressor reads the gradients themselves
             off = bucket.offsets[k]
-            bucket.buffer[off:off + p.numel()].copy_(p.grad.reshape(-1))
+            view = bucket.buffer[off:off + p.numel()]
+            if p.grad.data_ptr() != view.data_ptr():  # not already there (see finish)
+                view.copy_(p.grad.reshape(-1))
         bucket.ready += 1
         self._launch_ready()
 
@@ -173,20 +175,15 @@ class BucketedSync(GradSync):
             b = self.buckets[self._next]
             if b.ready < len(b.params) and not force:
                 return
-            if b.ready < len(b.params):  # gradients backward never produced: send zeros
-                self._fill_missing(b)
+            if b.ready < len(b.params) and self.compressor is None:  # backward skipped some
+                for p, view in b.views():  # send zeros for them (`_grad` does, compressed)
+                    view.copy_(p.grad if p.grad is not None else torch.zeros_like(p))
             if self.compressor is not None:  # in place on the gradients, blocking
                 self._average([_grad(p) for p in b.params], f"bucket{b.index}")
             else:
                 b.started = time.perf_counter()
                 b.work = self.comm.all_reduce(b.buffer, op="avg", async_op=True)
             self._next += 1
-
-    def _fill_missing(self, b: Bucket) -> None:
-        if self.compressor is not None:
-            return  # `_grad` gives zeros to the missing ones
-        for p, view in b.views():
-            view.copy_(p.grad if p.grad is not None else torch.zeros_like(p))
 
     def finish(self) -> None:
         self._launch_ready(force=True)
@@ -198,7 +195,10 @@ class BucketedSync(GradSync):
             # (launch, done): done is when we saw it finish, at most that late.
             self.events.append((b.started, time.perf_counter(), b.nbytes))
             for p, view in b.views():
-                _grad(p).copy_(view)
+                # The averaged gradient stays in the bucket, no copy back; until
+                # zero_grad(set_to_none=True), later backwards accumulate right
+                # into it (DDP's gradient_as_bucket_view).
+                p.grad = view
 
     def close(self) -> None:
         for h in self._hooks:

@@ -64,7 +64,7 @@ def _state_elements(opt) -> int:
 def _train(comm, net, forward, opt, steps: int, after_backward=None) -> None:
     for step in range(steps):
         opt.zero_grad()
-        x, y = batch(step, comm.rank)
+        x, y = (t.to(comm.device) for t in batch(step, comm.rank))
         F.cross_entropy(forward(x), y).backward()
         if after_backward is not None:
             after_backward(net)
@@ -75,17 +75,17 @@ def ddp_worker(comm, steps: int = 3, optimizer: str = "sgd", zero: bool = False)
     """DDP with torch's optimizer, or with `ZeroRedundancyOptimizer` (`zero=True`)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    net = model()
+    net = model().to(comm.device)
     ddp = DDP(net)  # sync: broadcasts rank 0's parameters, averages gradients in backward
     opt = make_optimizer(net.parameters(), optimizer, zero)  # sync: zero -> state sharded
     _train(comm, net, ddp, opt, steps)
-    params = {k: p.detach().clone() for k, p in net.named_parameters()}
+    params = {k: p.detach().cpu().clone() for k, p in net.named_parameters()}
     return params, {"state_elements": _state_elements(opt)}
 
 
 def _averaged_grad_norm(comm, net) -> float:
     """Norm of step 0's gradient averaged over ranks (the plain model, by hand): the truth."""
-    x, y = batch(0, comm.rank)
+    x, y = (t.to(comm.device) for t in batch(0, comm.rank))
     F.cross_entropy(net(x), y).backward()
     flat = torch.cat([p.grad.reshape(-1) for p in net.parameters()])
     dist.all_reduce(flat)
@@ -102,8 +102,8 @@ def fsdp_worker(comm, steps: int = 3, optimizer: str = "sgd"):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    net = model()
-    truth = _averaged_grad_norm(comm, model())
+    net = model().to(comm.device)
+    truth = _averaged_grad_norm(comm, model().to(comm.device))
     mesh = init_device_mesh(comm.device.type, (comm.world_size,))
     for layer in net.modules():
         if isinstance(layer, torch.nn.Linear):
@@ -121,7 +121,7 @@ def fsdp_worker(comm, steps: int = 3, optimizer: str = "sgd"):
                 p.grad.div_(comm.world_size)
 
     _train(comm, net, net, opt, steps, check_and_fix)
-    params = {k: p.full_tensor().detach().clone() for k, p in net.named_parameters()}
+    params = {k: p.full_tensor().detach().cpu().clone() for k, p in net.named_parameters()}
     local = sum(p.to_local().numel() for p in net.parameters())
     return params, {"state_elements": _state_elements(opt), "grad_ratio": seen["ratio"],
                     "workaround": seen["ratio"] > 1.5, "local_elements": local,

@@ -158,8 +158,10 @@ def train(rank: int, world_size: int, cfg: Config) -> None:
     try:
         dataset = data.digits()
         model = models.make("mlp", seed=cfg.seed).to(device)  # Step 2
-        model = DDP(model, device_ids=[device.index]) if device.type == "cuda" \
-            else DDP(model)  # sync: CPU modules take no device_ids
+        if device.type == "cuda":
+            model = DDP(model, device_ids=[device.index])  # sync: this rank's one GPU
+        else:
+            model = DDP(model)  # sync: CPU modules take no device_ids
         sampler = DistributedSampler(dataset, num_replicas=world_size,  # sync: Step 3
                                      rank=rank, shuffle=True, seed=cfg.seed, drop_last=True)
         loader = DataLoader(dataset, batch_size=cfg.global_batch // world_size,  # sync: per rank

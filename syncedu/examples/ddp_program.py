@@ -38,7 +38,7 @@ program trains to the parameters of `train.run("single", 1, ...)` and
 `train.run("ddp", N, ...)` with `steps = epochs * (1797 // B)`; the test
 checks both (tests/test_ddp_program.py).
 
-Used in: notebooks/03_data_parallel.
+Used in: notebooks/00_start_here (its `setup`), 03_data_parallel.
 """
 
 from __future__ import annotations

@@ -199,6 +199,25 @@ def test_fp16_halves_ddp_bytes(pool):
     assert half.max_param_diff(plain) < 1e-2
 
 
+def _post_local(comm):
+    from syncedu.strategies.local_sgd import LocalSGD
+
+    local = LocalSGD(torch.nn.Linear(2, 2), comm, sync_every=4, start_local_at=3)
+    return [local.after_step() for _ in range(10)], local.averages
+
+
+def test_post_local_sgd_averages_every_step_first():
+    from syncedu.comm import sim
+    from syncedu.strategies.local_sgd import LocalSGD
+
+    did, averages = sim.run(_post_local, 2)[0]
+    assert did == [True, True, True, True, False, False, False, True, False, False]
+    assert averages == 5
+    for bad in (dict(sync_every=0), dict(start_local_at=-1), dict(sync_every=1.5)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            LocalSGD(torch.nn.Linear(2, 2), None, **bad)
+
+
 @pytest.mark.real
 def test_local_sgd_real_ranks(pool):
     flat = train.run("flat", 2, pool=pool, **JOB)

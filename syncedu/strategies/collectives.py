@@ -39,8 +39,7 @@ def _pieces(flat: torch.Tensor, parts: int) -> list[torch.Tensor]:
 
 def _sendrecv(comm, send: torch.Tensor, dst: int, recv: torch.Tensor, src: int) -> None:
     """Send `send` to `dst` while receiving `recv` from `src` (full duplex); wait for both."""
-    works = [comm.irecv(recv, src), comm.isend(send, dst)]
-    for work in works:
+    for work in [comm.irecv(recv, src), comm.isend(send, dst)]:
         work.wait()
 
 
@@ -62,8 +61,7 @@ def naive_allreduce(comm, tensor: torch.Tensor, root: int = 0) -> torch.Tensor:
             for src in range(n):  # Step 2
                 if src != root:
                     flat.add_(comm.recv(got, src))
-            works = [comm.isend(flat, dst) for dst in range(n) if dst != root]  # Step 3
-            for work in works:
+            for work in [comm.isend(flat, dst) for dst in range(n) if dst != root]:  # Step 3
                 work.wait()
     return tensor
 
@@ -149,12 +147,8 @@ def tree_allreduce(comm, tensor: torch.Tensor) -> torch.Tensor:
         if r:
             comm.send(flat, r - low)
             comm.recv(flat, r - low)  # Step 2
-        works, mask = [], low >> 1
-        while mask:
-            if r + mask < n:
-                works.append(comm.isend(flat, r + mask))
-            mask >>= 1
-        for work in works:
+        children = [r + (low >> k) for k in range(1, low.bit_length()) if r + (low >> k) < n]
+        for work in [comm.isend(flat, child) for child in children]:  # largest subtree first
             work.wait()
     return tensor
 
@@ -259,9 +253,8 @@ def hierarchical_allreduce(comm, tensor: torch.Tensor) -> torch.Tensor:
     first, size, full = _node_of(comm)
     shards, local = _pieces(flat, full), comm.rank - first
     inside = [*shards[: size - 1], flat[sum(s.numel() for s in shards[: size - 1]):]]
-    node_ring, held = list(range(first, first + size)), [local]
-    if local == size - 1:
-        held = range(size - 1, full)
+    node_ring = list(range(first, first + size))
+    held = [local] if local < size - 1 else range(size - 1, full)  # the shards this rank owns
     with comm.scope("hierarchical_allreduce"):
         ring_reduce_scatter_chunks(comm, inside, node_ring)  # Step 1
         for j in held:  # Step 2: one ring per shard, through shard j's holder on each node

@@ -16,7 +16,7 @@ from syncedu.strategies.zero_shards import Layout, held_bytes
 
 STEPS = 3
 OPTS = {"sgd": {"optimizer": "sgd", "momentum": 0.9}, "adam": {"optimizer": "adam"}}
-P = sum(p.numel() for p in zt.model().parameters())  # 1,167: split evenly by neither 3 nor 4
+P = sum(p.numel() for p in zt.model().parameters())  # 1,167: 4 does not divide it
 
 
 def _sent(comm) -> int:

@@ -40,7 +40,7 @@ def batch(step: int, rank: int, size: int = 8) -> tuple[torch.Tensor, torch.Tens
 
 
 def model(**kwargs) -> torch.nn.Module:
-    """The lesson's small MLP (1,167 parameters by default: no layer splits evenly by 3 or 4)."""
+    """The lesson's small MLP: 64 -> 13 -> 13 -> 10, 1,167 parameters (4 does not divide it)."""
     return models.make("mlp", seed=0, **{"hidden": 13, **kwargs})
 
 

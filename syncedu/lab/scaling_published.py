@@ -100,7 +100,7 @@ def _horovod(name: str, params: float, images_per_s: float, published: float, ba
 
 
 def published_comparisons() -> list[Comparison]:
-    """The four published results of lesson 09, each with the model's prediction."""
+    """The published scaling results of lesson 09 (five rows), each with the prediction."""
     return [
         _horovod("Inception V3", 23.8e6, 142, 0.90, 0.08,
                  "model 5 points high: it has no term for Horovod's fusion cycle and "

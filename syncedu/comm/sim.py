@@ -84,6 +84,7 @@ class SimComm(Comm):
     def __init__(self, rank: int, world_size: int, network: Network, world: World):
         super().__init__(rank, world_size, network)
         self._world = world
+        self._wires = world.wires
         self._clock = world.wires.clocks[rank]
 
     # ------------------------------------------------------------ the clock
@@ -96,28 +97,28 @@ class SimComm(Comm):
         self._clock.now += seconds
 
     # ------------------------------------------------------ point-to-point
+    # A message's channel is its tag: built-in collectives send no messages here.
     def _isend(self, tensor: torch.Tensor, dst: int, tag: int) -> Work:
         data = flat_view(tensor).clone()  # copied now: the buffer is free at once
         nbytes = data.nbytes
-        start, dur, end = self._world.wires.depart(self.rank, dst, nbytes)  # Step 1
-        self._world.deliver(Message(data, self.rank, ("tag", tag), start, dur, "send", nbytes),
-                            dst)
+        start, dur, end = self._wires.depart(self.rank, dst, nbytes)  # Step 1
+        self._world.deliver(Message(data, self.rank, tag, start, dur, "send", nbytes), dst)
         return SendWork(self._clock, end)
 
     def _irecv(self, tensor: torch.Tensor, src: int, tag: int) -> Work:
-        handle = RecvWork(self.arrive, self.rank, src, ("tag", tag), tensor, "recv")
+        handle = RecvWork(self.arrive, self.rank, src, tag, tensor, "recv")
         self._world.post(self.rank, handle)
         return handle
 
     def arrive(self, handle: RecvWork):
         """Wait for `handle`'s message, book the receive port, advance the clock (for handles)."""
-        msg = self._world.wait(self.rank, handle)
-        self._clock.advance(self._world.wires.arrive(self.rank, msg.src, msg.start, msg.dur,
-                                                     msg.nbytes))  # Steps 2 and 3
+        msg = handle.msg or self._world.wait(self.rank, handle)
+        self._clock.advance(self._wires.arrive(self.rank, msg.src, msg.start, msg.dur,
+                                               msg.nbytes))  # Steps 2 and 3
         return msg.data
 
     def _recv_any(self, tensor: torch.Tensor, tag: int) -> int:
-        msg = self._world.recv_any(self.rank, ("tag", tag))  # earliest in logical time
+        msg = self._world.recv_any(self.rank, tag)  # earliest in logical time
         handle = RecvWork(self.arrive, self.rank, msg.src, msg.chan, tensor, "recv")
         handle.msg = msg
         handle.wait()  # books the receive port, advances the clock, checks, copies

@@ -118,15 +118,20 @@ class Wires:
     def depart(self, src: int, dst: int, nbytes: int) -> tuple[float, float, float]:
         """Step 1: book the sender's port (and NIC); return (start, dur, send end)."""
         c, net = self.clocks[src], self.net
-        link = net.link(src, dst) if self.cluster else net
-        dur = link.latency + nbytes / link.bandwidth
-        if c.rng is not None:
-            dur += net.noise(c.rng)
         start = c.send_free if c.send_free > c.now else c.now
-        if self.cluster and net.node_of(src) != net.node_of(dst):  # bytes queue at the NIC
-            start = self._nic(src, "out").reserve(start, nbytes / link.bandwidth)
-        c.send_free = start + dur
-        return start, dur, start + dur
+        if not self.cluster:
+            dur = net.latency + nbytes / net.bandwidth
+            if c.rng is not None:
+                dur += net.noise(c.rng)
+        else:
+            link = net.link(src, dst)
+            dur = link.latency + nbytes / link.bandwidth
+            if c.rng is not None:
+                dur += net.noise(c.rng)
+            if net.node_of(src) != net.node_of(dst):  # the bytes queue at the node's NIC
+                start = self._nic(src, "out").reserve(start, nbytes / link.bandwidth)
+        end = c.send_free = start + dur
+        return start, dur, end
 
     def arrive(self, dst: int, src: int, start: float, dur: float, nbytes: int) -> float:
         """Step 2: book the receiver's port (and NIC) from `start`; return the arrival."""
@@ -185,7 +190,7 @@ class RecvWork(Work):
         self.done = True
 
     def describe(self, world) -> str:
-        text = f"recv from rank {self.src} (tag {self.chan[1]}, {self.nbytes} bytes)"
+        text = f"recv from rank {self.src} (tag {self.chan}, {self.nbytes} bytes)"
         if world.ranks[self.src].done:
             text += f"; rank {self.src} has already returned"
         return text
@@ -195,7 +200,7 @@ def _mismatch(handle: RecvWork, data: torch.Tensor) -> None:
     t = handle.tensor
     raise ValueError(
         f"rank {handle.rank} posted a receive of {t.numel()} x {t.dtype} from rank "
-        f"{handle.src} (tag {handle.chan[1]}), but rank {handle.src} sent "
+        f"{handle.src} (tag {handle.chan}), but rank {handle.src} sent "
         f"{data.numel()} x {data.dtype}: sender and receiver must agree on dtype "
         "and number of elements")
 

@@ -327,7 +327,7 @@ class World:
     def _waiting(self) -> dict[int, str]:
         waiting = {r: st.waiting.describe(self) for r, st in enumerate(self.ranks)
                    if st.waiting is not None and not st.done}
-        waiting.update({r: f"recv_any (tag {st.any_chan[1]}) from any rank"
+        waiting.update({r: f"recv_any (tag {st.any_chan}) from any rank"
                         for r, st in enumerate(self.ranks) if st.any_chan is not None})
         return waiting
 

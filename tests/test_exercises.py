@@ -180,8 +180,12 @@ def test_lesson01_and_02_checkers_grade_right_and_wrong(capsys):
     assert not ex1.all_gather_from_send_recv.grade(stub_any)
     assert ex1.allreduce_from_collectives.grade(rs_ag)
     assert not ex1.allreduce_from_collectives.grade(lambda comm, x: comm.all_reduce(x))
-    assert ex1.bus_bandwidth.grade(lambda s, t, n: s / t * 2 * (n - 1) / n)
-    assert not ex1.bus_bandwidth.grade(lambda s, t, n: s / t)
+    assert ex1.quick_busbw.grade(2**26 / 0.1 * 2 * 7 / 8)
+    assert ex1.quick_busbw.grade(lambda: 2**26 / 0.1 * 2 * 7 / 8)
+    assert not ex1.quick_busbw.grade(2**26 / 0.1)  # algbw
+    assert "algorithm bandwidth" in capsys.readouterr().out
+    assert not ex1.quick_busbw.grade(2**26 / 0.1 * 2 * 7 / 8 / 1e9)  # GB/s
+    assert "bytes per second" in capsys.readouterr().out
     assert ex2.ring_time.grade(lambda n, s, a, b: 2 * (n - 1) * (a + s / n * b))
     assert not ex2.ring_time.grade(lambda n, s, a, b: 2 * (n - 1) * (a + s * b))
     assert ex2.crossover.grade(1 << 20) and not ex2.crossover.grade(1 << 14)

@@ -1,7 +1,9 @@
 """Notebook 01's helpers: who holds what before and after each collective, and a widget.
 
 Every rank starts with the value 2^rank in each of N slots, so after any sum a
-slot's value, read as a bitmask, says exactly whose inputs it contains.
+slot's value, read as a bitmask, says exactly whose inputs it contains. A slot
+whose content the API does not define (a non-root rank's buffer after
+`reduce`) is reported as `UNDEFINED` (-1) and drawn as "?": we never read it.
 
 Used in: notebooks/01_collectives.
 """
@@ -16,6 +18,7 @@ from syncedu.ui.plots import collectives as plots
 from syncedu.ui.widgets import Dashboard, figure_png
 
 OPS = ("send_recv", "broadcast", "reduce", "all_reduce", "reduce_scatter", "all_gather")
+UNDEFINED = -1  # a slot the collective's contract leaves unspecified
 
 
 def _masks(comm, op: str):
@@ -32,7 +35,8 @@ def _masks(comm, op: str):
         comm.broadcast(x, src=0)
     elif op == "reduce":
         comm.reduce(x, dst=0)
-        x = x if r == 0 else before  # only the root's result is defined
+        if r != 0:  # torch.distributed.reduce: only dst receives the result; the rest is
+            x = torch.full_like(x, UNDEFINED)  # unspecified (Gloo may leave partial sums)
     elif op == "all_reduce":
         comm.all_reduce(x)
     elif op == "reduce_scatter":

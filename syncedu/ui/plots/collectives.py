@@ -1,7 +1,8 @@
 """Figures for notebooks 01 and 02: who holds what, bytes per rank, time vs size, winners.
 
 `holdings` draws contribution bitmasks: a slot holding the value 2^a + 2^b + ...
-is the sum of ranks a, b, ...'s inputs (exact in float64 up to 53 ranks).
+is the sum of ranks a, b, ...'s inputs (exact in float64 up to 53 ranks); a
+negative value marks contents the collective leaves undefined, drawn as "?".
 
 Used in: notebooks/01_collectives, 02_allreduce_algorithms.
 """
@@ -19,6 +20,8 @@ ALGO_COLORS = {"naive": "tab:red", "ring": "tab:blue", "ring_pipelined": "tab:cy
 
 
 def _label(mask: int, n: int) -> str:
+    if mask < 0:  # contents the collective leaves undefined
+        return "?"
     if mask <= 0:
         return ""
     ranks = [r for r in range(n) if mask >> r & 1]
@@ -28,6 +31,8 @@ def _label(mask: int, n: int) -> str:
 
 
 def _color(mask: int, n: int):
+    if mask < 0:
+        return (0.85, 0.85, 0.85)
     if mask <= 0:
         return (1.0, 1.0, 1.0)
     ranks = [r for r in range(n) if mask >> r & 1]

@@ -34,9 +34,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from syncedu.comm import sim
 from syncedu.comm.ledger import Ledger
-from syncedu.lab import data, models
+from syncedu.lab import data, models, runner
 from syncedu.strategies import syncbn
 
 MODES = ("plain", "syncbn", "single")
@@ -164,17 +163,13 @@ def _sgd(params, grads, velocity, cfg: BNConfig) -> None:
 def run(cfg: BNConfig, pool=None) -> BNResult:
     """Run one configuration on simulated ranks, or on a `launch.Pool` if given.
 
-    With a pool, its world size must equal `cfg.ranks`.
+    `runner` decides where; with a pool, its world size must equal `cfg.ranks`.
     """
     tensors = split(cfg.seed, cfg.test_size)
     idx = batches(cfg, len(tensors[1]))
-    if pool is None:
-        res = sim.run(worker, cfg.ranks, args=(cfg, tensors, idx))
-    else:
-        if pool.world_size != cfg.ranks:
-            raise ValueError(f"pool has world size {pool.world_size}; mode={cfg.mode!r} "
-                             f"needs {cfg.ranks}")
-        res = pool.run(worker, args=(cfg, tensors, idx))
+    # Simulated ranks unless a pool is given: the runner checks its world size.
+    res = runner.run(worker, cfg.ranks, (cfg, tensors, idx), pool=pool, simulate=pool is None,
+                     job=f"mode={cfg.mode!r}")
     loss = [sum(r[0][s] for r in res) / len(res) for s in range(cfg.steps)]
     return BNResult(cfg, loss, [r[1] for r in res], [r[2] for r in res], res[0][3], res.ledger)
 

@@ -3,7 +3,7 @@
     from syncedu import ps, train
     ref = train.run("single", 1, steps=20, global_batch=64)
     sync = ps.run("sync", 4, servers=2, steps=20, global_batch=64, simulate=True)
-    sync.max_param_diff(ref.params)          # ~1e-7: the same SGD
+    sync.max_param_diff(ref)                 # ~1e-7: the same SGD
     ssp = ps.run("ssp", 8, staleness=4, steps=20, global_batch=64, simulate=True,
                  network=ps.stragglers(8, 1, slow={7: 3.0}))
     ssp.idle_fraction, max(ssp.staleness)   # idle per worker, <= 4
@@ -15,9 +15,10 @@ Steps:
    worker w's c-th gradient is the mean cross-entropy gradient of its part
    (`sampling.shard`) of global batch c (`sampling.global_batches`), so the
    data are exactly `train.run`'s;
-3. run `strategies.ps.ps_rank` on `workers + servers` ranks: simulated
-   (`simulate=True`, logical time, deterministic) or real (`launch`, or a
-   warm `pool`), after a barrier that the ledger does not keep;
+3. run `strategies.ps.ps_rank` on `workers + servers` ranks where `runner`
+   puts them: simulated (`simulate=True`, logical time, deterministic) or real
+   (fresh processes, or a warm `pool`), after a barrier that the ledger does
+   not keep;
 4. gather a `History`: the servers' shards joined into named parameters,
    pushed and applied counts, staleness and delay per applied gradient (the
    largest over the servers), idle fraction per worker, loss and accuracy of
@@ -40,7 +41,7 @@ from syncedu.comm.network import Network
 from syncedu.strategies.ps import Applied, PSConfig, ps_rank
 from syncedu.strategies.ps_worker import compute_factor
 
-from . import data, models, sampling
+from . import data, models, runner, sampling
 
 __all__ = ["run", "History", "PSConfig", "stragglers", "rank_main", "allreduce_baseline",
            "numel"]
@@ -65,9 +66,10 @@ class History:
     final_loss: float = float("nan")  # the final parameters on the whole data set
     accuracy: float = float("nan")
 
-    def max_param_diff(self, params: dict[str, torch.Tensor]) -> float:
-        """Largest absolute difference to another run's `params` (e.g. `train.run`'s)."""
-        return max((self.params[k] - params[k]).abs().max().item() for k in self.params)
+    def max_param_diff(self, other) -> float:
+        """Largest absolute difference to another run (a history, e.g. `train.run`'s, or
+        its `params` dict)."""
+        return runner.max_param_diff(self, other)
 
     def staleness_histogram(self) -> dict[int, int]:
         return dict(sorted(collections.Counter(self.staleness).items()))
@@ -147,20 +149,9 @@ def run(mode: str, workers: int, *, servers: int = 1, staleness: int = 0, steps,
     x, y = data.digits().tensors
     sampling.steps_per_epoch(len(x), global_batch)  # ValueError if larger than the data
     args = (cfg, x, y, global_batch, model)
-    if simulate:  # Step 3
-        if pool is not None:
-            raise ValueError("simulate=True starts simulated ranks: pass no pool")
-        from syncedu.comm import sim
-        res = sim.run(rank_main, cfg.world_size, args=args, network=network, timeout=timeout)
-    elif pool is not None:
-        if pool.world_size != cfg.world_size:
-            raise ValueError(f"pool has world_size={pool.world_size}; workers={workers} + "
-                             f"servers={servers} need {cfg.world_size}")
-        res = pool.run(rank_main, args, timeout=timeout)
-    else:
-        from syncedu.comm import launch
-        res = launch.run(rank_main, cfg.world_size, args=args, network=network,
-                         timeout=timeout, output="live")
+    res = runner.run(rank_main, cfg.world_size, args, pool=pool, network=network,  # Step 3
+                     simulate=simulate, timeout=timeout,
+                     job=f"workers={workers} + servers={servers}")
     return _history(cfg, list(res), res.ledger, x, y, model)
 
 

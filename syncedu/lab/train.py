@@ -8,11 +8,11 @@
 Steps:
 
 1. validate the job in a frozen `TrainConfig` (ValueError naming the parameter);
-2. run it: "single" in this process on a world-size-1 `LocalComm` (the
-   reference: one model, the whole global batch), the others on real ranks
-   (`launch.Pool`, or the `pool` you pass) or, with `simulate=True`, on
-   simulated ones; every strategy reads the same global
-   batches (`sampling.global_batches`), each rank its `shard`;
+2. run it where `runner` puts it: "single" in this process on a world-size-1
+   `LocalComm` (the reference: one model, the whole global batch), the others
+   on fresh real ranks, the `pool` you pass, or, with `simulate=True`,
+   simulated ones; every strategy reads the same global batches
+   (`sampling.global_batches`), each rank its `shard`;
 3. long real runs go in chunks on the warm ranks so a tqdm bar can move;
 4. gather a `History`: loss (global mean per optimizer step: the ranks' shard
    means averaged, shards being equal), final parameters (checked identical on
@@ -37,11 +37,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from syncedu.comm import launch
 from syncedu.comm.ledger import Ledger
-from syncedu.comm.local import LocalComm
 
-from . import train_rank
+from . import runner, train_rank
 from .train_config import MISTAKES, STRATEGIES, TrainConfig
 
 __all__ = ["run", "History", "TrainConfig", "STRATEGIES", "MISTAKES"]
@@ -77,9 +75,9 @@ class History:
         op = self.ledger.ops.get("all_reduce")
         return op.sent[0] if op is not None else 0
 
-    def max_param_diff(self, other: History) -> float:
-        """Largest absolute difference between this run's final parameters and `other`'s."""
-        return max((self.params[k] - other.params[k]).abs().max().item() for k in self.params)
+    def max_param_diff(self, other) -> float:
+        """Largest absolute difference to `other`'s final parameters (a history or a dict)."""
+        return runner.max_param_diff(self, other)
 
 
 def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumulation: int = 1,
@@ -100,71 +98,41 @@ def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumu
     cfg = TrainConfig(strategy=strategy, world_size=world_size, steps=steps,  # Step 1
                       global_batch=global_batch, accumulation=accumulation, lr=lr, seed=seed,
                       **options)
-    _check_where(cfg, pool, network, simulate)
-    if progress is None:
-        progress = steps >= 100 and sys.stderr.isatty()
-    if strategy == "single":  # Step 2: one thread, like one rank of a 2-rank job here
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return _history(cfg, [train_rank.train_all(LocalComm(), cfg)])
-        finally:
-            torch.set_num_threads(threads)
-    if simulate:
-        from syncedu.comm import sim
-        res = sim.run(train_rank.train_all, world_size, args=(cfg,), network=network)
-        return _history(cfg, list(res))
+    if simulate and strategy in ("ddp", "horovod"):
+        raise ValueError(f"strategy={strategy!r} needs torch.distributed: it cannot be "
+                         f"simulated (use simulate=False)")
     if strategy == "horovod":  # Horovod starts its own ranks (horovod.run): lab/horovod_train
         from . import horovod_train
         return _history(cfg, horovod_train.run_ranks(cfg, pool=pool, network=network,
                                                      timeout=timeout))
-    own = pool is None
-    pool = pool or launch.Pool(world_size, network=network, timeout=timeout, output="live")
-    try:
-        values = _run_real(pool, cfg, progress, timeout)
-    finally:
-        if own:
-            pool.close()
-    return _history(cfg, values)
+    if progress is None:
+        progress = steps >= 100 and sys.stderr.isatty()
+    # Step 2: "single" in this process, the others where the runner puts them.
+    with runner.Ranks(world_size, pool=pool, network=network, simulate=simulate,
+                      local=strategy == "single", timeout=timeout,
+                      job=f"strategy={strategy!r}") as ranks:
+        if progress and ranks.kind in ("pool", "fresh"):
+            return _history(cfg, _run_chunks(ranks, cfg))
+        return _history(cfg, list(ranks.run(train_rank.train_all, (cfg,))))
 
 
-def _check_where(cfg: TrainConfig, pool, network, simulate: bool) -> None:
-    if cfg.strategy == "single" and (pool is not None or network is not None or simulate):
-        raise ValueError("strategy='single' runs in this process: pass no pool, network "
-                         "or simulate")
-    if simulate and cfg.strategy in ("ddp", "horovod"):
-        raise ValueError(f"strategy={cfg.strategy!r} needs torch.distributed: it cannot be "
-                         f"simulated (use simulate=False)")
-    if simulate and pool is not None:
-        raise ValueError("simulate=True starts simulated ranks: pass no pool")
-    if pool is not None:
-        if pool.world_size != cfg.world_size:
-            raise ValueError(f"pool has world_size={pool.world_size}, the run needs "
-                             f"world_size={cfg.world_size}")
-        if network is not None and network is not pool.network:
-            raise ValueError("network= must be the pool's own network (create the Pool "
-                             "with network=...)")
-
-
-def _run_real(pool, cfg: TrainConfig, progress: bool, timeout: float) -> list:
-    """Step 3: the whole run in one call, or in chunks behind a progress bar."""
-    if not progress:
-        return list(pool.run(train_rank.train_all, (cfg,), timeout=timeout))
+def _run_chunks(ranks: runner.Ranks, cfg: TrainConfig) -> list:
+    """Step 3: the run in chunks on the warm ranks, behind a tqdm progress bar."""
     from tqdm.auto import tqdm
 
-    token = uuid.uuid4().hex
+    token = uuid.uuid4().hex  # names this run's state kept on the ranks between calls
     chunk = max(1, cfg.steps // 50)
     try:
-        pool.run(train_rank.train_start, (cfg, token), timeout=timeout)
+        ranks.run(train_rank.train_start, (cfg, token))
         with tqdm(total=cfg.steps, desc=f"{cfg.strategy} x{cfg.world_size}",
                   file=sys.stderr) as bar:
             for start in range(0, cfg.steps, chunk):
                 stop = min(cfg.steps, start + chunk)
-                pool.run(train_rank.train_chunk, (token, start, stop), timeout=timeout)
+                ranks.run(train_rank.train_chunk, (token, start, stop))
                 bar.update(stop - start)
-        return list(pool.run(train_rank.train_end, (token,), timeout=timeout))
+        return list(ranks.run(train_rank.train_end, (token,)))
     finally:
-        pool.run(train_rank.train_drop, (token,), timeout=timeout)
+        ranks.run(train_rank.train_drop, (token,))
 
 
 def _history(cfg: TrainConfig, values: list[train_rank.RankResult]) -> History:

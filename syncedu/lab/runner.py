@@ -1,0 +1,155 @@
+"""Where the ranks of a lab job run, and how two runs compare.
+
+Every lab experiment (`train.run`, `ps.run`, the BatchNorm experiment) writes
+one function `fn(comm, *args)` against `Comm` and hands it here. The runner
+decides where it runs:
+
+- "local": this process, on a world-size-1 `LocalComm` (the one-process
+  reference, e.g. `train.run("single", 1, ...)`);
+- "sim": simulated ranks (`comm.sim.run`: threads, a logical clock, the
+  `network` modeled);
+- "pool": the warm ranks of a `launch.Pool` you pass (no start-up cost; the
+  pool's own `network` is emulated);
+- "fresh": new processes for this job (`launch.Pool`, closed afterwards, the
+  `network` emulated).
+
+Steps:
+
+1. check the arguments once, for every experiment (`where`): a local run takes
+   no pool, network or simulate; simulate takes no pool; a pool must have the
+   job's world size and carries its own network;
+2. open the ranks (`Ranks`: a context manager, so a job may call them several
+   times, as `train.run`'s progress bar does), run `fn` on each, close what we
+   opened (never a pool passed in).
+
+`max_param_diff` is the one way to compare two runs' final parameters.
+
+Used in: notebooks/03_data_parallel, 04_parameter_server, 05_gradient_accumulation,
+06_sync_batchnorm (through train.run, ps.run and bn_experiment).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from syncedu.comm import launch
+from syncedu.comm.ledger import Ledger
+from syncedu.comm.local import LocalComm
+from syncedu.comm.result import RunResult
+
+__all__ = ["WHERE", "where", "Ranks", "run", "max_param_diff"]
+
+WHERE = ("local", "sim", "pool", "fresh")
+
+
+def where(world_size: int, *, pool=None, network=None, simulate: bool = False,
+          local: bool = False, job: str = "the run") -> str:
+    """Step 1: which of `WHERE` runs the ranks; ValueError naming the bad parameter.
+
+    `local=True` asks for this process (world size 1); `job` names the caller in
+    errors (e.g. "strategy='single'").
+    """
+    if not isinstance(simulate, bool):
+        raise ValueError(f"simulate={simulate!r} must be True or False")
+    if local:
+        if world_size != 1:
+            raise ValueError(f"{job} runs in this process: world_size={world_size} must be 1")
+        if pool is not None or network is not None or simulate:
+            raise ValueError(f"{job} runs in this process: pass no pool, network or simulate")
+        return "local"
+    if simulate:
+        if pool is not None:
+            raise ValueError("simulate=True starts simulated ranks: pass no pool")
+        return "sim"
+    if pool is None:
+        return "fresh"
+    if pool.world_size != world_size:
+        raise ValueError(f"pool has world_size={pool.world_size}, {job} needs "
+                         f"world_size={world_size}")
+    if network is not None and network is not pool.network:
+        # The pool's ranks already emulate the network they were started with.
+        raise ValueError("network= must be the pool's own network (create the Pool with "
+                         "network=...)")
+    return "pool"
+
+
+class Ranks:
+    """Step 2: the ranks of one job, wherever `where` put them; call `.run(fn, args)`.
+
+    A context manager: ranks it started ("fresh") are closed on exit, a pool
+    passed in stays warm for the caller.
+    """
+
+    def __init__(self, world_size: int, *, pool=None, network=None, simulate: bool = False,
+                 local: bool = False, timeout: float = 600.0, job: str = "the run"):
+        self.kind = where(world_size, pool=pool, network=network, simulate=simulate,
+                          local=local, job=job)
+        self.world_size, self.network, self.timeout = world_size, network, timeout
+        self.pool = pool
+        if self.kind == "fresh":
+            self.pool = launch.Pool(world_size, network=network, timeout=timeout, output="live")
+
+    def run(self, fn, args=()) -> RunResult:
+        """`fn(comm, *args)` on every rank: a `RunResult` (values, ledger, seconds)."""
+        if self.kind == "local":
+            return _run_local(fn, args)
+        if self.kind == "sim":
+            from syncedu.comm import sim  # the simulator only when asked for
+
+            return sim.run(fn, self.world_size, args=args, network=self.network,
+                           timeout=self.timeout)
+        return self.pool.run(fn, args, timeout=self.timeout)
+
+    def close(self) -> None:
+        if self.kind == "fresh":
+            self.pool.close()
+
+    def __enter__(self) -> Ranks:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def run(fn, world_size: int, args=(), *, pool=None, network=None, simulate: bool = False,
+        local: bool = False, timeout: float = 600.0, job: str = "the run") -> RunResult:
+    """Steps 1-2 for a job that calls its ranks once: `fn(comm, *args)` on each."""
+    with Ranks(world_size, pool=pool, network=network, simulate=simulate, local=local,
+               timeout=timeout, job=job) as ranks:
+        return ranks.run(fn, args)
+
+
+def _run_local(fn, args) -> RunResult:
+    """One rank in this process, on one torch thread, like one rank of a 2-rank job here."""
+    comm = LocalComm()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        t0 = comm.now()
+        value = fn(comm, *args)
+        seconds = comm.now() - t0
+    finally:
+        torch.set_num_threads(threads)
+    return RunResult([value], Ledger([comm.ledger]), seconds)
+
+
+def max_param_diff(params, other) -> float:
+    """Largest absolute difference between two runs' final parameters.
+
+    Each of `params` and `other` is a run's result (anything with `.params`: a
+    `train.run` or `ps.run` history) or a dict {name: tensor}; the names of
+    `params` are compared.
+    """
+    mine, theirs = _params(params, "params"), _params(other, "other")
+    missing = [k for k in mine if k not in theirs]
+    if missing:
+        raise ValueError(f"other has no parameters {missing}: compare runs of the same model")
+    return max((mine[k] - theirs[k]).abs().max().item() for k in mine)
+
+
+def _params(run, name: str) -> dict:
+    found = getattr(run, "params", run)
+    if not isinstance(found, dict):
+        raise ValueError(f"{name}={type(run).__name__} must be a run's history (with .params) "
+                         f"or a dict of parameters")
+    return found

@@ -59,6 +59,7 @@ from .zero_shards import (
     all_gather,
     layer_units,
     reduce_scatter_mean,
+    start_direct_all_gather,
 )
 
 __all__ = ["ZeroConfig", "ZeroDataParallel", "MemoryMeter", "STAGES", "OPTIMIZERS", "UNITS"]
@@ -203,9 +204,7 @@ class ZeroDataParallel(nn.Module):
     # ------------------------------------------------ one layer's traffic
     def _own(self, u: Unit) -> tuple[int, int]:
         """Where this rank's piece of `u` lies in its shard."""
-        lo, hi = self.layout.ranges(u.a, u.b)[self.comm.rank]
-        start = self.layout.start(self.comm.rank)
-        return lo - start, hi - start
+        return self.layout.within_shard(u.a, u.b, self.comm.rank)
 
     def _gather(self, u: Unit) -> None:
         """Stage 3: all-gather the layer's slice from the shards (waits for a prefetch)."""
@@ -218,23 +217,15 @@ class ZeroDataParallel(nn.Module):
             u.attach(u.flat)
 
     def _start_gather(self, u: Unit) -> None:
-        """Without prefetch: our ring over the layer's pieces. With it: every rank sends its
-        piece straight to every other (non-blocking, same bytes), so compute can run meanwhile."""
         u.flat = self.shard.new_empty(u.b - u.a)
         pieces = self.layout.pieces(u.flat, u.a)
         lo, hi = self._own(u)
         pieces[self.comm.rank].copy_(self.shard.detach()[lo:hi])
-        if not self.config.prefetch:
+        if self.config.prefetch:  # non-blocking: the layer before can compute meanwhile
+            u.pending = start_direct_all_gather(self.comm, pieces, tag=1 + self.units.index(u))
+        else:
             all_gather(self.comm, pieces, builtin=False)
             u.attach(u.flat)
-            return
-        tag, me = 1 + self.units.index(u), self.comm.rank  # apart from the rings' tag 0
-        with self.comm.scope("prefetch_all_gather"):
-            for j, piece in enumerate(pieces):
-                if j != me and piece.numel():
-                    u.pending.append(self.comm.irecv(piece, j, tag))
-                if j != me and pieces[me].numel():
-                    u.pending.append(self.comm.isend(pieces[me], j, tag))
 
     def _prefetch(self, u: Unit, direction: int) -> None:
         """Start the all-gather of the layer that runs next (forward: +1, backward: -1)."""

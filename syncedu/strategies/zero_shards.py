@@ -28,6 +28,7 @@ chunks), so a layer's gradients can leave as soon as they are ready.
    of `pieces[r]` (the gradient half of an allreduce);
 2. `all_gather(comm, pieces, builtin)`: every rank's `pieces[j]` becomes rank
    j's (the parameter half); `pieces[comm.rank]` must already hold this rank's;
+   `start_direct_all_gather` does the same in the background (stage 3's prefetch);
 3. `held_bytes(tensors)`: bytes of the distinct storages behind `tensors`, so a
    view into a buffer counts the buffer once and a freed tensor counts zero;
    `MemoryMeter` samples them into peaks of parameters, gradients, optimizer state;
@@ -89,6 +90,11 @@ class Layout:
             out.append((lo, max(lo, hi)))
         return out
 
+    def within_shard(self, a: int, b: int, rank: int) -> tuple[int, int]:
+        """Where rank `rank`'s part of the slice [a, b) lies inside its own shard."""
+        lo, hi = self.ranges(a, b)[rank]
+        return lo - self.start(rank), hi - self.start(rank)
+
     def pieces(self, buf: torch.Tensor, a: int = 0) -> list[torch.Tensor]:
         """`buf` (the slice [a, a + len(buf)) of the whole buffer) cut at the shard borders."""
         return [buf[lo - a: hi - a] for lo, hi in self.ranges(a, a + buf.numel())]
@@ -130,6 +136,21 @@ def ring_all_gather_pieces(comm, pieces: list[torch.Tensor]) -> None:
     with comm.scope("ring_all_gather"):
         for s in range(n - 1):
             _exchange(comm, pieces[(r - s) % n], pieces[(r - 1 - s) % n])
+
+
+def start_direct_all_gather(comm, pieces: list[torch.Tensor], tag: int) -> list:
+    """All-gather without waiting: every rank sends its piece straight to every other and
+    posts its receives; returns the handles to `wait()`. The same bytes as the ring, and
+    on one port (the simulator's model) about the same time, but it runs in the
+    background while the rank computes (stage 3's prefetch)."""
+    me, works = comm.rank, []
+    with comm.scope("prefetch_all_gather"):
+        for j, piece in enumerate(pieces):
+            if j != me and piece.numel():
+                works.append(comm.irecv(piece, j, tag))
+            if j != me and pieces[me].numel():
+                works.append(comm.isend(pieces[me], j, tag))
+    return works
 
 
 def reduce_scatter_mean(comm, pieces: list[torch.Tensor], builtin: bool) -> torch.Tensor:

@@ -16,6 +16,9 @@ share:
   rank's backward would trample): that raises an error naming the fix,
   `scheduler="thread"`.
 
+Each rank's `RankState` (parked or not, its mailbox) and the `Cancelled`
+exception that stops a parked rank live here too.
+
 `pick("auto", world_size)` chooses threads up to `THREAD_LIMIT` ranks (safe for
 anything torch does) and greenlets above (fast).
 
@@ -35,6 +38,28 @@ import torch
 SCHEDULERS = ("auto", "thread", "greenlet")
 THREAD_LIMIT = 64  # "auto" uses threads up to this many ranks
 _AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+class Cancelled(BaseException):
+    """Raised inside a rank when the run is being stopped.
+
+    A `BaseException`, so a worker's `except Exception:` does not swallow it.
+    """
+
+
+class RankState:
+    """One rank's mailbox and watch entry."""
+
+    __slots__ = ("parked", "unmatched", "posted", "waiting", "any_chan", "done", "calls")
+
+    def __init__(self):
+        self.parked = True  # every rank starts parked, waiting for its first turn
+        self.unmatched: dict = {}  # (src, chan) -> deque of Message
+        self.posted: dict = {}  # (src, chan) -> deque of receive handles
+        self.waiting = None  # the handle this rank is blocked on
+        self.any_chan = None  # the channel this rank's recv_any waits on
+        self.done = False
+        self.calls = 0  # built-in collectives called so far
 
 
 def pick(scheduler: str, world_size: int) -> str:

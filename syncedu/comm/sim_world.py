@@ -31,30 +31,9 @@ from . import rank_output
 from .errors import DeadlockError, WorkerError
 from .sim_collectives import Call, CollectiveWork, check, resolve
 from .sim_messages import Message
+from .sim_sched import Cancelled, RankState
 
 BACKLOG = 64  # a sender with this many unreceived messages to one rank lets others run
-
-
-class Cancelled(BaseException):
-    """Raised inside a rank when the run is being stopped.
-
-    A `BaseException`, so a worker's `except Exception:` does not swallow it.
-    """
-
-
-class RankState:
-    """One rank's mailbox and watch entry."""
-
-    __slots__ = ("parked", "unmatched", "posted", "waiting", "any_chan", "done", "calls")
-
-    def __init__(self):
-        self.parked = True  # every rank starts parked, waiting for its first turn
-        self.unmatched: dict = {}  # (src, chan) -> deque of Message
-        self.posted: dict = {}  # (src, chan) -> deque of receive handles
-        self.waiting = None  # the handle this rank is blocked on
-        self.any_chan = None  # the channel this rank's recv_any waits on
-        self.done = False
-        self.calls = 0  # built-in collectives called so far
 
 
 class World:

@@ -150,7 +150,8 @@ def report(m: dict) -> str:
     lines = [table(m["rows"])]
     if m.get("rates"):
         r, j = m["rates"], m["job"]
-        lines += ["", f"training, {m['world_size']} ranks, MLP hidden={j['model_kwargs']['hidden']} "
+        kw = j["model_kwargs"]
+        lines += ["", f"training, {m['world_size']} ranks, MLP hidden={kw['hidden']} "
                   f"depth={j['model_kwargs']['depth']}, global batch {j['global_batch']}, "
                   f"{j['steps']} steps, median of {len(m['training']['ddp'])} rounds:",
                   f"  horovod {r['horovod']:8.1f} steps/s", f"  ddp     {r['ddp']:8.1f} steps/s",

@@ -28,10 +28,12 @@ Used in: notebooks/08_horovod_vs_ddp.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Span", "Collective", "parse", "load", "collectives", "per_step", "segments"]
+__all__ = ["Span", "Collective", "parse", "load", "collectives", "per_step", "segments",
+           "fusion_buffers"]
 
 
 @dataclass(frozen=True)
@@ -129,3 +131,27 @@ def segments(spans: list[Span], names=("NEGOTIATE_ALLREDUCE", "MEMCPY_IN_FUSION_
                                        "GLOO_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER")):
     """`(tensor, phase, start, end)` rows of the phases worth drawing, for a plot."""
     return [(s.tensor, s.name, s.start, s.end) for s in spans if s.name in names]
+
+
+def fusion_buffers(sizes: list[int], backward: float, cycle: float, threshold: int) -> list[int]:
+    """Step 4 (a model): the fused buffers Horovod would send for one backward.
+
+    `sizes`: gradient bytes per tensor in the order backward produces them,
+    spread over `backward` seconds in proportion to their bytes. Every `cycle`
+    seconds the background thread takes the tensors that became ready since the
+    last cycle and packs them into buffers of at most `threshold` bytes (a
+    tensor larger than the threshold travels alone; `threshold=0`: no fusion).
+    DDP's buckets, by contrast, depend on sizes only (`timeline.bucket_sizes`).
+    """
+    if not sizes or backward < 0 or cycle <= 0 or threshold < 0:
+        raise ValueError("sizes must be non-empty, backward >= 0, cycle > 0 and threshold >= 0")
+    total, t, out, current, cycle_no = sum(sizes), 0.0, [], 0, 0
+    for size in sizes:
+        t += backward * size / total
+        k = math.ceil(t / cycle - 1e-9)  # the cycle that picks this tensor up
+        if current and (k != cycle_no or current + size > threshold):
+            out.append(current)
+            current = 0
+        cycle_no = k
+        current += size
+    return out + [current]

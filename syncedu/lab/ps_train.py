@@ -38,13 +38,23 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from syncedu.comm.ledger import Ledger
 from syncedu.comm.network import Network
-from syncedu.strategies.ps import Applied, PSConfig, ps_rank
+
+# The algorithm's own names, so that `syncedu.ps` (this module) shows them too.
+from syncedu.strategies.ps import (  # noqa: F401
+    MODES,
+    Applied,
+    PSConfig,
+    ServerLog,
+    WorkerLog,
+    ps_rank,
+    shard_ranges,
+)
 from syncedu.strategies.ps_worker import compute_factor
 
 from . import data, models, runner, sampling
 
-__all__ = ["run", "History", "PSConfig", "stragglers", "rank_main", "allreduce_baseline",
-           "numel"]
+__all__ = ["run", "History", "PSConfig", "MODES", "stragglers", "allreduce_baseline", "numel",
+           "shard_ranges", "ps_rank"]
 
 
 @dataclass

@@ -203,11 +203,10 @@ def test_train_run_zero_equals_flat_simulated(opt, momentum, acc):
         assert abs(h.loss[-1] - flat.loss[-1]) < 1e-5
 
 
-def test_train_run_zero_cnn_with_batchnorm_equals_flat():
+def test_train_run_zero3_cnn_with_batchnorm_equals_flat():
     kw = dict(steps=2, global_batch=24, model="cnn", optimizer="adam", simulate=True)
     flat = train.run("flat", 3, **kw)
-    for stage in ("zero2", "zero3"):
-        assert train.run(stage, 3, **kw).max_param_diff(flat) == 0.0
+    assert train.run("zero3", 3, **kw).max_param_diff(flat) == 0.0
 
 
 def test_train_run_history_reports_model_state_per_rank():

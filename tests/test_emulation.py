@@ -165,3 +165,20 @@ def test_emulation_maps_ranks_to_nodes_of_a_cluster():
     assert [(node, local) for _, node, local in together] == [(0, 0), (0, 1)]
     assert apart[1][0] >= 0.9 * slow.transfer_time(1_000_000)  # 0.15 s between nodes
     assert together[1][0] < 0.5 * slow.transfer_time(1_000_000)
+
+
+def _placed_by_env(comm):
+    import os
+
+    from syncedu.comm import TorchComm
+
+    os.environ.update(LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", GROUP_RANK=str(comm.rank))
+    mine = TorchComm()  # as under torchrun: 2 nodes of 1 rank each
+    return (comm.node, comm.local_rank, comm.local_world_size), (
+        mine.node, mine.local_rank, mine.local_world_size)
+
+
+def test_real_ranks_take_their_node_from_torchrun_variables_else_one_node():
+    res = launch.run(_placed_by_env, 2, output="quiet")
+    assert [plain for plain, _ in res] == [(0, 0, 2), (0, 1, 2)]
+    assert [env for _, env in res] == [(0, 0, 1), (1, 0, 1)]

@@ -21,9 +21,15 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 def where(obj) -> str:
     """The file that defines `obj`, relative to the repository (e.g. syncedu/strategies/...)."""
+    obj = inspect.unwrap(obj)  # a decorated function (e.g. @torch.no_grad) is shown as written
     path = inspect.getsourcefile(obj) or "?"
     rel = os.path.relpath(path, _ROOT)
-    return path if rel.startswith("..") else rel.replace(os.sep, "/")
+    if not rel.startswith(".."):
+        return rel.replace(os.sep, "/")
+    # Outside the repository (an installed library): the path below site-packages, the same
+    # on every machine.
+    head, sep, tail = path.replace(os.sep, "/").rpartition("site-packages/")
+    return tail if sep else os.path.basename(path)
 
 
 def source(*objs) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -327,4 +329,132 @@ def test_lesson04_checkers(capsys):
     assert not ex4.sync_update.grade(lambda s, g, lr: s - lr * sum(g))
     assert "Quick check (the synchronous update): not yet right" in capsys.readouterr().out
     assert not ex4.ssp_rule.grade(stub_any)
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+# ------------------------------------------------ lessons 03 and 05 (simulated ranks)
+def _bucketed(mode="right"):
+    """A learner's bucketed_sync for lesson 03, right or with one named mistake."""
+    def bucketed_sync(comm, params, cap):
+        buckets, cur, held = [], [], 0
+        for p in reversed(params):
+            cur.append(p)
+            held += p.numel() * 4
+            if held >= cap or mode == "per_param":
+                buckets.append(cur)
+                cur, held = [], 0
+        buckets += [cur] if cur else []
+        where = {id(p): b for b, ps in enumerate(buckets) for p in ps}
+        ready, works, bufs = [0] * len(buckets), {}, {}
+
+        def launch(b):
+            bufs[b] = torch.cat([p.grad.reshape(-1) for p in buckets[b]])
+            work = comm.all_reduce(bufs[b], op="sum" if mode == "sum" else "avg",
+                                   async_op=mode != "blocking")
+            works[b] = None if mode == "blocking" else work
+
+        def hook(p):
+            b = where[id(p)]
+            ready[b] += 1
+            if ready[b] == len(buckets[b]) and mode != "late":
+                launch(b)
+
+        for p in params:
+            p.register_post_accumulate_grad_hook(hook)
+
+        def finish():
+            for b in range(len(buckets)):
+                if mode == "late":
+                    launch(b)
+                if works[b] is not None:
+                    works[b].wait()
+                off = 0
+                for p in buckets[b]:
+                    p.grad.copy_(bufs[b][off:off + p.numel()].view_as(p))
+                    off += p.numel()
+        return finish
+    return bucketed_sync
+
+
+def test_lesson03_bucketed_overlap_checker_names_the_mistake(capsys):
+    from syncedu.ui.exercises import lesson03 as ex3
+
+    assert ex3.ddp_bucket_count([40, 360, 36, 324, 36, 2304], 300) == 3
+    assert ex3.bucketed_overlap.grade(_bucketed())
+    capsys.readouterr()
+    for mode, words in [("per_param", "one per parameter"), ("late", "nothing was sent during"),
+                        ("blocking", "async_op=True"), ("sum", "divide by the world size")]:
+        assert not ex3.bucketed_overlap.grade(_bucketed(mode)), mode
+        assert words in capsys.readouterr().out, mode
+    assert not ex3.bucketed_overlap.grade(stub_any)
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+def test_lesson03_flat_and_quick_checks(capsys):
+    from syncedu.ui.exercises import lesson03 as ex3
+
+    def flat(comm, params):
+        g = torch.cat([p.grad.reshape(-1) for p in params])
+        comm.all_reduce(g, op="avg")
+        offset = 0
+        for p in params:
+            p.grad.copy_(g[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+
+    def per_param(comm, params):
+        for p in params:
+            comm.all_reduce(p.grad, op="avg")
+
+    assert ex3.flat_sync.grade(flat) and not ex3.flat_sync.grade(per_param)
+    assert ex3.quick_scaled_lr.grade(3.2) and not ex3.quick_scaled_lr.grade(0.1)
+    assert not ex3.quick_scaled_lr.grade(None)
+    assert ex3.quick_hiding_bandwidth.grade(2 * 63 / 64 * 100e6 / 0.12 * 8 / 1e9)
+    assert not ex3.quick_hiding_bandwidth.grade(100e6 / 0.12 * 8 / 1e9)
+    assert "2(N-1)/N * S" in capsys.readouterr().out
+
+
+def _accumulation(mode="right"):
+    """A learner's train_step for lesson 05, right or with one named mistake."""
+    import torch.nn.functional as F
+
+    def train_step(model, optimizer, micro):
+        k = len(micro)
+        optimizer.zero_grad()
+        for j, (x, y) in enumerate(micro):
+            if mode == "zero_inside":
+                optimizer.zero_grad()
+            scale = 1 if mode == "unscaled" else k
+            quiet = j < k - 1 and mode != "every"
+            if mode == "partial":
+                loss = F.cross_entropy(model(x), y) / scale
+                with model.no_sync() if quiet else contextlib.nullcontext():
+                    loss.backward()
+            else:
+                with model.no_sync() if quiet else contextlib.nullcontext():
+                    (F.cross_entropy(model(x), y) / scale).backward()
+            if mode == "step_each":
+                model.finish_gradient_synchronization()
+                optimizer.step()
+        model.finish_gradient_synchronization()
+        if mode != "step_each":
+            optimizer.step()
+    return train_step
+
+
+def test_lesson05_accumulation_checker_names_the_mistake(capsys):
+    from syncedu.ui.exercises import lesson05 as ex5
+
+    assert ex5.accumulate.grade(_accumulation())
+    capsys.readouterr()
+    for mode, words in [("every", "every micro-batch synchronizes"),
+                        ("partial", "wraps only backward()"),
+                        ("unscaled", "divide each micro-batch loss by"),
+                        ("step_each", "optimizer.step() ran 3 times"),
+                        ("zero_inside", "zero_grad() once")]:
+        assert not ex5.accumulate.grade(_accumulation(mode)), mode
+        assert words in capsys.readouterr().out, mode
+    assert not ex5.accumulate.grade(stub_any)
+    assert ex5.quick_saved.grade(7 / 8) and not ex5.quick_saved.grade(1 / 8)
+    assert ex5.quick_pitfall.grade(4 * 35_880) and not ex5.quick_pitfall.grade(35_880)
+    assert not ex5.quick_saved.grade(None)
     assert "not attempted yet" in capsys.readouterr().out

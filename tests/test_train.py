@@ -262,34 +262,6 @@ def test_progress_chunks_and_network(pool, ref):
         train.run("ddp", 2, simulate=True, **JOB)
 
 
-def test_lesson05_checkers():
-    import torch.nn.functional as F
-
-    from syncedu.ui.exercises import lesson05 as ex
-
-    def right(model, micro):
-        k = len(micro)
-        for j, (x, y) in enumerate(micro):
-            if j < k - 1:
-                with model.no_sync():
-                    (F.cross_entropy(model(x), y) / k).backward()
-            else:
-                (F.cross_entropy(model(x), y) / k).backward()
-        model.finish_gradient_synchronization()
-
-    def partial(model, micro):
-        for x, y in micro:
-            loss = F.cross_entropy(model(x), y) / len(micro)
-            with model.no_sync():
-                loss.backward()
-        model.finish_gradient_synchronization()
-
-    assert ex.accumulate.grade(right) and not ex.accumulate.grade(partial)
-    assert ex.saved_fraction.grade(lambda k: (k - 1) / k)
-    assert not ex.saved_fraction.grade(lambda k: 1 / k)
-    assert ex.pitfall_bytes.grade(lambda k, b: k * b) and not ex.pitfall_bytes.grade(lambda k, b: b)
-
-
 def test_timeline_model():
     from syncedu.lab import timeline
 

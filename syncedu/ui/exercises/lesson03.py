@@ -1,4 +1,15 @@
-"""Checkers for notebooks/03_data_parallel's exercises."""
+"""Checkers for notebooks/03_data_parallel's exercises.
+
+The build-it exercise (`bucketed_overlap`): the learner writes
+`bucketed_sync(comm, params, cap_bytes) -> finish`, which registers
+`register_post_accumulate_grad_hook` hooks that start each bucket's
+`comm.all_reduce(buffer, async_op=True)` as soon as backward has filled it, and
+returns `finish()`, which waits and leaves averaged gradients in `.grad`. The
+checker runs it on 2 and 3 simulated ranks with a model of odd layer sizes and
+names the first mistake: no allreduce during backward, blocking calls, the
+wrong number of buckets for DDP's rule, gradients summed but not averaged or
+never copied back. Then two quick checks (numbers).
+"""
 
 from __future__ import annotations
 
@@ -50,31 +61,134 @@ def flat_sync(sync, world_size: int = 3) -> bool:
     return _verdict(name, True)
 
 
-@checker
-def scaled_lr(rule) -> bool:
-    """Exercise 03.2: the linear scaling rule (Goyal et al. 2017)."""
-    name = "Exercise 2 (linear scaling rule)"
-    cases = [((0.1, 256, 8192), 3.2), ((0.05, 32, 256), 0.4), ((0.1, 256, 256), 0.1)]
-    ok, got = _attempt(name, lambda: [rule(*args) for args, _ in cases])
-    if not ok:
-        return False
-    for (args, want), value in zip(cases, got):
-        if not abs(value - want) <= 1e-9 * max(1.0, want):
-            return _verdict(name, False, f"rule{args} gave {value!r}, expected {want}")
-    return _verdict(name, True)
+# ------------------------------------------------------------ build it: bucketed overlap
+BUCKET_CAP = 300  # bytes: the checker's model gets 3 buckets under DDP's rule
+
+
+def ddp_bucket_count(sizes_in_order: list[int], cap: int) -> int:
+    """Buckets DDP's rule makes: walk `sizes_in_order`, close once a bucket holds >= cap."""
+    count, held = 0, 0
+    for size in sizes_in_order:
+        held += size
+        if held >= cap:
+            count, held = count + 1, 0
+    return count + (held > 0)
+
+
+def _overlap_worker(comm, bucketed_sync, cap, batch=5):
+    model = models.make("mlp", seed=0, hidden=9, depth=2)  # 6 tensors of 2304..36 bytes
+    calls = []
+    real = comm.all_reduce
+
+    def spy(tensor, *args, **kwargs):
+        async_op = kwargs.get("async_op", args[1] if len(args) > 1 else False)
+        calls.append((phase[0], bool(async_op), tensor.numel()))
+        return real(tensor, *args, **kwargs)
+
+    phase = ["setup"]
+    comm.all_reduce = spy
+    finish = bucketed_sync(comm, list(model.parameters()), cap)
+    g = torch.Generator().manual_seed(comm.rank)
+    x, y = torch.rand(batch, 64, generator=g), torch.randint(0, 10, (batch,), generator=g)
+    phase[0] = "backward"
+    F.cross_entropy(model(x), y).backward()
+    phase[0] = "finish"
+    if not callable(finish):
+        raise TypeError(f"bucketed_sync must return a function finish(), got {finish!r}")
+    finish()
+    return [p.grad.clone() for p in model.parameters()], (x, y), calls
+
+
+def _overlap_mistake(res, n: int, cap: int) -> str | None:
+    calls = res[0][2]
+    sizes = [p.numel() * 4 for p in models.make("mlp", seed=0, hidden=9, depth=2).parameters()]
+    want = ddp_bucket_count(sizes[::-1], cap)
+    if not calls:
+        return "no comm.all_reduce at all: each full bucket needs one"
+    if not any(when == "backward" for when, _, _ in calls):
+        return ("nothing was sent during backward: start each bucket's allreduce from the "
+                "hook that fills it, not in finish() (that is the flat buffer, no overlap)")
+    if not all(async_op for when, async_op, _ in calls if when == "backward"):
+        return ("a blocking all_reduce inside a hook stalls backward until the bytes arrive: "
+                "pass async_op=True and keep the handle for finish() to wait on")
+    if len(calls) == len(sizes):
+        return (f"{len(calls)} allreduces, one per parameter: pack the gradients into buckets "
+                f"of about cap_bytes={cap} (expected {want})")
+    if len(calls) != want:
+        return (f"{len(calls)} allreduces for cap_bytes={cap}, expected {want}: walk the "
+                f"parameters from last to first (the order backward produces them) and close "
+                f"a bucket once it holds cap_bytes or more (DDP's rule)")
+    return None
+
+
+def _grads_mistake(res, n: int) -> str | None:
+    if matches_whole_batch([r[:2] for r in res]):
+        return None
+    summed = [([g / n for g in grads], xy, c) for grads, xy, c in res]
+    if matches_whole_batch([r[:2] for r in summed]):
+        return f"the gradients are the sum over the {n} ranks: divide by the world size"
+    local = all(matches_whole_batch([r[:2]]) for r in res)
+    if local:
+        return ("p.grad still holds each rank's own gradient: in finish(), wait for every "
+                "handle, then copy each bucket's averaged slice back into p.grad")
+    return "the gradients are not the average over all ranks"
 
 
 @checker
-def hiding_bandwidth(answer) -> bool:
-    """Exercise 03.3: bandwidth (bytes/s) that hides a ring allreduce of S bytes in T seconds."""
-    name = "Exercise 3 (bandwidth to hide communication)"
-    cases = [(100e6, 64, 0.12), (25e6, 2, 0.05), (4e6, 8, 0.01)]
-    ok, got = _attempt(name, lambda: [answer(*c) for c in cases])
+def bucketed_overlap(bucketed_sync, world_sizes=(2, 3), cap: int = BUCKET_CAP) -> bool:
+    """Exercise 03.1: hooks + async allreduce per bucket; finish() leaves averaged .grad."""
+    name = "Exercise 1 (bucketed overlap)"
+    for n in world_sizes:
+        ok, res = _attempt(name, lambda n=n: sim.run(_overlap_worker, n,
+                                                     args=(bucketed_sync, cap)))
+        if not ok:
+            return False
+        why = _overlap_mistake(res, n, cap) or _grads_mistake(res, n)
+        if why:
+            return _verdict(name, False, f"with {n} ranks: {why}")
+    calls = len(res[0][2])
+    return _verdict(name, True, f"{calls} buckets sent during backward, averaged gradients "
+                    f"on {' and '.join(map(str, world_sizes))} ranks")
+
+
+def _number(name: str, answer):
+    """(ok, value) of a quick check's answer: a number, or a function returning one."""
+    ok, got = _attempt(name, answer if callable(answer) else lambda: answer)
+    if ok and got is None:
+        print(f"{name}: not attempted yet - write your answer and re-run this cell")
+        return False, None
+    if ok and (isinstance(got, bool) or not isinstance(got, (int, float))):
+        _verdict(name, False, f"answer with a number, got {got!r}")
+        return False, None
+    return ok, got
+
+
+@checker
+def quick_scaled_lr(answer) -> bool:
+    """Quick check: the linear scaling rule, lr 0.1 at batch 256, batch 8192."""
+    name = "Quick check (linear scaling rule)"
+    ok, got = _number(name, answer)
     if not ok:
         return False
-    for (s, n, t), value in zip(cases, got):
-        want = 2 * (n - 1) / n * s / t
-        if not abs(value - want) <= 1e-6 * want:
-            return _verdict(name, False, f"S={s:g}, N={n}, T={t}: got {value!r}, expected "
-                            "about 2(N-1)/N * S / T")
-    return _verdict(name, True)
+    if abs(got - 3.2) < 1e-9:
+        return _verdict(name, True, "0.1 x 8192/256 = 3.2 (Goyal et al. 2017)")
+    if abs(got - 0.1 * (8192 / 256) ** 0.5) < 1e-9:
+        return _verdict(name, False, "that is the square-root rule; Goyal et al.'s rule is linear")
+    return _verdict(name, False, f"{got!r}: multiply the lr by the factor the batch grew")
+
+
+@checker
+def quick_hiding_bandwidth(answer) -> bool:
+    """Quick check: Gbit/s to hide a ring allreduce of 100 MB on 64 ranks in 120 ms."""
+    name = "Quick check (bandwidth to hide communication)"
+    ok, got = _number(name, answer)
+    if not ok:
+        return False
+    want = 2 * 63 / 64 * 100e6 / 0.120 * 8 / 1e9
+    if abs(got - want) <= 1e-3 * want:
+        return _verdict(name, True, f"{want:.1f} Gbit/s = 2(N-1)/N * S / T, in bits")
+    if abs(got - want / 8) <= 1e-3 * want / 8:
+        return _verdict(name, False, "that is GB/s; the question asks Gbit/s (x8)")
+    if abs(got - 100e6 / 0.120 * 8 / 1e9) <= 1e-3 * want:
+        return _verdict(name, False, "each rank sends 2(N-1)/N * S in a ring, not S")
+    return _verdict(name, False, f"{got!r}: bytes per rank 2(N-1)/N * S over T seconds, in Gbit/s")

@@ -262,3 +262,52 @@ def test_bad_arguments_name_the_parameter():
         train.run("horovod", 2, pool=types.SimpleNamespace(world_size=2, network=None), **JOB)
     with pytest.raises(ValueError, match="simulate"):
         train.run("horovod", 2, simulate=True, **JOB)
+
+
+# ------------------------------------------------------------------ lesson 08 checkers
+def test_wire_bytes_checker_accepts_the_ring_formula_and_skips_stubs(capsys):
+    from syncedu.ui.exercises import lesson08 as ex
+
+    assert ex.wire_bytes.grade(lambda P, N, K, fp16: 2 * (N - 1) / N * P * (2 if fp16 else 4))
+    assert not ex.wire_bytes.grade(lambda P, N, K, fp16: K * 2 * (N - 1) / N * P * 4)
+
+    def stub():
+        raise NotImplementedError
+
+    assert not ex.convert.grade(stub)  # reported as not attempted, nothing started
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+@real_horovod
+@pytest.mark.timeout(240)
+def test_convert_checker_runs_a_correct_conversion_on_two_horovod_ranks():
+    from syncedu.ui.exercises import lesson08 as ex
+
+    def solution():  # defined here: sent by value, like a notebook cell's
+        import horovod.torch as hvd
+        import torch
+        import torch.nn.functional as F
+        from torch.utils.data import DataLoader
+        from torch.utils.data.distributed import DistributedSampler
+
+        from syncedu.lab import data, models
+
+        hvd.init()
+        torch.set_num_threads(1)
+        dataset = data.digits()
+        sampler = DistributedSampler(dataset, num_replicas=hvd.size(), rank=hvd.rank(),
+                                     shuffle=True, seed=0)
+        loader = DataLoader(dataset, batch_size=16, sampler=sampler, drop_last=True)
+        model = models.make("mlp", seed=0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05 * hvd.size())
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                       op=hvd.Average)
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        sampler.set_epoch(0)
+        for x, y in loader:
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+        return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    assert ex.convert.grade(solution)

@@ -311,3 +311,19 @@ def test_convert_checker_runs_a_correct_conversion_on_two_horovod_ranks():
         return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
     assert ex.convert.grade(solution)
+
+
+@real_horovod
+@pytest.mark.timeout(120)
+def test_helper_drops_horovod_runs_bogus_cycle_time_and_sets_env_in_the_ranks():
+    from syncedu.lab import horovod_launch
+
+    def knobs():
+        import os
+        return (os.environ.get("HOROVOD_CYCLE_TIME"), os.environ.get("HOROVOD_CACHE_CAPACITY"),
+                os.environ.get("HOROVOD_FUSION_THRESHOLD"))
+
+    # horovod.run 0.28.1 alone exports "(None,)" for both (read by Horovod as 0); the
+    # helper removes them, so Horovod's defaults apply, and sets what it is given.
+    res = horovod_launch.run(knobs, 2, env=HorovodSettings(fusion_threshold_mb=1).env())
+    assert res == [(None, None, str(2**20))] * 2

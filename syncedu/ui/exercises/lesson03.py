@@ -136,8 +136,8 @@ def _grads_mistake(res, n: int) -> str | None:
 
 @checker
 def bucketed_overlap(bucketed_sync, world_sizes=(2, 3), cap: int = BUCKET_CAP) -> bool:
-    """Exercise 03.1: hooks + async allreduce per bucket; finish() leaves averaged .grad."""
-    name = "Exercise 1 (bucketed overlap)"
+    """Exercise 03.2: hooks + async allreduce per bucket; finish() leaves averaged .grad."""
+    name = "Exercise 2 (bucketed overlap)"
     for n in world_sizes:
         ok, res = _attempt(name, lambda n=n: sim.run(_overlap_worker, n,
                                                      args=(bucketed_sync, cap)))

@@ -1,10 +1,18 @@
 """lab.runner: one place decides where ranks run; one way to compare two runs."""
 
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
+import syncedu
 from syncedu import Network, launch
 from syncedu.lab import ps_train, runner, train
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _hello(comm, k):
@@ -72,3 +80,49 @@ def test_both_histories_compare_to_a_history_or_a_params_dict():
         ref.max_param_diff(3)
     with pytest.raises(ValueError, match="no parameters"):
         ref.max_param_diff({})
+
+
+# ------------------------------------------------- one public name, one file
+@pytest.mark.parametrize("name", sorted(syncedu.PUBLIC))
+def test_each_public_name_is_its_real_module(name):
+    real = importlib.import_module(syncedu.PUBLIC[name])
+    assert importlib.import_module(f"syncedu.{name}") is real
+    assert getattr(syncedu, name) is real and sys.modules[f"syncedu.{name}"] is real
+    assert not (ROOT / "syncedu" / f"{name}.py").exists()  # no re-export stub left
+
+
+def test_names_that_lived_in_a_second_module_are_there():
+    from syncedu import dp, ps, sim
+
+    assert ps.shard_ranges(10, 3) == [(0, 4), (4, 7), (7, 10)] and "ssp" in ps.MODES
+    assert callable(ps.ps_rank) and callable(dp.build_buckets)
+    assert issubclass(sim.WorkerError, Exception) and issubclass(sim.DeadlockError, Exception)
+    assert issubclass(sim.TimeoutError, TimeoutError)
+
+
+FRESH = """
+import sys
+import syncedu.sim
+from syncedu.sim import run
+from syncedu import sim
+import syncedu.comm.sim as real
+assert syncedu.sim is sim is real and run is real.run
+import syncedu.compress.topk, syncedu.strategies.compress.topk as topk
+assert syncedu.compress.topk is topk
+from syncedu import *
+assert train is sys.modules["syncedu.lab.train"] and ps.run.__module__ == "syncedu.lab.ps_train"
+print("ok")
+"""
+
+
+def test_fresh_interpreter_imports_and_star():
+    # A new process: the first import of each spelling goes through the finder.
+    out = subprocess.run([sys.executable, "-c", FRESH], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_bench_dispatcher_runs_as_a_module():
+    out = subprocess.run([sys.executable, "-m", "syncedu.bench", "--help"], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0 and "collectives" in out.stdout and "dp" in out.stdout, out.stderr

@@ -60,6 +60,7 @@ import torch
 from . import rank_output
 from .base import Comm, Work
 from .checks import check_call, check_network, check_output, check_timeout, check_world_size
+from .errors import DeadlockError, WorkerError  # noqa: F401 - public as sim.DeadlockError, ...
 from .errors import TimeoutError as RunTimeoutError
 from .ledger import Ledger
 from .network import Network
@@ -70,6 +71,7 @@ from .sim_sched import make, pick
 from .sim_world import World
 
 __all__ = ["SimComm", "run", "MAX_WORLD_SIZE", "DEFAULT_TIMEOUT"]
+TimeoutError = RunTimeoutError  # public as sim.TimeoutError, like launch.TimeoutError
 
 MAX_WORLD_SIZE = 4096
 DEFAULT_TIMEOUT = 300.0  # real seconds before a run is stopped

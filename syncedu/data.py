@@ -1,3 +1,0 @@
-"""Public face of `syncedu.lab.data`."""
-
-from syncedu.lab.data import *  # noqa: F401,F403

@@ -48,6 +48,18 @@ def _attempt(name: str, call):
 
 
 
+def _number(name: str, answer):
+    """(ok, value) of a quick check's answer: a number, or a function returning one."""
+    ok, got = _attempt(name, answer if callable(answer) else lambda: answer)
+    if ok and got is None:
+        print(f"{name}: not attempted yet - write your answer and re-run this cell")
+        return False, None
+    if ok and (isinstance(got, bool) or not isinstance(got, (int, float))):
+        _verdict(name, False, f"answer with a number, got {got!r}")
+        return False, None
+    return ok, got
+
+
 def simulated_allreduces(name: str, my_allreduce, world_sizes, make_input):
     """Run the learner's `my_allreduce(comm, x)` on simulated ranks, once per world size.
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from syncedu.comm import sim
 from syncedu.lab import models
 
-from . import _attempt, _verdict, checker
+from . import _attempt, _number, _verdict, checker
 
 
 def _grads_worker(comm, sync, batch=6):
@@ -149,18 +149,6 @@ def bucketed_overlap(bucketed_sync, world_sizes=(2, 3), cap: int = BUCKET_CAP) -
     calls = len(res[0][2])
     return _verdict(name, True, f"{calls} buckets sent during backward, averaged gradients "
                     f"on {' and '.join(map(str, world_sizes))} ranks")
-
-
-def _number(name: str, answer):
-    """(ok, value) of a quick check's answer: a number, or a function returning one."""
-    ok, got = _attempt(name, answer if callable(answer) else lambda: answer)
-    if ok and got is None:
-        print(f"{name}: not attempted yet - write your answer and re-run this cell")
-        return False, None
-    if ok and (isinstance(got, bool) or not isinstance(got, (int, float))):
-        _verdict(name, False, f"answer with a number, got {got!r}")
-        return False, None
-    return ok, got
 
 
 @checker

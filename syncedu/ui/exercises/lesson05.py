@@ -27,7 +27,7 @@ from syncedu.comm import sim
 from syncedu.lab import models
 from syncedu.strategies.dp import DataParallel
 
-from . import _attempt, _verdict, checker
+from . import _attempt, _number, _verdict, checker
 
 LR = 0.5
 _MODEL = dict(seed=0, hidden=9, depth=2)  # odd sizes: buckets and chunks do not divide evenly
@@ -156,18 +156,6 @@ def accumulate(train_step, world_sizes=(2, 3), k: int = 3, per_micro: int = 3) -
             return _verdict(name, False, f"with {n} ranks: {why}")
     return _verdict(name, True, f"one sync per step on {' and '.join(map(str, world_sizes))} "
                     "ranks, parameters equal one step on the whole batch")
-
-
-def _number(name: str, answer):
-    """(ok, value) of a quick check's answer: a number, or a function returning one."""
-    ok, got = _attempt(name, answer if callable(answer) else lambda: answer)
-    if ok and got is None:  # the notebook's placeholder
-        print(f"{name}: not attempted yet - write your answer and re-run this cell")
-        return False, None
-    if ok and (isinstance(got, bool) or not isinstance(got, (int, float))):
-        _verdict(name, False, f"answer with a number, got {got!r}")
-        return False, None
-    return ok, got
 
 
 @checker

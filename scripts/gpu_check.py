@@ -51,7 +51,8 @@ def gpu_tests() -> tuple[list[str], bool]:
                           timeout=120)
     tail = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
     ok = proc.returncode in (0, 5)  # 5: no test collected
-    return [f"gpu tests: {'PASS' if ok else 'FAIL'} in {time.perf_counter() - t0:.1f} s ({tail})"], ok
+    verdict = "PASS" if ok else "FAIL"
+    return [f"gpu tests: {verdict} in {time.perf_counter() - t0:.1f} s ({tail})"], ok
 
 
 def notebooks(deadline: float) -> tuple[list[str], bool]:
@@ -74,7 +75,8 @@ def notebooks(deadline: float) -> tuple[list[str], bool]:
             client.execute()
             verdict = "PASS"
         except Exception as e:  # CellExecutionError, timeouts, a dead kernel
-            verdict, all_ok = f"FAIL ({type(e).__name__}: {str(e).strip().splitlines()[-1][:100]})", False
+            last = (str(e).strip().splitlines() or [""])[-1][:100]
+            verdict, all_ok = f"FAIL ({type(e).__name__}: {last})", False
         lines.append(f"  {name:40s} {verdict:6s} {time.perf_counter() - t0:6.1f} s")
     return ["notebooks (executed with the GPU visible; NCCL wherever each rank has a GPU):"] + \
         lines, all_ok
@@ -139,8 +141,9 @@ def main() -> int:
     t0 = time.perf_counter()
     print("== syncedu gpu-check ==", *versions(), sep="\n", flush=True)
     ok = True
-    for name, step in (("gpu tests", gpu_tests), ("notebooks", lambda: notebooks(t0 + BUDGET_S - 60)),
-                       ("busbw", busbw)):
+    steps = (("gpu tests", gpu_tests), ("notebooks", lambda: notebooks(t0 + BUDGET_S - 60)),
+             ("busbw", busbw))
+    for name, step in steps:
         try:
             lines, passed = step()
         except Exception as e:  # report and go on: one broken step must not hide the others

@@ -19,7 +19,7 @@ TEST_ENV := PYTHONHASHSEED=0 PYDEVD_DISABLE_FILE_VALIDATION=1 \
 NBVAL_FLAGS := --nbval --nbval-current-env --nbval-cell-timeout=300 \
 	--nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: setup lab test test-only lint clean gpu-check
+.PHONY: setup lab test test-only test-browser-all lint clean gpu-check
 
 setup:
 	@VENV=$(VENV) bash scripts/setup.sh
@@ -39,6 +39,13 @@ test: setup
 # The suite without the set-up step (e.g. in a conda env: make test-only PY=python).
 test-only:
 	$(TEST_ENV) $(PY) -m pytest tests $(NBVAL_FLAGS) notebooks $(PYTEST_ARGS)
+
+# The browser test drives notebook 00 in `make test`; this drives every notebook in turn
+# (Run All in JupyterLab in chromium, then a slider move where the notebook has one; ~20 min).
+test-browser-all: setup
+	@for nb in notebooks/*.ipynb; do echo "== $$nb"; \
+		$(TEST_ENV) SYNCEDU_BROWSER_NOTEBOOK=$(CURDIR)/$$nb $(PY) -m pytest tests/test_browser.py -q \
+		|| exit 1; done
 
 # The GPU paths, checked in one short script (no network, installs nothing; under 5 minutes).
 # On a machine without CUDA it says so and exits 0. Uses .venv if set up, else python3.

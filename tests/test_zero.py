@@ -314,5 +314,8 @@ def test_lesson10_checkers_accept_a_right_answer_and_reject_wrong_ones():
 
     assert ex.zero2_step.grade(right)
     assert not ex.zero2_step.grade(allreduce_and_broadcast)
+    # Plain data parallelism sends an allreduce's bytes but is not a ZeRO-2 step.
+    assert not ex.zero2_step.grade(lambda comm, params, grads, sizes, lr: (
+        comm.all_reduce(grads, op="avg"), params.sub_(lr * grads)))
     assert ex.memory_per_rank.grade(lambda p, n, s: memory.bytes_per_rank(p, n, s)["total"])
     assert not ex.memory_per_rank.grade(lambda p, n, s: 16 * p)

@@ -26,7 +26,7 @@ def _step_worker(comm, step, numel: int):
     params, grads = _inputs(comm.rank, numel)
     sizes = ring_chunks(numel, comm.world_size)  # uneven: the first ranks own one more
     step(comm, params, grads, sizes, LR)
-    return params.tolist(), sum(c.sent for c in comm.ledger.ops.values())
+    return params.tolist(), sum(c.sent for c in comm.ledger.ops.values()), set(comm.ledger.ops)
 
 
 @checker
@@ -47,13 +47,17 @@ def zero2_step(step, world_sizes=(3, 4), numel: int = 10) -> bool:
         p0 = _inputs(0, numel)[0]
         mean = sum(_inputs(r, numel)[1] for r in range(n)) / n
         want = (p0 - LR * mean).tolist()
-        for r, (got, _) in enumerate(res):
+        if any("all_reduce" in ops for _, _, ops in res):
+            return _verdict(name, False, f"N={n}: you called comm.all_reduce: that is data "
+                            "parallelism, not ZeRO-2 - reduce-scatter, update your shard, "
+                            "all-gather")
+        for r, (got, _, _) in enumerate(res):
             if len(got) != numel or any(abs(a - b) > 1e-6 for a, b in zip(got, want)):
                 return _verdict(name, False, f"N={n}: rank {r}'s parameters are not "
                                 "params - lr * mean(gradients) everywhere (did every rank "
                                 "all-gather the updated shards? divide the sum by N?)")
         allreduce = sum(4 * ring_allreduce_elements(numel, n, r)[0] for r in range(n))
-        sent = sum(s for _, s in res)
+        sent = sum(s for _, s, _ in res)
         if sent > allreduce + 4 * 2 * n * (n - 1):  # a little padding is fine
             return _verdict(name, False, f"N={n}: the ranks sent {sent} bytes in all, an "
                             f"allreduce sends {allreduce}: reduce-scatter, update your shard, "

@@ -410,6 +410,9 @@ def test_lesson03_flat_and_quick_checks(capsys):
     assert not ex3.quick_scaled_lr.grade(None)
     assert ex3.quick_hiding_bandwidth.grade(2 * 63 / 64 * 100e6 / 0.12 * 8 / 1e9)
     assert not ex3.quick_hiding_bandwidth.grade(100e6 / 0.12 * 8 / 1e9)
+    assert ex3.quick_hiding_bandwidth.grade(13.1)  # the value the verdict prints, rounded
+    assert not ex3.quick_hiding_bandwidth.grade(2 * 100e6 / 0.12 * 8 / 1e9)  # 2S, not 2(N-1)/N S
+    assert not ex3.quick_hiding_bandwidth.grade(2 * 255 / 256 * 100e6 / 0.12 * 8 / 1e9)  # N=256
     assert "2(N-1)/N * S" in capsys.readouterr().out
 
 

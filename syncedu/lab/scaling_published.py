@@ -21,8 +21,9 @@ Sources (cite these, not this file):
 - Goyal et al. 2017, "Accurate, Large Minibatch SGD": ResNet-50 on Big Basin
   servers (8 P100 with NVLink, 50 Gbit/s Ethernet), 32 images per GPU, ~90%
   scaling efficiency from 8 to 256 GPUs; ~100 MB of gradients, ~120 ms backward.
-- PyTorch's DDP benchmark (Li et al., VLDB 2020): ResNet-50, batch 32 per V100,
-  329 images/s on 1 GPU, 306 per GPU on 16 (~93%).
+- PyTorch's DDP benchmark (pytorch/pytorch, benchmarks/distributed/ddp/README.md,
+  example output): ResNet-50, batch 32 per V100, 329 images/s on 1 GPU, 306 per
+  GPU on 16 (~93%).
 Parameter counts: torchvision / Keras application models (Inception V3
 23.8 M, ResNet-50 25.6 M, ResNet-101 44.5 M, VGG-16 138.4 M).
 

@@ -3,7 +3,8 @@
 The networks are the flat presets (one hop between any two ranks) and two
 clusters of 8-rank nodes (NVLink inside a node, one NIC per node into 100 GbE
 or InfiniBand NDR; `Network.cluster`). Times are `cost.allreduce_time`, the
-formulas the simulator's logical clock is tested equal to.
+formulas the simulator's logical clock is tested equal to on flat networks; on a
+cluster, where flows share a NIC, a lockstep approximation of it (comm/alphabeta.py).
 
 Used in: notebooks/02_allreduce_algorithms.
 """

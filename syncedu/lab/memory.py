@@ -23,7 +23,7 @@ and v) of optimizer state (`FP32`).
 2. `activation_bytes(module, x)`: the bytes autograd saves for backward during
    one forward (`torch.autograd.graph.saved_tensors_hooks`);
 3. `bytes_per_rank(psi, n, stage, ...)`: the table above; `PAPER` holds the
-   paper's Figure 1 figures to put beside it.
+   paper's Table 1 figures (the case of its Figure 1) to put beside it.
 
 Used in: notebooks/10_sharded_data_parallel.
 """
@@ -39,7 +39,8 @@ GB = 1e9  # the paper's GB: 7.5e9 parameters x 16 bytes = 120 GB
 MIXED_ADAM = {"params": 2, "grads": 2, "optimizer": 12}  # bytes per parameter, K = 12
 FP32 = {"sgd": {"params": 4, "grads": 4, "optimizer": 4},  # momentum buffer
         "adam": {"params": 4, "grads": 4, "optimizer": 8}}  # exp_avg, exp_avg_sq
-# Figure 1 of Rajbhandari et al. 2020: Psi = 7.5B, N = 64, K = 12, per GPU.
+# Table 1 of Rajbhandari et al. 2020 (the case Figure 1 draws): Psi = 7.5B, N = 64, K = 12,
+# per GPU.
 PAPER = {"psi": 7.5e9, "n": 64, "bytes_per_param": 16, "baseline_gb": 120.0,
          "figure1_gb": {0: 120.0, 1: 31.4, 2: 16.6, 3: 1.88}}
 STAGES = (0, 1, 2, 3)

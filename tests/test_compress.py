@@ -283,6 +283,9 @@ def test_lesson07_checkers():
     assert ex.topk_bytes.grade(lambda n, d, r: (n - 1) * math.ceil(r * d) * 8)
     assert not ex.topk_bytes.grade(lambda n, d, r: 2 * (n - 1) * d * 4 // n)
     assert ex.powersgd_elements.grade(lambda s, r: compress.PowerSGD(r).wire_elements([s]))
+    def always(s, r):  # compresses even where it does not pay
+        return r * (s[0] + math.prod(s[1:])) if len(s) > 1 else s[0]
+    assert not ex.powersgd_elements.grade(always)
 
 
 @pytest.mark.parametrize("c", [compress.TopK(0.1), compress.SignSGD(),

@@ -166,14 +166,20 @@ def test_train_run_horovod_equals_ddp_and_single_and_restores_handlers():
 
     ref = train.run("single", 1, **JOB)
     ddp = train.run("ddp", 2, **JOB)
-    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    hvd = train.run("horovod", 2, **JOB)
-    # horovod.run left its own handlers behind; the helper put the caller's back...
-    assert {sig: signal.getsignal(sig) for sig in before} == before
-    # ...so Ctrl-C interrupts this process again (Python's default SIGINT handler).
-    with pytest.raises(KeyboardInterrupt):
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(5)
+    # Python's own Ctrl-C handler, as in a notebook kernel, whatever started pytest (a shell
+    # that ran it in the background hands it SIGINT ignored).
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        hvd = train.run("horovod", 2, **JOB)
+        # horovod.run left its own handlers behind; the helper put the caller's back...
+        assert {sig: signal.getsignal(sig) for sig in before} == before
+        # ...so Ctrl-C interrupts this process again.
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+    finally:
+        signal.signal(signal.SIGINT, outer)
     assert hvd.max_param_diff(ddp) < 1e-5 and hvd.max_param_diff(ref) < 1e-5
     assert len(hvd.loss) == JOB["steps"] and abs(hvd.loss[0] - ddp.loss[0]) < 1e-5
     # One fused allreduce of every gradient per step, counted as a ring sends it: DDP's

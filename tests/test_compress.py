@@ -54,7 +54,9 @@ def test_backend_refusal_comes_before_any_traffic(monkeypatch):
 # ------------------------------------------------- one round trip, one rank
 @pytest.mark.parametrize("cls", [compress.FP16, compress.BF16])
 def test_cast_roundtrip_bound(cls):
-    x = torch.randn(10_000) * 100
+    x = torch.randn(10_000, generator=torch.Generator().manual_seed(0)) * 100
+    # The relative bound holds in the normal range (fp16 below 6.1e-5 is subnormal).
+    x = x.sign() * x.abs().clamp(min=1e-3)
     err = (x - cls.decompress(cls().compress(x), x)).abs()
     assert (err <= cls.unit_roundoff * x.abs()).all()
 

@@ -16,6 +16,15 @@ notebook, and `run` below handles them:
    handler is installed, it sends this process the SIGTERM that handler turns
    into "stop every rank", and raises `TimeoutError`.
 
+4. **a silent stall**: Horovod's own guard, the stall inspector
+   (`HOROVOD_STALL_CHECK_TIME_SECONDS`), never names the missing ranks on a
+   Gloo-only build: `GlooController::DoInitialization` fills `global_ranks_`
+   after only `reserve(size_)` (gloo_controller.cc:92-97, v0.28.1), so the
+   vector's size stays 0 and `CheckForStalledTensors` loops over no rank
+   (stall_inspector.cc:54-55). The ranks' output is therefore kept (as
+   `.output` on the error, also when `quiet=True`), and `horovod_log` pulls
+   Horovod's own log lines out of it, without timestamps or build paths.
+
 Environment variables for the ranks (`HOROVOD_FUSION_THRESHOLD`,
 `HOROVOD_CYCLE_TIME`, `HOROVOD_TIMELINE`, ...) are set inside each rank before
 `fn` runs (so before its `hvd.init()`), never in the caller.
@@ -28,16 +37,34 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import signal
 import sys
 import threading
 from pathlib import Path
 
-__all__ = ["available", "run", "HorovodRunError", "FAILED_STAMP"]
+__all__ = ["available", "run", "horovod_log", "HorovodRunError", "FAILED_STAMP"]
 
 # Written by scripts/setup.sh when the Horovod build failed: the path of the build log.
 FAILED_STAMP = Path(sys.prefix) / ".syncedu-horovod-failed"
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class _Tee(io.TextIOBase):
+    """A stream that keeps what is written (for `.output`) and, unless quiet, passes it on."""
+
+    def __init__(self, keep: io.StringIO, through=None):
+        self.keep, self.through = keep, through
+
+    def write(self, text: str) -> int:
+        self.keep.write(text)
+        if self.through is not None:
+            self.through.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.through is not None:
+            self.through.flush()
 
 
 class HorovodRunError(RuntimeError):
@@ -113,7 +140,8 @@ def run(fn, world_size: int = 2, *, args: tuple = (), kwargs: dict | None = None
 
     `env`: variables set in every rank before `fn` runs. `timeout`: seconds before
     the job is stopped (`TimeoutError`). `quiet=True` keeps the ranks' output out of
-    the caller's streams (it is attached to a `HorovodRunError` if one is raised).
+    the caller's streams; either way it is attached to the `HorovodRunError` or
+    `TimeoutError` raised (`.output`).
     Raises `RuntimeError` with the reason if Horovod is not available.
     """
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
@@ -128,7 +156,8 @@ def run(fn, world_size: int = 2, *, args: tuple = (), kwargs: dict | None = None
     env = {k: str(v) for k, v in (env or {}).items()}
     ours = {sig: signal.getsignal(sig) for sig in _SIGNALS}  # Step 2
     out = io.StringIO()
-    streams = (contextlib.redirect_stdout(out), contextlib.redirect_stderr(out)) if quiet else ()
+    streams = (contextlib.redirect_stdout(_Tee(out, None if quiet else sys.stdout)),
+               contextlib.redirect_stderr(_Tee(out, None if quiet else sys.stderr)))
     try:
         with contextlib.ExitStack() as stack:
             for s in streams:
@@ -141,8 +170,40 @@ def run(fn, world_size: int = 2, *, args: tuple = (), kwargs: dict | None = None
             except RuntimeError as e:
                 if not deadline.fired:
                     raise HorovodRunError(str(e).strip(), out.getvalue()) from None
-        raise TimeoutError(f"horovod.run: the job was still running after timeout={timeout} s; "
+        err = TimeoutError(f"horovod.run: the job was still running after timeout={timeout} s; "
                            "its ranks were stopped")
+        err.output = out.getvalue()  # Step 4: what the ranks printed, Horovod's log included
+        raise err
     finally:
         for sig, handler in ours.items():
             signal.signal(sig, handler)
+
+
+# "[0]<stderr>:[2026-11-30 13:51:40.311022: W /tmp/pip-.../common/stall_inspector.cc:37] text"
+_LOG_LINE = re.compile(r"^\[(\d+)\]<std(?:out|err)>:"  # the launcher's prefix: rank, stream
+                       r"\[[\d\- :.]+: ([TDIWEF]) \S*?([\w.]+:\d+)\] (.*)$")
+_RANK_LINE = re.compile(r"^\[(\d+)\]<stderr>:(.*)$")
+# The lines that follow the first one of a stall report (stall_inspector.cc:69-107).
+_REPORT_LINE = re.compile(r"^(Missing ranks:|\d+!?: \[.*\]|One or more rank .*)$")
+
+
+def horovod_log(output: str, source: str = "") -> list[str]:
+    """Horovod's own log records in the ranks' `output`, as `rank R: L file.cc:N] message`.
+
+    Timestamps and build paths are dropped, so the lines are the same on every run;
+    a stall report keeps its following lines ("Missing ranks:", one line per rank).
+    `source` keeps only records from that file (e.g. "stall_inspector").
+    """
+    records, rank = [], None  # rank: whose record the previous line belonged to
+    for line in output.splitlines():
+        m = _LOG_LINE.match(line)
+        if m:
+            rank, level, where, text = m.groups()
+            records.append([f"rank {rank}: {level} {where}] {text.rstrip()}", where])
+            continue
+        m = _RANK_LINE.match(line)
+        if m and m.group(1) == rank and _REPORT_LINE.match(m.group(2)):
+            records[-1][0] += "\n" + m.group(2)
+        else:
+            rank = None
+    return [text for text, where in records if where.startswith(source)]

@@ -15,6 +15,7 @@ from syncedu.comm.errors import TimeoutError as RunTimeoutError
 from syncedu.comm.ledger import ring_chunks
 from syncedu.comm.network import Network
 from syncedu.comm.sim import SimComm, run
+from syncedu.strategies.collectives import ALGORITHMS
 
 WORLDS = [1, 2, 3, 5, 8]
 LENGTHS = [1, 7, 1000]
@@ -540,3 +541,21 @@ def test_1024_ranks_with_small_messages():
     res = run(worker, 1024, network=NET)
     assert list(res) == [7.0] * 1024
     assert res.seconds == pytest.approx(10 * ALPHA + 1023 * (ALPHA + 16 / BW) + ALPHA + 16 / BW)
+
+
+class _Bar:
+    def __init__(self):
+        self.n = 0
+
+    def update(self, k):
+        self.n += k
+
+
+def test_progress_counts_every_message_and_rejects_bad_values():
+    # 64 ranks x 2(N-1) ring messages = 8064: more than one update of 4096, then the rest.
+    bar = _Bar()
+    run(lambda c: ALGORITHMS["ring"](c, torch.ones(100)), 64, progress=bar)
+    assert bar.n == 2 * 63 * 64
+    run(lambda c: c.all_reduce(torch.ones(3)), 4, progress=True)  # makes and closes a bar
+    with pytest.raises(ValueError, match="progress="):
+        run(lambda c: None, 2, progress="yes")

@@ -42,6 +42,13 @@ def check_timeout(timeout) -> None:
         raise ValueError(f"timeout={timeout!r} must be a number of seconds > 0 (or None)")
 
 
+def check_progress(progress) -> None:
+    if progress is None or isinstance(progress, bool) or callable(getattr(progress, "update", None)):
+        return
+    raise ValueError(f"progress={progress!r} must be None, True (a tqdm bar of messages) or an "
+                     "object with .update(n), such as a tqdm bar")
+
+
 def check_output(output) -> None:
     if output not in OUTPUT_MODES:
         raise ValueError(f"output={output!r} must be one of {OUTPUT_MODES}")

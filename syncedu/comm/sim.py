@@ -59,7 +59,8 @@ import torch
 
 from . import rank_output
 from .base import Comm, Work
-from .checks import check_call, check_network, check_output, check_timeout, check_world_size
+from .checks import (check_call, check_network, check_output, check_progress, check_timeout,
+                     check_world_size)
 from .errors import DeadlockError, WorkerError  # noqa: F401 - public as sim.DeadlockError, ...
 from .errors import TimeoutError as RunTimeoutError
 from .ledger import Ledger
@@ -68,7 +69,7 @@ from .result import RunResult
 from .sim_collectives import Call
 from .sim_messages import Message, RecvWork, SendWork, Wires, flat_view
 from .sim_sched import make, pick
-from .sim_world import World
+from .sim_world import PROGRESS_EVERY, World
 
 __all__ = ["SimComm", "run", "MAX_WORLD_SIZE", "DEFAULT_TIMEOUT"]
 TimeoutError = RunTimeoutError  # public as sim.TimeoutError, like launch.TimeoutError
@@ -101,7 +102,9 @@ class SimComm(Comm):
     # ------------------------------------------------------ point-to-point
     # A message's channel is its tag: built-in collectives send no messages here.
     def _isend(self, tensor: torch.Tensor, dst: int, tag: int) -> Work:
-        data = flat_view(tensor).clone()  # copied now: the buffer is free at once
+        data = flat_view(tensor)
+        if data.numel():  # copied now: the buffer is free at once (an empty one has no data)
+            data = data.clone()
         nbytes = data.nbytes
         start, dur, end = self._wires.depart(self.rank, dst, nbytes)  # Step 1
         self._world.deliver(Message(data, self.rank, tag, start, dur, "send", nbytes), dst)
@@ -157,7 +160,7 @@ class SimComm(Comm):
 # ------------------------------------------------------------------ run
 def run(fn, world_size: int, args=(), kwargs=None, *, network: Network | None = None,
         timeout: float | None = None, output: str = "live",
-        scheduler: str = "auto") -> RunResult:
+        scheduler: str = "auto", progress=None) -> RunResult:
     """Run `fn(comm, *args, **kwargs)` on `world_size` simulated ranks.
 
     Returns a `RunResult`: the ranks' return values, `.ledger`, and `.seconds`,
@@ -172,16 +175,32 @@ def run(fn, world_size: int, args=(), kwargs=None, *, network: Network | None = 
     `scheduler`: "thread" (a thread per rank: safe for anything, e.g. collectives
     inside a backward), "greenlet" (fast: thousands of ranks) or "auto" (threads
     up to 64 ranks); see sim_sched.py.
+    `progress`: None, True (a tqdm bar counting the point-to-point messages, for
+    runs of millions of them) or your own bar (anything with `.update(n)`), told
+    of every 4096th message; built-in collectives complete at once and are not counted.
     """
     network, timeout = _check_run(fn, world_size, args, kwargs, network, timeout)
     check_output(output)
+    check_progress(progress)
     kind = pick(scheduler, world_size)
-    with rank_output.capture(output) as sink:
-        return _run(fn, world_size, args, kwargs, network, timeout, sink, kind)
+    bar = _bar(world_size) if progress is True else (progress or None)
+    try:
+        with rank_output.capture(output) as sink:
+            return _run(fn, world_size, args, kwargs, network, timeout, sink, kind, bar)
+    finally:
+        if progress is True:
+            bar.close()
 
 
-def _run(fn, world_size, args, kwargs, network, timeout, sink, kind) -> RunResult:
+def _bar(world_size: int):
+    from tqdm.auto import tqdm  # only when asked for: importing it costs a little
+
+    return tqdm(desc=f"{world_size} simulated ranks", unit=" messages", unit_scale=True)
+
+
+def _run(fn, world_size, args, kwargs, network, timeout, sink, kind, bar=None) -> RunResult:
     world = World(world_size, sink, make(kind, world_size), Wires(network, world_size))
+    world.progress = bar
     world.timeout_error = lambda ranks: RunTimeoutError(
         f"sim.run: ranks {_some(ranks)} still running after {timeout} s of real time", ranks)
     comms = [SimComm(r, world_size, network, world) for r in range(world_size)]
@@ -197,6 +216,8 @@ def _run(fn, world_size, args, kwargs, network, timeout, sink, kind) -> RunResul
     error = world.outcome()
     if error is not None:
         raise error
+    if bar is not None:
+        bar.update(world.sent % PROGRESS_EVERY)  # the messages since the last update
     seconds = max(c.now() for c in comms)
     return RunResult(world.results, Ledger([c.ledger for c in comms]), seconds)
 

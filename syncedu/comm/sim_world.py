@@ -34,6 +34,7 @@ from .sim_messages import Message
 from .sim_sched import Cancelled, RankState
 
 BACKLOG = 64  # a sender with this many unreceived messages to one rank lets others run
+PROGRESS_EVERY = 4096  # messages between two updates of a progress bar
 
 
 class World:
@@ -57,6 +58,8 @@ class World:
         self.timeout_error = None  # made by sim.run: the error a timeout stops the run with
         self.n_done = 0
         self.all_done = threading.Event()
+        self.progress = None  # an object with .update(n) (a tqdm bar), told of every message
+        self.sent = 0  # messages delivered so far (counted only with a progress bar)
 
     # ------------------------------------------------------------ messages
     def check(self) -> None:
@@ -70,6 +73,10 @@ class World:
         with self.lock:
             if self.error is not None:
                 raise Cancelled()
+            if self.progress is not None:
+                self.sent += 1
+                if self.sent % PROGRESS_EVERY == 0:
+                    self.progress.update(PROGRESS_EVERY)
             st = self.ranks[dst]
             posted = st.posted.get(key)
             if not posted:

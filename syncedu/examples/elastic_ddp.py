@@ -143,7 +143,11 @@ def launch_elastic(*, nproc: int = 2, max_restarts: int = 1, crash_rank: int | N
             "--crash-rank", str(-1 if crash_rank is None else crash_rank),
             "--crash-epoch", str(crash_epoch), "--timeout", str(min(timeout, 60.0))]
     cmd = _command(ddp_program.free_port(), nproc, max_restarts, monitor_interval, args)
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    # Each attempt gets a store of its own: with the agent's store shared across restarts
+    # (torch's default since 2.4), a restarted rank can read the dead attempt's Gloo
+    # address ("connectFullMesh failed ... Connection refused"; pytorch/pytorch#135712).
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
+               TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, cwd=work, start_new_session=True)

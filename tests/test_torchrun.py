@@ -47,3 +47,32 @@ def test_torchcomm_wraps_a_script_default_group(tmp_path):
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "0 1 [1.0, 1.0, 1.0] 0"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_elastic_agent_restarts_the_group_and_the_job_resumes_from_its_checkpoint(tmp_path):
+    import psutil
+
+    from syncedu import train
+    from syncedu.examples import elastic_ddp
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    res = elastic_ddp.launch_elastic(crash_rank=1, crash_epoch=1, epochs=2, timeout=150,
+                                     workdir=str(tmp_path))
+    assert res.returncode == 0 and res.attempt == 1 and res.resumed_at == 1, res.output[-2000:]
+    ref = train.run("single", 1, steps=2 * (1797 // 64), global_batch=64, lr=0.1, seed=0)
+    assert max((res.params[k] - ref.params[k]).abs().max().item() for k in ref.params) < 1e-5
+    left = [p for p in psutil.Process().children(recursive=True)
+            if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE
+            and "resource_tracker" not in " ".join(p.cmdline())]
+    assert not left, f"processes left behind: {[p.cmdline() for p in left]}"
+
+
+def test_launch_elastic_bad_arguments_name_the_parameter():
+    from syncedu.examples import elastic_ddp
+
+    for kwargs, name in [(dict(nproc=0), "nproc"), (dict(crash_rank=2), "crash_rank"),
+                         (dict(crash_epoch=2), "crash_epoch"), (dict(timeout=0), "timeout")]:
+        with pytest.raises(ValueError, match=name):
+            elastic_ddp.launch_elastic(**kwargs)

@@ -28,3 +28,15 @@ def test_network_choices():
         lesson02.network("token_ring", 8)
     with pytest.raises(ValueError, match="world_size=12 must be a multiple of 8"):
         lesson02.network(CLUSTER, 12)
+
+
+def test_simulate_runs_the_algorithm_on_the_chosen_network():
+    # 16 ranks in 2 nodes: the hierarchical allreduce beats the ring by latency (1 KiB)
+    ring = lesson02.simulate("ring", 16, CLUSTER, 1024)
+    hier = lesson02.simulate("hierarchical", 16, CLUSTER, 1024)
+    assert 0 < hier < ring
+    assert lesson02.simulate("ring", 16, "ethernet_100g", 1024) > 0
+    with pytest.raises(ValueError, match="name='rings' is unknown"):
+        lesson02.simulate("rings", 16, CLUSTER, 1024)
+    with pytest.raises(ValueError, match="nbytes=6 must be a positive multiple of 4"):
+        lesson02.simulate("ring", 16, CLUSTER, 6)

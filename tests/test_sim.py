@@ -557,5 +557,6 @@ def test_progress_counts_every_message_and_rejects_bad_values():
     run(lambda c: ALGORITHMS["ring"](c, torch.ones(100)), 64, progress=bar)
     assert bar.n == 2 * 63 * 64
     run(lambda c: c.all_reduce(torch.ones(3)), 4, progress=True)  # makes and closes a bar
+    run(lambda c: None, 2, progress=False)
     with pytest.raises(ValueError, match="progress="):
         run(lambda c: None, 2, progress="yes")

@@ -183,7 +183,7 @@ def run(fn, world_size: int, args=(), kwargs=None, *, network: Network | None = 
     check_output(output)
     check_progress(progress)
     kind = pick(scheduler, world_size)
-    bar = _bar(world_size) if progress is True else (progress or None)
+    bar = _bar(world_size) if progress is True else (None if progress is False else progress)
     try:
         with rank_output.capture(output) as sink:
             return _run(fn, world_size, args, kwargs, network, timeout, sink, kind, bar)

@@ -12,7 +12,9 @@ Used in: notebooks/02_allreduce_algorithms.
 from __future__ import annotations
 
 import ipywidgets as w
+import torch
 
+from syncedu.comm import sim
 from syncedu.comm.network import PRESETS, Network
 from syncedu.lab import cost
 from syncedu.strategies.collectives import ALGORITHMS
@@ -40,6 +42,21 @@ def network(choice: str, world_size: int) -> Network:
                          "(whole 8-rank nodes) on a cluster network")
     intra, inter = CLUSTERS[choice]
     return Network.cluster(world_size // per_node, per_node, intra, inter)
+
+
+def simulate(name: str, world_size: int, choice: str, nbytes: int, progress=None) -> float:
+    """Logical seconds of one `name` allreduce of `nbytes` per rank, simulated on `choice`.
+
+    Every rank runs the package's algorithm on a real tensor of float32 ones
+    (`nbytes` / 4 of them); `progress` is passed to `sim.run` (a tqdm bar of messages).
+    """
+    if name not in ALGORITHMS:
+        raise ValueError(f"name={name!r} is unknown; choose one of {list(ALGORITHMS)}")
+    if nbytes < 4 or nbytes % 4:
+        raise ValueError(f"nbytes={nbytes!r} must be a positive multiple of 4 (float32)")
+    return sim.run(lambda c: ALGORITHMS[name](c, torch.ones(nbytes // 4)), world_size,
+                   network=network(choice, world_size), progress=progress,
+                   output="quiet").seconds
 
 
 def describe(times: dict, nbytes: int, world_size: int, net: Network) -> str:

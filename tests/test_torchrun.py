@@ -76,3 +76,32 @@ def test_launch_elastic_bad_arguments_name_the_parameter():
                          (dict(crash_epoch=2), "crash_epoch"), (dict(timeout=0), "timeout")]:
         with pytest.raises(ValueError, match=name):
             elastic_ddp.launch_elastic(**kwargs)
+
+
+@pytest.mark.timeout(60)
+def test_stop_reaches_workers_in_sessions_of_their_own():
+    # torchrun starts its workers with start_new_session=True: a signal to torchrun's process
+    # group misses them. A stand-in agent that ignores SIGTERM (so it gets SIGKILLed) with one
+    # such worker: _stop must still leave nothing behind.
+    import psutil
+
+    from syncedu.examples import elastic_ddp
+
+    agent = ("import signal, subprocess, sys, time\n"
+             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+             " start_new_session=True)\n"
+             "print('ready', flush=True)\n"
+             "time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", agent], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        (worker,) = psutil.Process(proc.pid).children()
+        elastic_ddp._stop(proc)
+        assert proc.poll() is not None
+        assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        proc.stdout.close()

@@ -33,6 +33,7 @@ Used in: notebooks/08_horovod_vs_ddp.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -43,6 +44,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -107,17 +109,31 @@ def _command(port: int, nproc: int, max_restarts: int, monitor_interval: float,
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """Kill torchrun's whole session (agent and workers): nothing is left behind."""
+    """Stop torchrun and every process it started: nothing is left behind.
+
+    torchrun starts each worker in a session of its own (torch's SubprocessHandler,
+    `start_new_session=True`), so a signal to torchrun's process group misses them.
+    SIGTERM first (the agent then stops its workers itself), SIGKILL if it hangs,
+    then kill whatever worker is still running.
+    """
+    try:
+        family = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:  # torchrun already exited (and was reaped)
+        family = []
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
+            break
         try:
             proc.wait(timeout=5)
-            return
+            break
         except subprocess.TimeoutExpired:
             continue
+    for p in family:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(family, timeout=5)
 
 
 def launch_elastic(*, nproc: int = 2, max_restarts: int = 1, crash_rank: int | None = 1,
@@ -158,7 +174,7 @@ def launch_elastic(*, nproc: int = 2, max_restarts: int = 1, crash_rank: int | N
         raise TimeoutError(f"torchrun was still running after timeout={timeout} s; "
                            "its processes were stopped") from None
     finally:
-        _stop(proc)  # the workers share torchrun's session: none may outlive it
+        _stop(proc)  # no worker may outlive torchrun
     seconds = time.perf_counter() - t0
     if proc.returncode != 0 or not out.exists():
         raise RuntimeError(f"torchrun exited with {proc.returncode}:\n{output[-3000:]}")

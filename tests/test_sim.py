@@ -558,5 +558,5 @@ def test_progress_counts_every_message_and_rejects_bad_values():
     assert bar.n == 2 * 63 * 64
     run(lambda c: c.all_reduce(torch.ones(3)), 4, progress=True)  # makes and closes a bar
     run(lambda c: None, 2, progress=False)
-    with pytest.raises(ValueError, match="progress="):
+    with pytest.raises(ValueError, match="progress='yes' must be None or False"):
         run(lambda c: None, 2, progress="yes")

@@ -59,8 +59,14 @@ import torch
 
 from . import rank_output
 from .base import Comm, Work
-from .checks import (check_call, check_network, check_output, check_progress, check_timeout,
-                     check_world_size)
+from .checks import (
+    check_call,
+    check_network,
+    check_output,
+    check_progress,
+    check_timeout,
+    check_world_size,
+)
 from .errors import DeadlockError, WorkerError  # noqa: F401 - public as sim.DeadlockError, ...
 from .errors import TimeoutError as RunTimeoutError
 from .ledger import Ledger
@@ -175,9 +181,10 @@ def run(fn, world_size: int, args=(), kwargs=None, *, network: Network | None = 
     `scheduler`: "thread" (a thread per rank: safe for anything, e.g. collectives
     inside a backward), "greenlet" (fast: thousands of ranks) or "auto" (threads
     up to 64 ranks); see sim_sched.py.
-    `progress`: None, True (a tqdm bar counting the point-to-point messages, for
-    runs of millions of them) or your own bar (anything with `.update(n)`), told
-    of every 4096th message; built-in collectives complete at once and are not counted.
+    `progress`: None or False (no bar), True (a tqdm bar counting the point-to-point
+    messages, for runs of millions of them) or your own bar (anything with
+    `.update(n)`), told every 4096 messages and of the rest at the end, so its count
+    is the run's; built-in collectives complete at once and are not counted.
     """
     network, timeout = _check_run(fn, world_size, args, kwargs, network, timeout)
     check_output(output)

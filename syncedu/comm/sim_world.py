@@ -58,7 +58,7 @@ class World:
         self.timeout_error = None  # made by sim.run: the error a timeout stops the run with
         self.n_done = 0
         self.all_done = threading.Event()
-        self.progress = None  # an object with .update(n) (a tqdm bar), told of every message
+        self.progress = None  # a tqdm bar (.update(n)), told every PROGRESS_EVERY messages
         self.sent = 0  # messages delivered so far (counted only with a progress bar)
 
     # ------------------------------------------------------------ messages

@@ -3,7 +3,7 @@
 `horovod.run(fn, num_proc=2, use_gloo=True)` starts Gloo ranks on this machine
 and returns what `fn` returned on each (Horovod's own launcher, documented in
 Horovod's "Horovod in Python" / `horovod.runner` API; `fn` may be defined in a
-notebook cell: it travels by value). Three things bite when it is called from a
+notebook cell: it travels by value). Four things bite when it is called from a
 notebook, and `run` below handles them:
 
 1. **availability**: Horovod is built from source by `make setup`; if that
@@ -14,8 +14,7 @@ notebook, and `run` below handles them:
 3. **no timeout**: a stalled job (e.g. tensor names that differ between
    ranks) waits forever. `run` arms a timer; when it fires while Horovod's
    handler is installed, it sends this process the SIGTERM that handler turns
-   into "stop every rank", and raises `TimeoutError`.
-
+   into "stop every rank", and raises `TimeoutError`;
 4. **a silent stall**: Horovod's own guard, the stall inspector
    (`HOROVOD_STALL_CHECK_TIME_SECONDS`), never names the missing ranks on a
    Gloo-only build: `GlooController::DoInitialization` fills `global_ranks_`

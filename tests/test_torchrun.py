@@ -73,7 +73,9 @@ def test_launch_elastic_bad_arguments_name_the_parameter():
     from syncedu.examples import elastic_ddp
 
     for kwargs, name in [(dict(nproc=0), "nproc"), (dict(crash_rank=2), "crash_rank"),
-                         (dict(crash_epoch=2), "crash_epoch"), (dict(timeout=0), "timeout")]:
+                         (dict(crash_epoch=2), "crash_epoch"), (dict(timeout=0), "timeout"),
+                         (dict(epochs=0), "epochs=0"), (dict(max_restarts=-1), "max_restarts"),
+                         (dict(global_batch=0), "global_batch")]:
         with pytest.raises(ValueError, match=name):
             elastic_ddp.launch_elastic(**kwargs)
 

@@ -143,6 +143,10 @@ def launch_elastic(*, nproc: int = 2, max_restarts: int = 1, crash_rank: int | N
     """Run the job under torchrun (`crash_rank=None`: no failure); raise if it fails or hangs."""
     if not isinstance(nproc, int) or nproc < 1:
         raise ValueError(f"nproc={nproc!r} must be an int >= 1")
+    for name, value, low in (("epochs", epochs, 1), ("max_restarts", max_restarts, 0),
+                             ("global_batch", global_batch, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name}={value!r} must be an int >= {low}")
     if crash_rank is not None and not 0 <= crash_rank < nproc:
         raise ValueError(f"crash_rank={crash_rank!r} must be None or in 0..{nproc - 1}")
     if not 0 <= crash_epoch < epochs:

@@ -218,18 +218,26 @@ def test_accumulation_fp16_and_timeline_in_one_horovod_job(tmp_path):
     assert plain.max_param_diff(ref) < 1e-5
 
 
-@real_horovod
-@pytest.mark.timeout(120)
-def test_mismatched_tensor_names_stop_at_the_timeout_not_a_hang():
-    from syncedu.lab import horovod_launch
+def _mismatched_names():
+    """A worker whose ranks name their tensor differently: Horovod waits forever.
 
+    Made inside a function so that cloudpickle sends it by value (the ranks
+    cannot import this test module).
+    """
     def mismatched():
         import horovod.torch as hvd
         import torch
 
         hvd.init()
-        # Each rank names its tensor differently: Horovod waits for the other name forever.
         hvd.allreduce(torch.ones(3), name=f"grad.rank{hvd.rank()}")
+
+    return mismatched
+
+
+@real_horovod
+@pytest.mark.timeout(120)
+def test_mismatched_tensor_names_stop_at_the_timeout_not_a_hang():
+    from syncedu.lab import horovod_launch
 
     before = _descendants()
     t0 = time.monotonic()
@@ -237,7 +245,7 @@ def test_mismatched_tensor_names_stop_at_the_timeout_not_a_hang():
     # at every check, which shows it runs and that its output reaches the caller.
     env = {"HOROVOD_STALL_CHECK_TIME_SECONDS": 2, "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": 1}
     with pytest.raises(TimeoutError, match="timeout=8") as info:
-        horovod_launch.run(mismatched, 2, env=env, timeout=8, quiet=True)
+        horovod_launch.run(_mismatched_names(), 2, env=env, timeout=8, quiet=True)
     assert time.monotonic() - t0 < 40
     stall = horovod_launch.horovod_log(info.value.output, "stall_inspector")
     assert stall and all(line.startswith("rank 0: W stall_inspector.cc:") for line in stall)
@@ -255,16 +263,9 @@ def test_mismatched_tensor_names_stop_at_the_timeout_not_a_hang():
 def test_stall_shutdown_time_does_not_stop_a_gloo_job():
     from syncedu.lab import horovod_launch
 
-    def mismatched():
-        import horovod.torch as hvd
-        import torch
-
-        hvd.init()
-        hvd.allreduce(torch.ones(3), name=f"grad.rank{hvd.rank()}")
-
     env = {"HOROVOD_STALL_CHECK_TIME_SECONDS": 1, "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": 2}
     with pytest.raises(TimeoutError, match="timeout=8"):  # not a HorovodRunError: no shutdown
-        horovod_launch.run(mismatched, 2, env=env, timeout=8, quiet=True)
+        horovod_launch.run(_mismatched_names(), 2, env=env, timeout=8, quiet=True)
 
 
 def test_horovod_log_strips_timestamps_and_keeps_a_stall_report_together():

@@ -216,6 +216,16 @@ def _compressor(spec, comm):
     return compressor
 
 
+@contextlib.contextmanager
+def sync_paused(wrapper):
+    """`wrapper.require_sync` off inside the block, as it was after (every `no_sync`)."""
+    old, wrapper.require_sync = wrapper.require_sync, False
+    try:
+        yield
+    finally:
+        wrapper.require_sync = old
+
+
 class DataParallel(nn.Module):
     """Wrap `module` so that training on every rank's shard averages the gradients.
 
@@ -274,14 +284,9 @@ class DataParallel(nn.Module):
         self.sync.arm(sync)
         return self.module(*args, **kwargs)
 
-    @contextlib.contextmanager
     def no_sync(self):
         """Inside this block, forward+backward accumulate gradients locally, unsent."""
-        old, self.require_sync = self.require_sync, False
-        try:
-            yield
-        finally:
-            self.require_sync = old
+        return sync_paused(self)
 
     def finish_gradient_synchronization(self) -> None:
         """Step 4: wait for (or run) the last backward's traffic; `.grad` is then averaged."""

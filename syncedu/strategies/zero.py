@@ -45,12 +45,12 @@ Used in: notebooks/10_sharded_data_parallel.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from .dp import sync_paused
 from .zero_shards import (
     SPLITS,
     Layout,
@@ -250,15 +250,10 @@ class ZeroDataParallel(nn.Module):
         self._armed = self.require_sync and torch.is_grad_enabled()
         return self.module(*args, **kwargs)
 
-    @contextlib.contextmanager
     def no_sync(self):
         """Stage 1: accumulate whole gradients locally. Stages 2-3 hold no whole gradients
         to accumulate, so every micro-batch is reduce-scattered and the shards add up."""
-        old, self.require_sync = self.require_sync, False
-        try:
-            yield
-        finally:
-            self.require_sync = old
+        return sync_paused(self)
 
     def finish_gradient_synchronization(self) -> None:
         """Stage 1, Step 2: reduce-scatter the whole gradients (stages 2-3 did it in backward)."""

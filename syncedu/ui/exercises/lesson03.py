@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from syncedu.comm import sim
 from syncedu.lab import models
+from syncedu.strategies.dp_buckets import build_buckets
 
 from . import _attempt, _number, _verdict, checker
 
@@ -66,13 +67,13 @@ BUCKET_CAP = 300  # bytes: the checker's model gets 3 buckets under DDP's rule
 
 
 def ddp_bucket_count(sizes_in_order: list[int], cap: int) -> int:
-    """Buckets DDP's rule makes: walk `sizes_in_order`, close once a bucket holds >= cap."""
-    count, held = 0, 0
-    for size in sizes_in_order:
-        held += size
-        if held >= cap:
-            count, held = count + 1, 0
-    return count + (held > 0)
+    """Buckets DDP's rule makes for float32 tensors of `sizes_in_order` bytes (last first).
+
+    The rule is the package's own `build_buckets` (strategies/dp_buckets.py), which walks
+    the parameters from last to first and closes a bucket once it holds >= `cap` bytes.
+    """
+    params = [torch.empty(size // 4) for size in reversed(sizes_in_order)]
+    return len(build_buckets(params, cap))
 
 
 def _overlap_worker(comm, bucketed_sync, cap, batch=5):

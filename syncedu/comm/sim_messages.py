@@ -123,18 +123,13 @@ class Wires:
         """Step 1: book the sender's port (and NIC); return (start, dur, send end)."""
         c, net = self.clocks[src], self.net
         start = c.send_free if c.send_free > c.now else c.now
-        if not self.cluster:
-            dur = net.latency + nbytes / net.bandwidth
-            if c.rng is not None:
-                dur += net.noise(c.rng)
-        else:
-            across = self.node[src] != self.node[dst]
-            link = net.inter if across else net.intra
-            dur = link.latency + nbytes / link.bandwidth
-            if c.rng is not None:
-                dur += net.noise(c.rng)
-            if across:  # the bytes queue at the node's NIC
-                start = self.nic_out[src].reserve(start, nbytes / link.bandwidth)
+        across = self.cluster and self.node[src] != self.node[dst]
+        link = (net.inter if across else net.intra) if self.cluster else net
+        dur = link.latency + nbytes / link.bandwidth
+        if c.rng is not None:
+            dur += net.noise(c.rng)
+        if across:  # the bytes queue at the node's NIC
+            start = self.nic_out[src].reserve(start, nbytes / link.bandwidth)
         end = c.send_free = start + dur
         return start, dur, end
 

@@ -53,9 +53,14 @@ def _spy(wrapped: DataParallel, log: list) -> None:
     wrapped.register_forward_hook(after_forward)
 
 
-def _worker(comm, train_step, k: int, per_micro: int):
+def _wrapped(comm):
+    """The checker's model and its bucketed `DataParallel` (several buckets) on `comm`."""
     model = models.make("mlp", **_MODEL)
-    wrapped = DataParallel(model, comm, "bucketed", bucket_cap_mb=0.002)  # several buckets
+    return model, DataParallel(model, comm, "bucketed", bucket_cap_mb=0.002)
+
+
+def _worker(comm, train_step, k: int, per_micro: int):
+    model, wrapped = _wrapped(comm)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     steps, log = [], []
     real_step = optimizer.step
@@ -71,8 +76,7 @@ def _worker(comm, train_step, k: int, per_micro: int):
 def _one_sync_bytes(world_size: int) -> list[int]:
     """Ledger bytes per rank of one gradient synchronization of the checker's model."""
     def worker(comm):
-        model = models.make("mlp", **_MODEL)
-        wrapped = DataParallel(model, comm, "bucketed", bucket_cap_mb=0.002)
+        _, wrapped = _wrapped(comm)  # the same buckets as the learner's run
         comm.ledger.reset()
         F.cross_entropy(wrapped(torch.rand(2, 64)), torch.tensor([0, 1])).backward()
         wrapped.finish_gradient_synchronization()

@@ -174,11 +174,10 @@ def launch_elastic(*, nproc: int = 2, max_restarts: int = 1, crash_rank: int | N
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _stop(proc)
         raise TimeoutError(f"torchrun was still running after timeout={timeout} s; "
                            "its processes were stopped") from None
     finally:
-        _stop(proc)  # no worker may outlive torchrun
+        _stop(proc)  # no worker may outlive torchrun (also stops a hung one before the raise)
     seconds = time.perf_counter() - t0
     if proc.returncode != 0 or not out.exists():
         raise RuntimeError(f"torchrun exited with {proc.returncode}:\n{output[-3000:]}")

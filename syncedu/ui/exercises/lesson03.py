@@ -23,8 +23,13 @@ from syncedu.strategies.dp_buckets import build_buckets
 from . import _attempt, _number, _verdict, checker
 
 
+def _model():
+    """The checker's model, the same on every rank: an MLP of odd layer sizes."""
+    return models.make("mlp", seed=0, hidden=9, depth=2)
+
+
 def _grads_worker(comm, sync, batch=6):
-    model = models.make("mlp", seed=0, hidden=9, depth=2)  # same start on every rank
+    model = _model()  # same start on every rank
     g = torch.Generator().manual_seed(comm.rank)
     x, y = torch.rand(batch, 64, generator=g), torch.randint(0, 10, (batch,), generator=g)
     F.cross_entropy(model(x), y).backward()
@@ -36,10 +41,10 @@ def _grads_worker(comm, sync, batch=6):
 def matches_whole_batch(res, atol: float = 1e-6) -> bool:
     """Does every rank hold the gradients of one model on all ranks' data together?
 
-    `res[r]` is (gradients, (x, y)) from a worker built on `models.make("mlp", seed=0,
-    hidden=9, depth=2)`, as the lesson 03 and 05 checkers use.
+    `res[r]` is (gradients, (x, y)) from a worker built on `_model()`, as the lesson 03
+    and 05 checkers use.
     """
-    model = models.make("mlp", seed=0, hidden=9, depth=2)
+    model = _model()
     x = torch.cat([r[1][0] for r in res])
     y = torch.cat([r[1][1] for r in res])
     F.cross_entropy(model(x), y).backward()
@@ -77,7 +82,7 @@ def ddp_bucket_count(sizes_in_order: list[int], cap: int) -> int:
 
 
 def _overlap_worker(comm, bucketed_sync, cap, batch=5):
-    model = models.make("mlp", seed=0, hidden=9, depth=2)  # 6 tensors of 2304..36 bytes
+    model = _model()  # 6 tensors of 2304..36 bytes
     calls = []
     real = comm.all_reduce
 
@@ -102,7 +107,7 @@ def _overlap_worker(comm, bucketed_sync, cap, batch=5):
 
 def _overlap_mistake(res, n: int, cap: int) -> str | None:
     calls = res[0][2]
-    sizes = [p.numel() * 4 for p in models.make("mlp", seed=0, hidden=9, depth=2).parameters()]
+    sizes = [p.numel() * 4 for p in _model().parameters()]
     want = ddp_bucket_count(sizes[::-1], cap)
     if not calls:
         return "no comm.all_reduce at all: each full bucket needs one"

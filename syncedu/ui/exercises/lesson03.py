@@ -41,8 +41,7 @@ def _grads_worker(comm, sync, batch=6):
 def matches_whole_batch(res, atol: float = 1e-6) -> bool:
     """Does every rank hold the gradients of one model on all ranks' data together?
 
-    `res[r]` is (gradients, (x, y)) from a worker built on `_model()`, as the lesson 03
-    and 05 checkers use.
+    `res[r]` is (gradients, (x, y)) from a worker built on `_model()`.
     """
     model = _model()
     x = torch.cat([r[1][0] for r in res])

@@ -1,4 +1,5 @@
-"""Suite-wide set-up: a headless matplotlib in this process, and GPU tests skipped without CUDA."""
+"""Suite-wide set-up: a headless matplotlib in this process, GPU tests skipped without
+CUDA, and every test started from the same global RNG seed."""
 
 from __future__ import annotations
 

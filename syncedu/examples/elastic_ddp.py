@@ -69,7 +69,7 @@ def worker(cfg: Config, crash_rank: int = 1, crash_epoch: int = 1) -> None:
                                      shuffle=True, seed=cfg.seed, drop_last=True)
         loader = DataLoader(dataset, batch_size=cfg.global_batch // world_size,
                             sampler=sampler, drop_last=True)
-        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+        opt = ddp_program._optimizer(model.parameters(), cfg)  # the program's: SGD by default
         start = ddp_program._resume(model, opt, cfg, device)  # Step 3: 0 on a fresh start
         for epoch in range(start, cfg.epochs):
             if attempt == 0 and rank == crash_rank and epoch == crash_epoch:

@@ -127,13 +127,12 @@ def _overlap_mistake(res, n: int, cap: int) -> str | None:
 
 
 def _grads_mistake(res, n: int) -> str | None:
-    if matches_whole_batch([r[:2] for r in res]):
+    pairs = [(grads, xy) for grads, xy, _ in res]  # drop the calls: (gradients, batch)
+    if matches_whole_batch(pairs):
         return None
-    summed = [([g / n for g in grads], xy, c) for grads, xy, c in res]
-    if matches_whole_batch([r[:2] for r in summed]):
+    if matches_whole_batch([([g / n for g in grads], xy) for grads, xy in pairs]):
         return f"the gradients are the sum over the {n} ranks: divide by the world size"
-    local = all(matches_whole_batch([r[:2]]) for r in res)
-    if local:
+    if all(matches_whole_batch([pair]) for pair in pairs):
         return ("p.grad still holds each rank's own gradient: in finish(), wait for every "
                 "handle, then copy each bucket's averaged slice back into p.grad")
     return "the gradients are not the average over all ranks"

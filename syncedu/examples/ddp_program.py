@@ -58,7 +58,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from syncedu.lab import data, models
+from syncedu.train import data, models
 
 __all__ = ["Config", "setup", "cleanup", "train", "free_port", "spawn", "main"]
 

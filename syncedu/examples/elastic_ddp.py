@@ -52,7 +52,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from syncedu.examples import ddp_program
 from syncedu.examples.ddp_program import Config
-from syncedu.lab import data, models
+from syncedu.train import data, models
 
 __all__ = ["ElasticResult", "worker", "launch_elastic", "main"]
 

@@ -1,0 +1,140 @@
+"""Gradient compressors: compression ratio, compute cost per MB, time per step on real ranks.
+
+    python -m syncedu.bench compression [--sizes-mb 1 16] [--rounds 5] [--repeats 5]
+
+For each compressor and gradient size (one square-ish fp32 matrix, so PowerSGD
+has something to factor):
+
+- ratio: fp32 allreduce bytes / bytes the compressor actually sent (rank 0's
+  ledger, 2 ranks);
+- compute ms/MB: one rank alone (no traffic), the compressor's whole
+  `average_` (compress, decompress, error feedback) per MB of gradient;
+- step ms: `average_` on 2 real ranks (Gloo on loopback), median over rounds
+  that alternate the compressors, after a barrier (DESIGN, "Traps already met").
+
+On loopback the link is fast, so the compute column often eats the saving:
+the lesson's break-even map says where it pays.
+
+Used in: notebooks/07_compression_and_precision, README.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import torch
+
+from syncedu.comm import launch, sim
+from syncedu.compress import PowerSGD, SignSGD, TopK, resolve
+
+
+def compressors() -> dict:
+    """Name -> compression spec (None: the fp32 allreduce baseline)."""
+    return {"fp32": None, "fp16": "fp16", "bf16": "bf16", "topk 1%": TopK(0.01),
+            "signsgd": SignSGD(), "powersgd r4": PowerSGD(4, start_iter=0)}
+
+
+def _shape(size_mb: float) -> tuple[int, int]:
+    side = max(2, int(math.sqrt(size_mb * 2**20 / 4)))
+    return side, side
+
+
+class Alone:
+    """A one-rank stand-in for a `Comm` with no traffic: times a compressor's compute only."""
+
+    rank, world_size, backend = 0, 1, "none"
+
+    def all_reduce(self, t, op="sum"):
+        return t
+
+    def all_gather(self, out, t):
+        out[0].copy_(t)
+        return out
+
+    def barrier(self):
+        pass
+
+
+def _average(comm, spec, t: torch.Tensor) -> None:
+    c = resolve(spec)
+    if c is None:
+        comm.all_reduce(t, op="avg")
+    else:
+        c.average_(comm, [t], key="bench")
+
+
+def _one(comm, spec, shape) -> None:
+    _average(comm, resolve(spec), torch.randn(*shape))
+
+
+def _timed(comm, specs: dict, shape, repeats: int, rounds: int) -> dict:
+    """Median seconds per `average_` of each spec, rounds alternating the specs."""
+    g = torch.Generator().manual_seed(comm.rank)
+    grad = torch.randn(*shape, generator=g)
+    specs = {name: resolve(spec) for name, spec in specs.items()}
+    for c in specs.values():
+        if c is not None:
+            c.reset()  # a new size: no residual or warm start from the last one
+    times = {name: [] for name in specs}
+    for r in range(rounds + 1):  # round 0 warms up (allocator, first collective)
+        for name, c in specs.items():
+            comm.barrier()
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                _average(comm, c, grad.clone())
+            if r:
+                times[name].append((time.perf_counter() - t0) / repeats)
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def measure(sizes_mb=(1, 16), rounds: int = 5, repeats: int = 5, world_size: int = 2,
+            specs: dict | None = None) -> list[dict]:
+    """One row per (compressor, size): ratio, compute ms/MB, step ms on real ranks."""
+    specs = compressors() if specs is None else specs
+    rows = []
+    with launch.Pool(world_size, output="quiet") as pool:
+        for size in sizes_mb:
+            shape = _shape(size)
+            mb = shape[0] * shape[1] * 4 / 2**20
+            alone = _timed(Alone(), specs, shape, repeats, rounds)
+            step = pool.run(_timed, args=(specs, shape, repeats, rounds), timeout=600)[0]
+            for name, spec in specs.items():
+                sent = sim.run(_one, world_size, args=(spec, shape)).ledger.sent[0]
+                rows.append({"compressor": name, "size_mb": mb, "shape": shape,
+                             "ratio": _fp32_sent(shape, world_size) / sent,
+                             "compute_ms_per_mb": alone[name] * 1e3 / mb,
+                             "step_ms": step[name] * 1e3})
+    return rows
+
+
+def _fp32_sent(shape, world_size: int) -> int:
+    from syncedu.comm.ledger import ring_allreduce_elements
+    return 4 * ring_allreduce_elements(shape[0] * shape[1], world_size, 0)[0]
+
+
+def report(rows: list[dict], world_size: int = 2) -> str:
+    lines = [f"compression benchmark: {world_size} real ranks (Gloo), one fp32 matrix per step; "
+             "ratio from the ledger, compute on one rank alone, step = average_ (median)",
+             f"  {'compressor':<12}{'MiB':>6}{'ratio':>9}{'compute ms/MB':>15}{'step ms':>10}"
+             f"{'vs fp32':>9}"]
+    base = {r["size_mb"]: r["step_ms"] for r in rows if r["compressor"] == "fp32"}
+    for r in rows:
+        rel = r["step_ms"] / base[r["size_mb"]] if r["size_mb"] in base else float("nan")
+        lines.append(f"  {r['compressor']:<12}{r['size_mb']:6.1f}{r['ratio']:8.1f}x"
+                     f"{r['compute_ms_per_mb']:15.2f}{r['step_ms']:10.2f}{rel:8.2f}x")
+    return "\n".join(lines)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--sizes-mb", type=float, nargs="+", default=[1.0, 16.0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--world-size", type=int, default=2)
+
+
+def main(args) -> int:
+    rows = measure(tuple(args.sizes_mb), args.rounds, args.repeats, args.world_size)
+    print(report(rows, args.world_size))
+    return 0

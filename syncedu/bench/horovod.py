@@ -1,0 +1,180 @@
+"""Horovod beside torch.distributed, in the same ranks: allreduce busbw and training steps/s.
+
+    python -m syncedu.bench horovod [--world-size 2] [--sizes-mib 1 16 64] [--repeat 10]
+        [--rounds 5] [--steps 30] [--hidden 512] [--depth 3]
+
+One `horovod.run` job (`horovod_launch.run`); every rank also joins a Gloo
+process group of torch.distributed (rank 0 picks a free port on 127.0.0.1 and
+Horovod broadcasts it), so both libraries run on the same processes, cores and
+loopback, alternated round by round:
+
+1. allreduce of S bytes: "builtin" (torch.distributed Gloo `all_reduce`),
+   "ring" (ours, `collectives.ALGORITHMS["ring"]` on a `TorchComm`) and
+   "horovod" (`hvd.allreduce_`, Horovod's Gloo ops); after a barrier, the
+   slowest rank's time per round, medians, algbw = S/t and busbw = algbw *
+   2(N-1)/N (nccl-tests, doc/PERFORMANCE.md), in `bench_collectives`' table;
+2. training: the same `train.run` job (MLP on the digits, same seed and global
+   batch) with strategy "horovod" (DistributedOptimizer) and "ddp"
+   (DistributedDataParallel, its own C++ allreduce, no counting hook), one
+   after the other each round; steps/s = steps / train_seconds (from a common
+   barrier, no start-up); medians over rounds after one warm-up round.
+
+Used in: notebooks/08_horovod_vs_ddp; results in the README.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import statistics
+import time
+
+import torch
+
+from syncedu.horovod import launch as horovod_launch, training as horovod_train
+from syncedu.train import train_rank
+from syncedu.bench.collectives import rows, table
+from syncedu.train.config import TrainConfig
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _join_torch(hvd):
+    """Step 0: a torch.distributed Gloo group on the Horovod ranks; a TorchComm on it."""
+    import torch.distributed as dist
+
+    from syncedu.comm import TorchComm
+
+    # name= is needed: by default it is the object's type name, "int" on rank 0 and
+    # "NoneType" elsewhere, and tensor names that differ between ranks hang Horovod.
+    port = hvd.broadcast_object(_free_port() if hvd.rank() == 0 else None, root_rank=0,
+                                name="torch_port")
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # else Gloo may pick an unreachable NIC
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=hvd.rank(),
+                            world_size=hvd.size(), timeout=datetime.timedelta(seconds=120))
+    return TorchComm()
+
+
+def _allreduces(comm, hvd, numel: int) -> dict:
+    import torch.distributed as dist
+
+    from syncedu import collectives
+
+    name = f"bench.{numel}"  # the same name on every rank (names that differ hang Horovod)
+    return {"builtin": lambda t: dist.all_reduce(t),
+            "ring": lambda t: collectives.ALGORITHMS["ring"](comm, t),
+            "horovod": lambda t: hvd.allreduce_(t, op=hvd.Sum, name=name)}
+
+
+def _busbw(comm, hvd, nbytes: int, repeat: int) -> dict:
+    """Step 1 for one size: {"seconds": {algo: [per round]}, "ok": ..., ...}."""
+    numel = max(1, nbytes // 4)
+    algos = _allreduces(comm, hvd, numel)
+    t = torch.zeros(numel)
+    ok = {}
+    for name, fn in algos.items():  # correctness first: small integers sum exactly
+        t.fill_(comm.rank + 1)
+        fn(t)
+        ok[name] = bool((t == comm.world_size * (comm.world_size + 1) / 2).all())
+        fn(t)  # and a warm-up
+    names, local = list(algos), {n: [] for n in algos}
+    for i in range(repeat):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            comm.barrier()
+            t0 = time.perf_counter()
+            algos[name](t)
+            local[name].append(time.perf_counter() - t0)
+    slowest = torch.tensor([local[n] for n in names], dtype=torch.float64)
+    comm.all_reduce(slowest, op="max")
+    return {"seconds": dict(zip(names, slowest.tolist())), "ok": ok,
+            "nbytes": numel * 4, "world_size": comm.world_size}
+
+
+def _steps_per_second(comm, hvd, job: dict, rounds: int) -> dict:
+    """Step 2: {"horovod": [steps/s per round], "ddp": [...]}, warm-up round dropped."""
+    rates = {"horovod": [], "ddp": []}
+    for r in range(rounds + 1):
+        for strategy in (("horovod", "ddp") if r % 2 else ("ddp", "horovod")):
+            cfg = TrainConfig(strategy=strategy, world_size=comm.world_size, ddp_hook=False,
+                              **job)
+            rank_comm = horovod_train.HorovodComm(hvd) if strategy == "horovod" else comm
+            session = train_rank.Session(rank_comm, cfg)
+            session.run(0, cfg.steps)
+            session.result()
+            if r:
+                rates[strategy].append(cfg.steps / session.elapsed)
+    slowest = torch.tensor([rates["horovod"], rates["ddp"]], dtype=torch.float64)
+    comm.all_reduce(slowest, op="min")  # a round is as fast as its slowest rank
+    return {"horovod": slowest[0].tolist(), "ddp": slowest[1].tolist()}
+
+
+def _rank(sizes, repeat: int, job: dict, rounds: int) -> dict:
+    import horovod.torch as hvd
+
+    hvd.init()
+    try:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // hvd.size()))
+        comm = _join_torch(hvd)
+        out = {"collectives": [_busbw(comm, hvd, s, repeat) for s in sizes]}
+        out["training"] = _steps_per_second(comm, hvd, job, rounds) if rounds else None
+        import torch.distributed as dist
+        dist.destroy_process_group()
+        return out
+    finally:
+        hvd.shutdown()
+
+
+def measure(world_size: int = 2, sizes_mib=(1, 16), repeat: int = 10, rounds: int = 5,
+            steps: int = 30, hidden: int = 512, depth: int = 3, global_batch: int = 128,
+            timeout: float = 900.0) -> dict:
+    """Run the benchmark in one Horovod job; rank 0's merged numbers."""
+    if rounds < 0 or repeat < 1:
+        raise ValueError(f"rounds={rounds} must be >= 0 and repeat={repeat} >= 1")
+    job = dict(steps=steps, global_batch=global_batch, lr=0.05,
+               model_kwargs={"hidden": hidden, "depth": depth})
+    sizes = [int(m * 2**20) for m in sizes_mib]
+    res = horovod_launch.run(_rank, world_size, args=(sizes, repeat, job, rounds),
+                             timeout=timeout)[0]
+    res["rows"] = rows(res["collectives"])
+    res["job"], res["world_size"] = job, world_size
+    if res["training"]:
+        res["rates"] = {k: statistics.median(v) for k, v in res["training"].items()}
+    return res
+
+
+def report(m: dict) -> str:
+    lines = [table(m["rows"])]
+    if m.get("rates"):
+        r, j = m["rates"], m["job"]
+        kw = j["model_kwargs"]
+        lines += ["", f"training, {m['world_size']} ranks, MLP hidden={kw['hidden']} "
+                  f"depth={j['model_kwargs']['depth']}, global batch {j['global_batch']}, "
+                  f"{j['steps']} steps, median of {len(m['training']['ddp'])} rounds:",
+                  f"  horovod {r['horovod']:8.1f} steps/s", f"  ddp     {r['ddp']:8.1f} steps/s",
+                  f"  horovod / ddp = {r['horovod'] / r['ddp']:.2f}"]
+    return "\n".join(lines)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--sizes-mib", type=float, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--repeat", type=int, default=10, help="timed allreduces per size")
+    parser.add_argument("--rounds", type=int, default=5, help="training rounds (0: none)")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--depth", type=int, default=3)
+
+
+def main(args) -> int:
+    ok, why = horovod_launch.available()
+    if not ok:
+        print(f"skipped: {why}")
+        return 0
+    print(report(measure(args.world_size, args.sizes_mib, args.repeat, args.rounds, args.steps,
+                         args.hidden, args.depth)))
+    return 0

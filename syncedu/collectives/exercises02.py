@@ -1,0 +1,158 @@
+"""Checkers for notebooks/02_allreduce_algorithms' exercises (simulated ranks: instant, exact)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from syncedu.comm import sim
+from syncedu.comm.ledger import ring_allreduce_elements, ring_chunks
+from syncedu.comm.network import Network
+from syncedu.collectives import cost
+
+from syncedu.ui.checkers import attempt, verdict, checker, simulated_allreduces
+
+_P2P = {"send", "recv"}
+
+
+@checker
+def ring_time(my_ring_time) -> bool:
+    """Exercise 02.1: `my_ring_time(n, nbytes, alpha, beta)`: the ring's alpha-beta time."""
+    name = "Exercise 1 (the ring's formula)"
+    for n, s, a, b in [(2, 1e6, 1e-5, 1e-9), (8, 4096, 5e-5, 8e-10), (1000, 1e8, 2e-6, 2e-11)]:
+        ok, got = attempt(name, lambda n=n, s=s, a=a, b=b: my_ring_time(n, s, a, b))
+        if not ok:
+            return False
+        want = 2 * (n - 1) * (a + s / n * b)  # Patarasuk & Yuan 2009: 2(N-1) steps of S/N
+        if got is None or not math.isclose(got, want, rel_tol=1e-9):
+            return verdict(name, False, f"N={n}, S={s:g}: got {got!r}, expected {want:.6g}")
+    return verdict(name, True)
+
+
+@checker
+def crossover(answer, world_size: int = 64, network: str = "ethernet_10g") -> bool:
+    """Exercise 02.2: the smallest power-of-two size at which the ring beats the tree."""
+    name = "Exercise 2 (where the ring overtakes the tree)"
+    ok, got = attempt(name, answer if callable(answer) else (lambda: answer))
+    if not ok:
+        return False
+    net = Network.preset(network)
+    want = next(1 << k for k in range(40) if cost.allreduce_time("ring", 1 << k, world_size, net)
+                < cost.allreduce_time("tree", 1 << k, world_size, net))
+    return verdict(name, got == want, "" if got == want else
+                    f"{got!r} is not it: compare cost.allreduce_time('ring', ...) and 'tree'")
+
+
+@checker
+def rotated_naive(my_allreduce, world_sizes=(2, 3, 6)) -> bool:
+    """Exercise 02.3: a naive allreduce whose root is the LAST rank, from send/recv."""
+    name = "Exercise 3 (naive allreduce, root = last rank)"
+
+    runs = simulated_allreduces(name, my_allreduce, world_sizes,
+                                lambda r: torch.full((5,), float(r + 1)))
+    if runs is None:
+        return False
+    for n, res, want in runs:
+        if any(got != want for got in res):
+            bad = next(r for r, got in enumerate(res) if got != want)
+            return verdict(name, False, f"with {n} ranks rank {bad} got {res[bad]}, "
+                            f"expected {want}")
+        if set(res.ledger.ops) - _P2P:
+            return verdict(name, False, "write it with comm.send/recv (or isend/irecv), "
+                            f"not a ready-made collective (saw {sorted(set(res.ledger.ops))})")
+        sent = res.ledger.sent
+        if sent[n - 1] != (n - 1) * 20 or any(sent[r] != 20 for r in range(n - 1)):
+            return verdict(name, False, f"with {n} ranks the bytes sent per rank were {sent}: "
+                            "the last rank should send the sum to each other rank, the others "
+                            "one tensor each (5 float32 = 20 bytes)")
+    return verdict(name, True)
+
+
+# ------------------------------------------------- build it: the two-phase ring
+def _ring_input(rank: int, numel: int) -> torch.Tensor:
+    """Rank r's input: 2^r + 100 i at element i. A sum then tells whose inputs it holds
+    (its value mod 100, as a bitmask of ranks) and from which element (the rest)."""
+    return 2.0 ** rank + 100.0 * torch.arange(numel, dtype=torch.float32)
+
+
+def _explain(value: float, i: int, rank: int, n: int) -> str:
+    """What element i of `rank` holding `value` says about the learner's ring."""
+    mask = int(value) % 100
+    ranks = [r for r in range(n) if mask >> r & 1]
+    source = (value - mask) / (100 * len(ranks)) if ranks else 0.5
+    if value != int(value) or mask >= 1 << n or source != int(source):
+        return "a value no sum of the inputs gives (a chunk added twice, or buffers mixed up?)"
+    where = "" if int(source) == i else f", taken from element {int(source)} (chunk offsets?)"
+    if ranks == list(range(n)):
+        return f"the full sum{where}"
+    if ranks == [rank]:
+        return f"only this rank's own input{where}: nothing was received into it"
+    return (f"the inputs of ranks {ranks} only{where}: a phase stopped early, or a received "
+            "chunk was not added")
+
+
+def _first_wrong(res, n: int, numel: int):
+    """(rank, chunk, start, stop) of the first chunk that differs from the full sum, or None."""
+    want = sum(_ring_input(r, numel) for r in range(n)).tolist()
+    sizes = ring_chunks(numel, n)
+    for rank, got in enumerate(res):
+        start = 0
+        for k, size in enumerate(sizes):
+            if got[start:start + size] != want[start:start + size]:
+                return rank, k, start, start + size, want
+            start += size
+    return None
+
+
+@checker
+def ring_from_send_recv(my_ring_allreduce, cases=((3, 7), (5, 13), (5, 7), (4, 9))) -> bool:
+    """Exercise 02.4: the two-phase ring allreduce, written from send/recv (isend/irecv).
+
+    Runs `my_ring_allreduce(comm, x)` (sums `x` in place) on simulated ranks for
+    each (world size, length) in `cases`: uneven sizes, lengths that N does not
+    divide. Checks every rank's every chunk, then the traffic: only point-to-point
+    messages, 2(N-1) per rank, 2(N-1)/N * S bytes per rank on average.
+    """
+    name = "Exercise 4 (the two-phase ring from send/recv)"
+
+    def worker(comm, numel):
+        x = _ring_input(comm.rank, numel)
+        my_ring_allreduce(comm, x)
+        return x.tolist()
+
+    for n, numel in cases:
+        hint = ("; note that x.chunk(N) can give fewer than N chunks: torch.tensor_split(x, N) "
+                "always gives N" if len(torch.empty(numel).chunk(n)) < n else "")
+        try:
+            res = sim.run(worker, n, args=(numel,))
+        except Exception as e:  # a rank raised, or all wait (deadlock): the first line says who
+            if "NotImplementedError" in f"{type(e).__name__}: {e}":
+                print(f"{name}: not attempted yet - write your answer and re-run this cell")
+                return False
+            lines = str(e).split("\n--- traceback")[0].splitlines()  # deadlock: who waits
+            return verdict(name, False, f"with {n} ranks and {numel} elements: "
+                            f"{'; '.join(x.strip() for x in lines[:n + 1])}{hint}")
+        wrong = _first_wrong(res, n, numel)
+        if wrong:
+            rank, k, lo, hi, want = wrong
+            got = res[rank][lo:hi]
+            bad = next(i for i in range(lo, hi) if res[rank][i] != want[i])
+            return verdict(name, False, f"with {n} ranks and {numel} elements, rank {rank}'s "
+                            f"chunk {k} (elements {lo}..{hi - 1}) is {got}, expected "
+                            f"{want[lo:hi]}; element {bad} holds "
+                            f"{_explain(res[rank][bad], bad, rank, n)}{hint}")
+        used = set(res.ledger.ops) - _P2P
+        if used:
+            return verdict(name, False, "write it from comm.send/recv or isend/irecv, not a "
+                            f"ready-made collective (saw {sorted(used)})")
+        msgs = res.ledger.msgs_sent
+        if msgs != [2 * (n - 1)] * n:
+            return verdict(name, False, f"with {n} ranks each rank sent {msgs} messages; a "
+                            f"ring takes 2(N-1) = {2 * (n - 1)} steps of one chunk each")
+        want_bytes = sum(ring_allreduce_elements(numel, n, r)[0] * 4 for r in range(n))
+        if sum(res.ledger.sent) != want_bytes:
+            return verdict(name, False, f"with {n} ranks the ranks sent {sum(res.ledger.sent)} "
+                            f"bytes in all; a ring sends {want_bytes}: N-1 chunks per rank in "
+                            "each phase, never the whole tensor")
+    return verdict(name, True)

@@ -1,0 +1,83 @@
+"""Notebook 01's helpers: who holds what before and after each collective, and a widget.
+
+Every rank starts with the value 2^rank in each of N slots, so after any sum a
+slot's value, read as a bitmask, says exactly whose inputs it contains. A slot
+whose content the API does not define (a non-root rank's buffer after
+`reduce`) is reported as `UNDEFINED` (-1) and drawn as "?": we never read it.
+
+Used in: notebooks/01_collectives.
+"""
+
+from __future__ import annotations
+
+import ipywidgets as w
+import torch
+
+from syncedu.comm import sim
+from syncedu.collectives import plots
+from syncedu.ui.widgets import Dashboard, figure_png
+
+OPS = ("send_recv", "broadcast", "reduce", "all_reduce", "reduce_scatter", "all_gather")
+UNDEFINED = -1  # a slot the collective's contract leaves unspecified
+
+
+def _masks(comm, op: str):
+    """Worker: (before, after) contribution bitmasks of this rank's N slots."""
+    n, r = comm.world_size, comm.rank
+    x = torch.full((n,), float(2 ** r), dtype=torch.float64, device=comm.device)
+    if op == "all_gather":
+        x = torch.zeros(n, dtype=torch.float64, device=comm.device)
+        x[r] = 2 ** r
+    before = x.clone()
+    if op == "send_recv" and n > 1 and r < 2:
+        comm.send(x, 1) if r == 0 else comm.recv(x, 0)
+    elif op == "broadcast":
+        comm.broadcast(x, src=0)
+    elif op == "reduce":
+        comm.reduce(x, dst=0)
+        if r != 0:  # torch.distributed.reduce: only dst receives the result; the rest is
+            x = torch.full_like(x, UNDEFINED)  # unspecified (Gloo may leave partial sums)
+    elif op == "all_reduce":
+        comm.all_reduce(x)
+    elif op == "reduce_scatter":
+        out = torch.zeros(1, dtype=torch.float64, device=comm.device)
+        comm.reduce_scatter(out, list(x.clone().chunk(n)))
+        x = torch.zeros(n, dtype=torch.float64, device=comm.device)
+        x[r] = out[0]
+    elif op == "all_gather":
+        parts = list(torch.zeros(n, dtype=torch.float64, device=comm.device).chunk(n))
+        comm.all_gather(parts, before[r:r + 1].clone())
+        x = torch.cat(parts)
+    return [int(v) for v in before.tolist()], [int(v) for v in x.tolist()]
+
+
+def holdings_of(op: str, run) -> tuple[list, list]:
+    """Run collective `op` with `run(worker, args=...)` (e.g. `pool.run`); (before, after)."""
+    if op not in OPS:
+        raise ValueError(f"op={op!r} is unknown; choose one of {OPS}")
+    res = run(_masks, args=(op,))
+    return [b for b, _ in res], [a for _, a in res]
+
+
+class CollectiveExplorer(Dashboard):
+    """Pick a collective and a world size; see who holds what (simulated ranks, instant).
+
+    `.before`, `.after` are the last bitmasks; `.image` shows the picture.
+    """
+
+    def __init__(self, op: str = "all_reduce", world_size: int = 4, max_world_size: int = 8):
+        self.op = w.Dropdown(options=OPS, value=op, description="collective")
+        self.n = w.IntSlider(value=world_size, min=2, max=max_world_size, description="ranks",
+                             continuous_update=False)
+        self.image = w.Image(format="png")
+        self.before = self.after = None
+        for c in (self.op, self.n):
+            c.observe(lambda _: self.update(), names="value")
+        self.widget = w.VBox([w.HBox([self.op, self.n]), self.image])
+        self.update()
+
+    def update(self) -> None:
+        self.before, self.after = holdings_of(
+            self.op.value, lambda fn, args: sim.run(fn, self.n.value, args=args))
+        fig = plots.holdings(self.before, self.after, f"{self.op.value}, {self.n.value} ranks")
+        self.image.value = figure_png(fig)

@@ -1,0 +1,128 @@
+"""The ring allreduce, pipelined in segments: the fast twin of `collectives.ring_allreduce`.
+
+Same chunks, same neighbours, same bytes as the plain two-phase ring
+(Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of
+workstations", JPDC 2009): ring step s (0..N-2 reduce-scatter, N-1..2N-3
+all-gather) sends chunk (r-1-s) mod N to the right neighbour and receives chunk
+(r-2-s) mod N from the left one. What changes is *when* the bytes move. The
+plain ring sends a whole chunk, waits for a whole chunk, adds it, and only then
+sends again: the wire idles while the rank adds, and the adding waits for the
+last byte. Here every chunk is cut into G segments (`ring_segments`), and work
+item (s, g), segment g of step s, leaves as soon as segment g of step s-1 has
+arrived and been added. Steps:
+
+1. Post receives a window ahead (`WINDOW` items): into one of `WINDOW`
+   segment-sized buffers during the reduce-scatter, straight into the tensor
+   during the all-gather.
+2. Walk the items in order; item (s, g) sends segment g of the chunk that item
+   (s-1, g) just completed (Step 3 for that item runs first).
+3. Finish an item: wait for its receive, add the buffer into the tensor
+   (reduce-scatter only), and post the receive `WINDOW` items further on.
+4. Wait for every send before returning: the tensor is the caller's again.
+
+What this hides is bandwidth and reduction time (adding one segment while the
+next ones are on the wire, in both directions), not latency: every step still
+starts with a message, so the ring pays 2(N-1) latencies per segment, 2(N-1)G
+in all (`syncedu.cost.allreduce_time("ring_pipelined", ...)`). It carries the
+benchmark, `python -m syncedu.bench collectives`.
+
+Used in: notebooks/02_allreduce_algorithms.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from syncedu.collectives.algorithms import _flat
+from syncedu.comm.ledger import ring_chunks
+
+SEGMENT_BYTES = 4 << 20  # default pipeline segment: 4 MiB (see ring_segments)
+WINDOW = 8  # receives posted ahead per rank (and segment buffers it allocates)
+
+
+def ring_segments(numel: int, world_size: int, element_size: int,
+                  segment_bytes: int | None = SEGMENT_BYTES) -> int:
+    """How many segments G each ring chunk is cut into (1 = no pipelining).
+
+    The largest chunk, ceil(numel / N) elements, is cut into pieces of at most
+    `segment_bytes` (None: never cut). Every rank computes the same number.
+    """
+    if segment_bytes is None:
+        return 1
+    if not isinstance(segment_bytes, int) or segment_bytes < 1:
+        raise ValueError(f"segment_bytes={segment_bytes!r} must be an int >= 1 or None")
+    biggest = -(-numel // world_size) * element_size
+    return max(1, math.ceil(biggest / segment_bytes))
+
+
+class _Pipeline:
+    """One rank's pipelined ring over `flat`: segment views, buffers, pending receives."""
+
+    def __init__(self, comm, flat: torch.Tensor, segment_bytes: int | None):
+        n, r = comm.world_size, comm.rank
+        self.comm, self.flat, self.n, self.r = comm, flat, n, r
+        self.g = ring_segments(flat.numel(), n, flat.element_size(), segment_bytes)
+        chunks = torch.split(flat, ring_chunks(flat.numel(), n))
+        # segments[k][g]: segment g of chunk k, split as ring_chunks splits a chunk
+        self.segments = [torch.split(c, ring_chunks(c.numel(), self.g)) for c in chunks]
+        self.seg_len = max(s.numel() for s in self.segments[0])
+        self.items = [(s, g) for s in range(2 * n - 2) for g in range(self.g)]
+        # Buffers live for one call only: simulated ranks share a process, so any cache
+        # outside the call would be shared between them.
+        self.buffers: list[torch.Tensor | None] = [None] * WINDOW
+        self.pending: dict[int, tuple] = {}
+
+    def post(self, i: int) -> None:
+        """Step 1: post the receive of item i (s, g): segment g of chunk (r-2-s)."""
+        s, g = self.items[i]
+        into = self.segments[(self.r - 2 - s) % self.n][g]
+        add = s < self.n - 1  # reduce-scatter: receive aside, then add
+        buf = into
+        if add:
+            if self.buffers[i % WINDOW] is None:
+                self.buffers[i % WINDOW] = self.flat.new_empty(self.seg_len)
+            buf = self.buffers[i % WINDOW][: into.numel()]
+        left = (self.r - 1) % self.n
+        self.pending[i] = (self.comm.irecv(buf, left), buf, into, add)
+
+    def finish(self, i: int) -> None:
+        """Step 3: wait for item i, add it in, and post the receive WINDOW items on."""
+        work, buf, into, add = self.pending.pop(i)
+        work.wait()
+        if add:
+            into.add_(buf)
+        if i + WINDOW < len(self.items):
+            self.post(i + WINDOW)
+
+    def run(self) -> None:
+        n, r, g_count, right = self.n, self.r, self.g, (self.r + 1) % self.n
+        for i in range(min(WINDOW, len(self.items))):  # Step 1
+            self.post(i)
+        sends, done = [], 0
+        for i, (s, g) in enumerate(self.items):  # Step 2
+            if s > 0:  # what (s, g) sends is what (s-1, g) received: finish that first
+                self.finish(i - g_count)  # Step 3
+                done = i - g_count + 1
+            sends.append(self.comm.isend(self.segments[(r - 1 - s) % n][g], right))
+        for i in range(done, len(self.items)):  # Step 3 for the last step's items
+            self.finish(i)
+        for work in sends:  # Step 4
+            work.wait()
+
+
+def ring_pipelined_allreduce(comm, tensor: torch.Tensor, *,
+                             segment_bytes: int | None = SEGMENT_BYTES) -> torch.Tensor:
+    """Ring allreduce (sum) in place, pipelined in segments of `segment_bytes`; returns `tensor`.
+
+    Rank r sends exactly what the plain ring (and `comm.all_reduce`'s charge)
+    sends: every chunk but r in the reduce-scatter, every chunk but r+1 in the
+    all-gather.
+    """
+
+    flat = _flat(tensor)
+    with comm.scope("ring_pipelined_allreduce"):
+        if comm.world_size > 1:
+            _Pipeline(comm, flat, segment_bytes).run()
+    return tensor

@@ -1,0 +1,91 @@
+"""When compression pays: time per step of each compressor from the alpha-beta model.
+
+A step's gradient traffic for S bytes of fp32 gradients on N ranks:
+
+- fp32 / fp16: one allreduce of S / S/2 bytes (a ring: 2 (N-1)/N of it per rank);
+- PowerSGD: two allreduces (P, Q) of S / 2c bytes each, c = nm / (r (n + m)) for
+  n x m matrices;
+- top-k (ratio rho) and signSGD: all-gathers of N payloads (k = rho S/4 fp32
+  values, then k int32 indices; or S/32 bytes of packed signs, then a 4-byte
+  scale), so the output, and each rank's traffic, grows with N.
+
+A step takes max(backward compute, traffic) plus the compressor's own compute,
+`ms_per_mb` (measured per MB of fp32 gradient by `python -m syncedu.bench
+compression`). Compared against the
+fp16 baseline, as arXiv 2407.01378 asks (not against fp32). Agarwal et al.
+(MLSys 2022) found compression beat a tuned baseline in only 6 of over 200
+setups; Zhang et al. 2020 (arXiv 2006.10103) found none needed at 100 Gbit/s.
+
+Used in: notebooks/07_compression_and_precision.
+"""
+
+from __future__ import annotations
+
+import math
+
+from syncedu.comm.network import Network
+from syncedu.collectives import cost
+
+COMPRESSORS = ("fp32", "fp16", "topk", "signsgd", "powersgd")
+
+
+def wire_seconds(name: str, nbytes: float, world_size: int, network: Network, *,
+                 ratio: float = 0.01, powersgd_factor: float = 128.0) -> float:
+    """Modelled seconds of `name`'s collective for `nbytes` of fp32 gradients."""
+    n = world_size
+    if name == "fp32":
+        return cost.collective_time("all_reduce", nbytes, n, network)
+    if name == "fp16":
+        return cost.collective_time("all_reduce", nbytes / 2, n, network)
+    if name == "powersgd":  # two allreduces (P, then Q), about equal for square matrices
+        return 2 * cost.collective_time("all_reduce", nbytes / powersgd_factor / 2, n, network)
+    if name == "topk":  # two all-gathers, as topk.py sends them: values, then indices
+        k = max(1, math.ceil(ratio * nbytes / 4))
+        return 2 * cost.collective_time("all_gather", n * k * 4, n, network)
+    if name == "signsgd":  # packed signs, then the scales
+        return (cost.collective_time("all_gather", n * math.ceil(nbytes / 4 / 8), n, network)
+                + cost.collective_time("all_gather", n * 4, n, network))
+    raise ValueError(f"name={name!r} is unknown; choose one of {COMPRESSORS}")
+
+
+def step_seconds(name: str, nbytes: float, world_size: int, network: Network,
+                 ms_per_mb: dict, compute_seconds: float = 0.0, **kwargs) -> float:
+    """One step: max(backward compute, traffic) + the compressor's own compute.
+
+    The traffic overlaps the backward (buckets go while later layers compute),
+    so only what sticks out costs time; the compressor's compute,
+    `ms_per_mb[name]` per MB of fp32 gradient, does not overlap (it competes
+    with the backward for the same device). Agarwal et al.'s point in one line.
+    """
+    own = ms_per_mb.get(name, 0.0) * 1e-3 * nbytes / 2**20
+    return max(compute_seconds, wire_seconds(name, nbytes, world_size, network, **kwargs)) + own
+
+
+def winners(nbytes: float, world_sizes, bandwidths, latency: float, ms_per_mb: dict,
+            compute_seconds: float = 0.0, names=("fp16", "topk", "signsgd", "powersgd"),
+            **kwargs) -> list[list[str]]:
+    """Fastest of `names` per (world size, bandwidth) cell: rows = world sizes."""
+    grid = []
+    for n in world_sizes:
+        row = []
+        for bw in bandwidths:
+            net = Network(latency=latency, bandwidth=bw)
+            times = {c: step_seconds(c, nbytes, n, net, ms_per_mb, compute_seconds, **kwargs)
+                     for c in names}
+            row.append(min(times, key=times.get))
+        grid.append(row)
+    return grid
+
+
+def dominating_bandwidth(nbytes: float, world_size: int, compute_seconds: float,
+                         latency: float = 0.0) -> float:
+    """Bandwidth (bytes/s) below which one fp32 allreduce takes longer than the compute.
+
+    From the ring's alpha-beta time 2(N-1) alpha + 2 (N-1)/N S / B = T_compute;
+    infinite if the latency alone already exceeds the compute.
+    """
+    n = world_size
+    room = compute_seconds - 2 * (n - 1) * latency
+    if room <= 0:
+        return float("inf")
+    return 2 * (n - 1) / n * nbytes / room

@@ -1,0 +1,128 @@
+"""Compression and mixed precision under DDP, on real ranks: what goes on the wire.
+
+- `wire_audit(comm)`: one step per configuration (fp32; autocast; autocast +
+  torch's `fp16_compress_hook`; autocast + our `FP16` hook; our `BF16` hook; torch's
+  `bf16_compress_hook`), recording the dtype and bytes of every
+  `torch.distributed.all_reduce` the step makes, plus a GradScaler check.
+- `powersgd_pair(comm)`: the same DDP job with torch's `powerSGD_hook` and with
+  our `PowerSGD` as a hook: bytes and losses.
+
+Every configuration's allreduces go through Python hooks (DDP's default path
+is C++), so patching `torch.distributed.all_reduce` sees them all.
+
+Used in: notebooks/07_compression_and_precision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from syncedu.train import data, models
+from syncedu.compress import BF16, FP16, PowerSGD
+
+
+@contextlib.contextmanager
+def recording_allreduce(calls: list):
+    """Append (dtype name, bytes) of every `dist.all_reduce` inside the block to `calls`."""
+    real = dist.all_reduce
+
+    def record(t, *args, **kwargs):
+        calls.append((str(t.dtype).replace("torch.", ""), t.numel() * t.element_size()))
+        return real(t, *args, **kwargs)
+
+    dist.all_reduce = record
+    try:
+        yield calls
+    finally:
+        dist.all_reduce = real
+
+
+def _batch(comm, step: int, per_rank: int = 32):
+    x, y = data.digits().tensors
+    g = torch.Generator().manual_seed(1000 * step + comm.rank)
+    idx = torch.randint(0, len(x), (per_rank,), generator=g)
+    return x[idx], y[idx]
+
+
+def _one_step(comm, hook, autocast: bool) -> dict:
+    ddp = DDP(models.make("mlp", seed=0))
+    if hook is not None:
+        ddp.register_comm_hook(*hook)
+    x, y = _batch(comm, 0)
+    calls: list = []
+    with recording_allreduce(calls):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = F.cross_entropy(ddp(x), y)
+        loss.backward()
+    grad_dtypes = sorted({str(p.grad.dtype).replace("torch.", "") for p in ddp.parameters()})
+    return {"wire": sorted({d for d, _ in calls}), "bytes": sum(b for _, b in calls),
+            "grads": grad_dtypes, "loss_dtype": str(loss.dtype).replace("torch.", "")}
+
+
+def wire_audit(comm) -> dict:
+    """Configuration -> {"wire": dtypes sent, "bytes", "grads": grad dtypes} (or "refused")."""
+    configs = {
+        "fp32": ((None, default_hooks.allreduce_hook), False),
+        "autocast bf16": ((None, default_hooks.allreduce_hook), True),
+        "autocast + torch fp16 hook": ((None, default_hooks.fp16_compress_hook), True),
+        "autocast + our FP16 hook": (FP16().ddp_hook(comm), True),
+        "our BF16 hook": (BF16().ddp_hook(comm), False),
+        "torch bf16 hook": ((None, default_hooks.bf16_compress_hook), False),
+    }
+    out = {}
+    for name, (hook, autocast) in configs.items():
+        try:
+            out[name] = _one_step(comm, hook, autocast)
+        except Exception as e:  # torch's bf16 hook refuses CPU tensors
+            out[name] = {"refused": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
+    out["grad_scaler"] = grad_scaler_check(comm)
+    return out
+
+
+def grad_scaler_check(comm) -> dict:
+    """GradScaler with DDP: clip only after `unscale_`, else the norm is `scale` times too big."""
+    ddp = DDP(models.make("mlp", seed=0))
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+    x, y = _batch(comm, 0)
+    scaler.scale(F.cross_entropy(ddp(x), y)).backward()
+    scaled = torch.nn.utils.get_total_norm([p.grad for p in ddp.parameters()]).item()
+    scaler.unscale_(opt)  # sync: gradients are already averaged; unscale before clipping
+    norm = torch.nn.utils.clip_grad_norm_(ddp.parameters(), max_norm=1.0).item()
+    scaler.step(opt)
+    scaler.update()
+    return {"scale": 2.0 ** 10, "scaled_norm": scaled, "norm": norm}
+
+
+def powersgd_pair(comm, steps: int = 30, rank: int = 1, start_iter: int = 2,
+                  lr: float = 0.2) -> dict:
+    """Train the digits MLP under DDP with torch's powerSGD_hook, then with ours."""
+    out = {}
+    for who in ("torch", "ours"):
+        torch.manual_seed(0)  # torch's hook draws its first Q from its own seeded RNG
+        ddp = DDP(models.make("mlp", seed=0))  # one bucket (see tests/test_compress.py)
+        if who == "torch":
+            state = psgd.PowerSGDState(None, matrix_approximation_rank=rank,
+                                       start_powerSGD_iter=start_iter)
+            ddp.register_comm_hook(state, psgd.powerSGD_hook)
+        else:
+            ddp.register_comm_hook(*PowerSGD(rank, start_iter=start_iter).ddp_hook(comm))
+        opt = torch.optim.SGD(ddp.parameters(), lr=lr)
+        calls, losses = [], []
+        with recording_allreduce(calls):
+            for step in range(steps):
+                x, y = _batch(comm, step)
+                opt.zero_grad()
+                loss = F.cross_entropy(ddp(x), y)
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+        out[who] = {"bytes": sum(b for _, b in calls), "losses": losses}
+    return out

@@ -1,0 +1,75 @@
+"""Checkers for notebooks/07_compression_and_precision's exercises (simulated ranks)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from syncedu.comm import sim
+from syncedu.compress import PowerSGD, TopK
+
+from syncedu.ui.checkers import attempt, verdict, checker
+
+
+def _rounds(comm, compressor, rounds: int = 3):
+    """Three steps of one two-tensor bucket; rank r's gradients are seeded by r and the step."""
+    out = []
+    for step in range(rounds):
+        g = torch.Generator().manual_seed(100 * comm.rank + step)
+        ts = [torch.randn(6, 5, generator=g), torch.randn(7, generator=g)]
+        compressor.average_(comm, ts, "bucket")
+        out.append([t.clone() for t in ts])
+    return out
+
+
+@checker
+def topk_compressor(make, ratio: float = 0.1, world_sizes=(2, 3)) -> bool:
+    """Exercise 07.1: `make()` returns a top-k compressor with error feedback (ratio 0.1)."""
+    name = "Exercise 1 (top-k with error feedback)"
+    for n in world_sizes:
+        ok, res = attempt(name, lambda n=n: sim.run(_rounds, n, args=(make(),)))
+        if not ok:
+            return False
+        want = sim.run(_rounds, n, args=(TopK(ratio),))
+        for step in range(3):
+            if not all(torch.allclose(a, b, atol=1e-6) for a, b in zip(res[0][step],
+                                                                       want[0][step])):
+                hint = ("the first step is right: keep the residual (what you did not send) "
+                        "and add it next step, per rank" if step else
+                        "even the first step differs: k = ceil(ratio * d) largest |g| of the "
+                        "whole bucket, every rank's selection summed, divided by N")
+                return verdict(name, False, f"{n} ranks, step {step + 1}: {hint}")
+        if max(res.ledger.sent) > 2 * max(want.ledger.sent):
+            return verdict(name, False, f"right values, but {max(res.ledger.sent)} bytes per "
+                            f"rank: send only values and indices (about {max(want.ledger.sent)})")
+    return verdict(name, True)
+
+
+@checker
+def topk_bytes(answer) -> bool:
+    """Exercise 07.2: bytes one rank sends for top-k over an all-gather ring."""
+    name = "Exercise 2 (top-k bytes grow with N)"
+    cases = [(2, 1000, 0.01), (8, 1000, 0.01), (64, 25_557_032, 0.001), (4, 10, 0.5)]
+    ok, got = attempt(name, lambda: [answer(n, d, r) for n, d, r in cases])
+    if not ok:
+        return False
+    want = [(n - 1) * math.ceil(r * d) * (4 + 4) for n, d, r in cases]
+    good = got == want
+    return verdict(name, good, "" if good else f"got {got}; each rank forwards N-1 "
+                    "payloads of k fp32 values and k int32 indices")
+
+
+@checker
+def powersgd_elements(answer) -> bool:
+    """Exercise 07.3: elements PowerSGD sends for one tensor of `shape` at rank r."""
+    name = "Exercise 3 (what PowerSGD sends)"
+    cases = [((64, 64), 1), ((10, 64), 2), ((64,), 4), ((8, 3, 3, 3), 2), ((4, 4), 2),
+             ((10, 3), 2)]  # the last: not worth compressing, r (n + m) != n m
+    ok, got = attempt(name, lambda: [answer(s, r) for s, r in cases])
+    if not ok:
+        return False
+    want = [PowerSGD(r).wire_elements([s]) for s, r in cases]
+    good = got == want
+    return verdict(name, good, "" if good else f"got {got}, expected {want}: view (n, ...) as "
+                    "n x m; compress only if 2 r (n + m) < n m; else send all n m")

@@ -1,0 +1,66 @@
+"""Widgets for notebooks/07_compression_and_precision: top-k and PowerSGD on simulated ranks.
+
+Each control change trains the digits MLP on 2 simulated ranks with the
+chosen compressor (`compress/training.py`) and shows the loss curve beside
+the bytes sent, against the uncompressed fp32 run.
+
+Used in: notebooks/07_compression_and_precision.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import ipywidgets as w
+
+from syncedu.compress import training as compress_train
+from syncedu.compress import PowerSGD, TopK
+from syncedu.compress import plots as cplots
+from syncedu.ui.widgets import Explorer
+
+STEPS, LR = 80, 0.3
+
+
+@functools.lru_cache(maxsize=4)
+def _reference(steps: int = STEPS):
+    return compress_train.run(None, 2, steps=steps, lr=LR)
+
+
+def _view(c, label: str, steps: int = STEPS):
+    ref, h = _reference(steps), compress_train.run(c, 2, steps=steps, lr=LR)
+    fig = cplots.side_by_side({"fp32 allreduce": ref, label: h},
+                              {"fp32": ref.sent_per_step, label.split()[0]: h.sent_per_step})
+    text = (f"{label}: final loss {sum(h.loss[-10:]) / 10:.3f} (fp32 "
+            f"{sum(ref.loss[-10:]) / 10:.3f}), accuracy {h.accuracy:.1%} "
+            f"({ref.accuracy:.1%}), {ref.sent_per_step / h.sent_per_step:.0f}x fewer bytes")
+    return text, fig, h
+
+
+def _topk_view(percent: float, error_feedback: bool):
+    return _view(TopK(percent / 100, error_feedback=error_feedback),
+                 f"top-{percent:g}% {'with' if error_feedback else 'without'} error feedback")
+
+
+def topk_explorer() -> Explorer:
+    """k% (of each layer's entries) and error feedback on/off."""
+    controls = {
+        "percent": w.FloatLogSlider(value=1, base=10, min=-1, max=2, step=0.25,
+                                    description="k %", continuous_update=False),
+        "error_feedback": w.Checkbox(value=True, description="error feedback"),
+    }
+    return Explorer(controls, _topk_view)
+
+
+def _powersgd_view(rank: int, start_iter: int):
+    return _view(PowerSGD(rank, start_iter=start_iter), f"PowerSGD rank {rank}, start {start_iter}")
+
+
+def powersgd_explorer() -> Explorer:
+    """PowerSGD's rank and start iteration against accuracy and compression."""
+    controls = {
+        "rank": w.IntSlider(value=1, min=1, max=8, description="rank r",
+                            continuous_update=False),
+        "start_iter": w.IntSlider(value=2, min=0, max=60, step=2, description="start iter",
+                                  continuous_update=False),
+    }
+    return Explorer(controls, _powersgd_view)

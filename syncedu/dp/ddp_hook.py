@@ -1,0 +1,122 @@
+"""`torch.nn.parallel.DistributedDataParallel` with its gradient traffic in our ledger.
+
+DDP allreduces its buckets itself, bypassing any `Comm`, so a comm hook
+(`ddp.register_comm_hook`, the protocol of torch's `ddp_comm_hooks`) does the
+allreduce instead and:
+
+1. charges the bucket to `comm.ledger` as op "all_reduce", counted as a ring
+   would send it (the same convention as `Comm.all_reduce`, so DDP's bytes and
+   ours compare one to one);
+2. starts `dist.all_reduce(bucket, async_op=True)` on the comm's process group;
+3. when it completes, divides by the world size (DDP averages), records
+   `(start, end, bytes)` for the timeline and, if the comm emulates a
+   `Network`, first waits until the modeled ring time has passed (buckets
+   queue behind each other on one emulated link).
+
+With a compressor, `compressed_hook` runs the compressor's own DDP hook
+instead; it sends through `comm`, whose ledger then counts the compressed bytes.
+
+Used in: notebooks/03_data_parallel, 05_gradient_accumulation (through train.run).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from syncedu.comm.emulation import ring_seconds
+from syncedu.comm.ledger import ring_allreduce_elements
+
+
+class HookState:
+    """What the counting hook needs: the comm, the event list, the emulated link."""
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.events: list[tuple[float, float, int]] = []
+        self.link_free = 0.0
+        self.lock = threading.Lock()
+        self.inner = None  # (state, hook) of a compressor's DDP hook, if any
+
+    def charge(self, buf: torch.Tensor) -> None:  # Step 1
+        n, r = self.comm.world_size, self.comm.rank
+        sent, recv = ring_allreduce_elements(buf.numel(), n, r)
+        es = buf.element_size()
+        self.comm.ledger.record("all_reduce", sent=sent * es, received=recv * es,
+                                msgs_sent=2 * (n - 1), msgs_received=2 * (n - 1))
+
+    def due(self, start: float, nbytes: int) -> float:
+        """When an emulated transfer started at `start` would end (0 without emulation)."""
+        net = self.comm.network
+        if net is None:
+            return 0.0
+        with self.lock:
+            begin = max(start, self.link_free)
+            self.link_free = begin + ring_seconds("all_reduce", nbytes, self.comm.world_size, net)
+            return self.link_free
+
+
+def counting_hook(state: HookState, bucket):
+    """DDP comm hook: allreduce-average the bucket, charged to the ledger.
+
+    Returns a `torch.futures.Future` of the averaged bucket (no annotation: DDP
+    checks it and `from __future__ import annotations` would make it a string).
+    """
+    buf = bucket.buffer()
+    state.charge(buf)
+    start = time.perf_counter()
+    nbytes = buf.numel() * buf.element_size()
+    due = state.due(start, nbytes)
+    fut = dist.all_reduce(buf, group=getattr(state.comm, "group", None),  # Step 2
+                          async_op=True).get_future()
+
+    def done(f):  # Step 3
+        wait = due - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        state.events.append((start, time.perf_counter(), nbytes))
+        return f.value()[0].div_(state.comm.world_size)
+
+    return fut.then(done)
+
+
+def compressed_hook(state: HookState, bucket):
+    """DDP comm hook: the compressor's own hook, timed for the timeline.
+
+    The compressor averages the bucket with `compressor.average_(comm, ...)`,
+    so `comm`'s ledger already records the compressed bytes: nothing to charge
+    here (charging the fp32 bucket too would count it twice).
+    """
+    inner_state, inner = state.inner
+    start = time.perf_counter()
+    nbytes = bucket.buffer().numel() * bucket.buffer().element_size()
+
+    def done(f):
+        state.events.append((start, time.perf_counter(), nbytes))
+        return f.value()
+
+    return inner(inner_state, bucket).then(done)
+
+
+def wrap_ddp(module, comm, bucket_cap_mb: float = 25.0, hook: bool = True, compression=None):
+    """DDP around `module` on the comm's group, with the counting hook; returns (ddp, events).
+
+    `hook=False` leaves DDP's own allreduce (faster by a Python call per bucket,
+    but its traffic then reaches neither the ledger nor the timeline).
+    `compression`: a compressor (`syncedu.compress`) whose
+    `ddp_hook(comm)` averages the buckets instead, wrapped by `compressed_hook`.
+    """
+    device_ids = [comm.device.index] if comm.device.type == "cuda" else None
+    ddp = DistributedDataParallel(module, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb,
+                                  process_group=getattr(comm, "group", None))
+    state = HookState(comm)
+    if compression is not None:
+        state.inner = compression.ddp_hook(comm)
+        ddp.register_comm_hook(state, compressed_hook)
+    elif hook:
+        ddp.register_comm_hook(state, counting_hook)
+    return ddp, state.events

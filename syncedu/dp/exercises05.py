@@ -1,0 +1,192 @@
+"""Checkers for notebooks/05_gradient_accumulation's exercises.
+
+The build-it exercise: the learner writes one optimizer step of gradient
+accumulation, `train_step(model, optimizer, micro)`, with `model` a
+`DataParallel` (bucketed, several buckets) and `micro` K equal micro-batches.
+The checker runs it on 2 and 3 simulated ranks (odd layer sizes), watches what
+it does and names the first mistake it sees:
+
+1. the number of `optimizer.step()` calls (once per K micro-batches);
+2. the gradient traffic against one synchronization (ledger bytes), and where
+   `no_sync()` was active: at each forward (which is where DDP and ours decide
+   whether the coming backward synchronizes) and at each backward;
+3. the parameters after the step against one SGD step on the whole global
+   batch, and against the usual wrong answers (loss not divided by K, only the
+   last micro-batch's gradient kept, ranks left unsynchronized).
+
+Then two quick checks (numbers): the share of bytes `no_sync` saves, and the
+bytes of the partial-`no_sync` pitfall.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from syncedu.comm import sim
+from syncedu.train import models
+from syncedu.dp.data_parallel import DataParallel
+
+from syncedu.ui.checkers import attempt, number, verdict, checker
+
+LR = 0.5
+_MODEL = dict(seed=0, hidden=9, depth=2)  # odd sizes: buckets and chunks do not divide evenly
+
+
+def _micro_batches(rank: int, k: int, per_micro: int):
+    g = torch.Generator().manual_seed(100 + rank)
+    x = torch.rand(k * per_micro, 64, generator=g)
+    y = torch.randint(0, 10, (k * per_micro,), generator=g)
+    return list(zip(x.split(per_micro), y.split(per_micro)))
+
+
+def _spy(wrapped: DataParallel, log: list) -> None:
+    """Record, per forward and per backward, whether `no_sync()` was active then."""
+    def before_forward(module, args):
+        log.append(("forward", not module.require_sync))
+
+    def after_forward(module, args, out):
+        if out.requires_grad:
+            out.register_hook(lambda g: log.append(("backward", not module.require_sync)))
+
+    wrapped.register_forward_pre_hook(before_forward)
+    wrapped.register_forward_hook(after_forward)
+
+
+def _wrapped(comm):
+    """The checker's model and its bucketed `DataParallel` (several buckets) on `comm`."""
+    model = models.make("mlp", **_MODEL)
+    return model, DataParallel(model, comm, "bucketed", bucket_cap_mb=0.002)
+
+
+def _worker(comm, train_step, k: int, per_micro: int):
+    model, wrapped = _wrapped(comm)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    steps, log = [], []
+    real_step = optimizer.step
+    optimizer.step = lambda *a, **kw: (steps.append(1), real_step(*a, **kw))[1]
+    _spy(wrapped, log)
+    comm.ledger.reset()
+    train_step(wrapped, optimizer, _micro_batches(comm.rank, k, per_micro))
+    wrapped.close()
+    params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    return params, len(steps), log
+
+
+def _one_sync_bytes(world_size: int) -> list[int]:
+    """Ledger bytes per rank of one gradient synchronization of the checker's model."""
+    def worker(comm):
+        _, wrapped = _wrapped(comm)  # the same buckets as the learner's run
+        comm.ledger.reset()
+        F.cross_entropy(wrapped(torch.rand(2, 64)), torch.tensor([0, 1])).backward()
+        wrapped.finish_gradient_synchronization()
+        wrapped.close()
+    return sim.run(worker, world_size).ledger.ops["all_reduce"].sent
+
+
+def _after_one_step(world_size: int, k: int, per_micro: int, which: str) -> torch.Tensor:
+    """Parameters after one SGD step with the gradient `which` describes (one process)."""
+    model = models.make("mlp", **_MODEL)
+    batches = [_micro_batches(r, k, per_micro) for r in range(world_size)]
+    if which == "last only":  # zero_grad inside the loop: only the last micro-batch, / K
+        batches = [b[-1:] for b in batches]
+    x = torch.cat([xm for b in batches for xm, _ in b])
+    y = torch.cat([ym for b in batches for _, ym in b])
+    loss = F.cross_entropy(model(x), y)
+    scale = {"right": 1.0, "unscaled": float(k), "last only": 1.0 / k}[which]
+    (loss * scale).backward()
+    with torch.no_grad():
+        return torch.cat([(p - LR * p.grad).reshape(-1) for p in model.parameters()])
+
+
+def _traffic_mistake(res, one: list[int], k: int, n: int) -> str | None:
+    sent = res.ledger.ops["all_reduce"].sent if "all_reduce" in res.ledger.ops else [0] * n
+    if sent == one:
+        return None
+    log = res[0][2]
+    fwd = [quiet for kind, quiet in log if kind == "forward"]
+    bwd = [quiet for kind, quiet in log if kind == "backward"]
+    if sum(sent) == 0:
+        return ("no gradient was synchronized: the last micro-batch must run outside "
+                "no_sync() (each rank stepped with its own gradients)")
+    if sent == [k * b for b in one] and not any(fwd) and any(bwd):
+        return (f"no_sync() wraps only backward(): the forward outside it already armed the "
+                f"sync, so every micro-batch synchronized ({k}x the bytes of one sync); put "
+                f"the forward inside no_sync() too")
+    if sent == [k * b for b in one] and not any(fwd):
+        return (f"every micro-batch synchronizes ({k}x the bytes of one sync): run the "
+                f"forward and backward of the first K-1 micro-batches inside model.no_sync()")
+    return (f"rank 0 sent {sent[0]:,} gradient bytes, one synchronization is {one[0]:,}: "
+            f"only the last micro-batch's forward and backward may run outside no_sync()")
+
+
+def _params_mistake(res, n: int, k: int, per_micro: int) -> str | None:
+    got = [r[0] for r in res]
+    if any(not torch.allclose(g, got[0], atol=1e-6) for g in got[1:]):
+        return ("the ranks ended with different parameters: call "
+                "model.finish_gradient_synchronization() after the last backward, before "
+                "optimizer.step() (our wrapper leaves the averaged gradients in .grad then)")
+    close = {which: torch.allclose(got[0], _after_one_step(n, k, per_micro, which), atol=1e-5)
+             for which in ("right", "unscaled", "last only")}
+    if close["right"]:
+        return None
+    if close["unscaled"]:
+        return (f"the gradient is {k}x the whole batch's: divide each micro-batch loss by "
+                f"K={k} (the batch loss is the mean of the micro-batch means)")
+    if close["last only"]:
+        return ("only the last micro-batch's gradient was kept: call optimizer.zero_grad() "
+                "once, before the loop, not for every micro-batch")
+    return "the step differs from one SGD step on the whole global batch"
+
+
+@checker
+def accumulate(train_step, world_sizes=(2, 3), k: int = 3, per_micro: int = 3) -> bool:
+    """Exercise 05.1: one optimizer step from K micro-batches with one gradient sync."""
+    name = "Exercise 1 (accumulate with no_sync)"
+    for n in world_sizes:
+        ok, res = attempt(name, lambda n=n: sim.run(_worker, n, args=(train_step, k,
+                                                                      per_micro)))
+        if not ok:
+            return False
+        steps = res[0][1]
+        if steps != 1:
+            return verdict(name, False, f"with {n} ranks optimizer.step() ran {steps} times "
+                            f"for K={k} micro-batches: step once, after the last backward "
+                            f"(stepping each micro-batch takes {k} small steps, not one "
+                            f"step on the large batch)")
+        why = (_traffic_mistake(res, _one_sync_bytes(n), k, n)
+               or _params_mistake(res, n, k, per_micro))
+        if why:
+            return verdict(name, False, f"with {n} ranks: {why}")
+    return verdict(name, True, f"one sync per step on {' and '.join(map(str, world_sizes))} "
+                    "ranks, parameters equal one step on the whole batch")
+
+
+@checker
+def quick_saved(answer) -> bool:
+    """Quick check: the share of gradient bytes no_sync saves with K=8 (vs every micro-batch)."""
+    name = "Quick check (bytes saved, K=8)"
+    ok, got = number(name, answer)
+    if not ok:
+        return False
+    if abs(got - 7 / 8) < 1e-9:
+        return verdict(name, True, "7/8: one sync instead of 8")
+    if abs(got - 1 / 8) < 1e-9:
+        return verdict(name, False, "1/8 is what is still sent; how much is saved?")
+    return verdict(name, False, f"{got!r}: one sync per step instead of K; what share of K "
+                    "syncs is gone?")
+
+
+@checker
+def quick_pitfall(answer) -> bool:
+    """Quick check: bytes per optimizer step with K=4 when no_sync wraps only backward()."""
+    name = "Quick check (the partial no_sync pitfall)"
+    ok, got = number(name, answer)
+    if not ok:
+        return False
+    if got == 4 * 35_880:
+        return verdict(name, True, "143,520 bytes: every micro-batch still synchronizes")
+    if got == 35_880:
+        return verdict(name, False, "who decides whether a backward syncs: the forward or "
+                        "the backward?")
+    return verdict(name, False, f"{got!r}: count the synchronizations per optimizer step")

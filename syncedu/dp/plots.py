@@ -1,0 +1,81 @@
+"""Figures for data parallelism and accumulation: timelines, curves, sampler orders.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+from syncedu.ui.plots import COLORS
+
+
+def timeline(rows: dict, *, title: str = "one step: compute vs communication",
+             unit: float = 1e3, unit_name: str = "ms"):
+    """Gantt chart: `rows` maps a row label to segments `(kind, start, end)` in seconds.
+
+    Compute kinds go on one lane and "comm" on a lane below, so overlap shows.
+    """
+    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.8 * len(rows)))
+    labels = []
+    for i, (name, segs) in enumerate(rows.items()):
+        for kind, s, e in segs:
+            lane = 2 * i + (1 if kind == "comm" else 0)
+            ax.barh(lane, (e - s) * unit, left=s * unit, color=COLORS.get(kind, "grey"),
+                    edgecolor="white", linewidth=0.5, height=0.8)
+        labels += [f"{name}: compute", f"{name}: comm"]
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"time ({unit_name})")
+    ax.set_title(title)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in
+               ("forward", "backward", "comm", "step")]
+    ax.legend(handles, ["forward / compute", "backward", "allreduce", "optimizer step"],
+              loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def curves(x, series: dict, *, xlabel: str, ylabel: str, title: str = "",
+           logx: bool = False, logy: bool = False, marker: str = "o"):
+    """Line plot of several named series over the same `x`."""
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for name, ys in series.items():
+        ax.plot(x, ys, marker=marker, label=name)
+    if logx:
+        ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def losses(histories: dict, *, title: str = "training loss", x_key=None):
+    """Loss per optimizer step of several runs (`x_key(history)` gives the x values)."""
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for name, h in histories.items():
+        x = x_key(h) if x_key else range(1, len(h.loss) + 1)
+        ax.plot(list(x), h.loss, label=name)
+    ax.set_xlabel("samples seen" if x_key else "optimizer step")
+    ax.set_ylabel("loss")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def sampler_orders(orders: dict, *, show: int = 24):
+    """Rank 0's first `show` sample ids per epoch, one panel per variant."""
+    fig, axes = plt.subplots(1, len(orders), figsize=(4.5 * len(orders), 2.6), squeeze=False)
+    for ax, (name, epochs) in zip(axes[0], orders.items()):
+        grid = [list(e[:show]) for e in epochs]
+        ax.imshow(grid, aspect="auto", cmap="viridis")
+        ax.set_yticks(range(len(grid)), [f"epoch {i}" for i in range(len(grid))])
+        ax.set_xlabel("position in rank 0's shard")
+        ax.set_title(name)
+    fig.tight_layout()
+    return fig

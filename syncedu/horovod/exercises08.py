@@ -1,0 +1,66 @@
+"""Checkers for notebooks/08_horovod_vs_ddp's exercises."""
+
+from __future__ import annotations
+
+import inspect
+
+from syncedu.comm.ledger import ring_allreduce_elements
+from syncedu.horovod import launch as horovod_launch
+
+from syncedu.ui.checkers import attempt, verdict, checker
+
+# The job of the DDP script the learner converts: the digits, the seeded MLP, 16
+# samples per rank (global batch 32), lr 0.05 per rank scaled by the world size, one
+# epoch, DistributedSampler(seed=0) with set_epoch.
+JOB = dict(steps=1797 // 32, global_batch=32, lr=0.1, seed=0)
+
+
+def _stub(fn) -> bool:
+    try:
+        return "NotImplementedError" in inspect.getsource(fn)
+    except (OSError, TypeError):
+        return False
+
+
+@checker
+def convert(my_horovod_train) -> bool:
+    """Exercise 08.1: the DDP script, converted to Horovod, run on 2 Horovod ranks."""
+    name = "Exercise 1 (convert DDP to Horovod)"
+    if _stub(my_horovod_train):
+        print(f"{name}: not attempted yet - write your answer and re-run this cell")
+        return False
+    ok, why = horovod_launch.available()
+    if not ok:
+        print(f"{name}: skipped: {why}")
+        return False
+    try:
+        res = horovod_launch.run(my_horovod_train, 2, timeout=180, quiet=True)
+    except horovod_launch.HorovodRunError as e:
+        last = [line for line in e.output.splitlines() if "Error" in line][-1:]
+        return verdict(name, False, f"a rank failed: {last[0] if last else e}")
+    except TimeoutError:
+        return verdict(name, False, "it hung: do all ranks submit the same tensor names?")
+    from syncedu import train
+
+    ref = train.run("single", 1, **JOB).params
+    got = res[0]
+    if not isinstance(got, dict) or set(got) != set(ref):
+        return verdict(name, False, f"return rank 0's model.state_dict() (keys {sorted(ref)})")
+    diff = max((got[k] - ref[k]).abs().max().item() for k in ref)
+    good = diff < 1e-5
+    return verdict(name, good, "" if good else "the parameters differ from one process on "
+                    "the global batch: lr scaled by hvd.size()? set_epoch? op=hvd.Average?")
+
+
+@checker
+def wire_bytes(answer) -> bool:
+    """Exercise 08.2: bytes one rank sends per optimizer step under DistributedOptimizer."""
+    name = "Exercise 2 (bytes on the wire)"
+    cases = [(8970, 2, 1, False), (8970, 2, 4, False), (8970, 2, 1, True), (1000, 4, 2, True)]
+    ok, got = attempt(name, lambda: [answer(p, n, k, f) for p, n, k, f in cases])
+    if not ok:
+        return False
+    want = [ring_allreduce_elements(p, n, 0)[0] * (2 if f else 4) for p, n, _, f in cases]
+    good = [round(g) for g in got] == want
+    return verdict(name, good, "" if good else f"got {got}; a ring sends 2(N-1)/N of the "
+                    "buffer, once per optimizer step, in the dtype on the wire")

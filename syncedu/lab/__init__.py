@@ -1,1 +1,0 @@
-"""Layer 3, lab: training loop, benchmarks, cost model, data and models."""

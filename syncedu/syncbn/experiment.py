@@ -1,0 +1,214 @@
+"""The small-batch BatchNorm experiment: plain BN vs SyncBN vs one process.
+
+Data-parallel training of `SmallCNN` on the 8x8 digits, each rank seeing
+`per_rank_batch` samples per step (2-4: a detector's batch per GPU), in three
+modes:
+
+- "plain": every rank's BatchNorm normalizes with its own tiny batch and keeps
+  its own running statistics (nothing syncs them);
+- "syncbn": the BatchNorm layers converted to `syncbn.SyncBatchNorm`, so they
+  normalize with the statistics of the global batch;
+- "single": one process on the whole global batch, the reference.
+
+Steps of one run (every rank, written against `Comm`, real or simulated):
+
+1. build the model with the same seed on every rank (same initial weights);
+2. for each step take this rank's slice of the global batch (the same
+   seeded permutation everywhere), forward, mean loss, backward;
+3. average every gradient with `comm.all_reduce(op="avg")` (ledger op
+   "gradients"), then the same SGD step on every rank;
+4. in eval mode, the test accuracy with this rank's running statistics, and
+   those statistics themselves.
+
+Self-contained on purpose (no `syncedu.dp` / `syncedu.train`): the loop is 20
+lines, and a reader sees every synchronization. Cross-GPU BatchNorm for small
+per-GPU batches: MegDet (Peng et al., CVPR 2018).
+
+Used in: notebooks/06_sync_batchnorm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from syncedu.comm.ledger import Ledger
+from syncedu.train import data, models, runner
+from syncedu.syncbn import sync_batchnorm as syncbn
+
+MODES = ("plain", "syncbn", "single")
+
+
+@dataclass(frozen=True)
+class BNConfig:
+    """One run of the experiment (validated; picklable for real ranks)."""
+
+    mode: str = "syncbn"
+    world_size: int = 4
+    per_rank_batch: int = 2
+    steps: int = 150
+    lr: float = 0.05
+    momentum: float = 0.9
+    channels: int = 8
+    seed: int = 0
+    test_size: int = 360
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"mode={self.mode!r} must be one of {MODES}")
+        for name, low in (("world_size", 1), ("per_rank_batch", 1), ("steps", 1),
+                          ("channels", 1), ("test_size", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name}={value!r} must be an int >= {low}")
+        if not self.lr > 0 or not 0 <= self.momentum < 1:
+            raise ValueError(f"lr={self.lr} must be > 0 and momentum={self.momentum} in [0, 1)")
+
+    @property
+    def global_batch(self) -> int:
+        return self.world_size * self.per_rank_batch
+
+    @property
+    def ranks(self) -> int:
+        """Processes that run: 1 for "single", else world_size."""
+        return 1 if self.mode == "single" else self.world_size
+
+
+@dataclass(frozen=True)
+class BNResult:
+    """What a run gives: per-step global loss, per-rank accuracy and running stats."""
+
+    config: BNConfig
+    loss: list[float]          # global mean loss per step
+    accuracy: list[float]      # test accuracy per rank, eval mode (its running stats)
+    running: list[dict]        # per rank: {layer: (running_mean, running_var)}
+    params: dict               # rank 0's final parameters
+    ledger: Ledger
+
+    def spread(self) -> dict[str, float]:
+        """Largest difference between two ranks' running statistics (any layer, channel).
+
+        "mean": absolute; "var": relative to the ranks' average variance.
+        """
+        out = {"mean": 0.0, "var": 0.0}
+        for layer in self.running[0]:
+            means = torch.stack([r[layer][0] for r in self.running])
+            varis = torch.stack([r[layer][1] for r in self.running])
+            rng = lambda t: t.max(0).values - t.min(0).values  # noqa: E731
+            out["mean"] = max(out["mean"], rng(means).max().item())
+            out["var"] = max(out["var"], (rng(varis) / varis.mean(0)).max().item())
+        return out
+
+
+def split(seed: int = 0, test_size: int = 360):
+    """The digits as (train_x, train_y, test_x, test_y), split by a seeded permutation."""
+    x, y = data.digits(images=True).tensors
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
+    test, train = perm[:test_size], perm[test_size:]
+    return x[train], y[train], x[test], y[test]
+
+
+def batches(cfg: BNConfig, n_train: int) -> torch.Tensor:
+    """(steps, global_batch) sample indices, the same for every mode with this seed."""
+    g = torch.Generator().manual_seed(cfg.seed + 1)
+    per_epoch = n_train // cfg.global_batch
+    epochs = -(-cfg.steps // per_epoch)
+    rows = [torch.randperm(n_train, generator=g)[:per_epoch * cfg.global_batch]
+            .view(per_epoch, cfg.global_batch) for _ in range(epochs)]
+    return torch.cat(rows)[:cfg.steps]
+
+
+def worker(comm, cfg: BNConfig, tensors, idx):
+    """Steps 1-4 on one rank; returns (losses, accuracy, running stats, parameters)."""
+    train_x, train_y, test_x, test_y = tensors
+    # Step 1: same seed, same weights everywhere.
+    model = models.make("cnn", seed=cfg.seed, channels=cfg.channels)
+    if cfg.mode == "syncbn":
+        model = syncbn.convert(model, comm)  # sync: BatchNorm over the global batch
+    params = list(model.parameters())
+    velocity = [torch.zeros_like(p) for p in params]
+    b = idx.shape[1] // comm.world_size
+    losses = []
+    for step in range(cfg.steps):
+        # Step 2: this rank's slice of the global batch.
+        mine = idx[step, comm.rank * b:(comm.rank + 1) * b]
+        loss = F.cross_entropy(model(train_x[mine]), train_y[mine])
+        grads = torch.autograd.grad(loss, params)
+        # Step 3: average the gradients (BN weight/bias too), then step.
+        with comm.scope("gradients"):
+            for g in grads:
+                comm.all_reduce(g, op="avg")  # sync: data-parallel gradients
+        _sgd(params, grads, velocity, cfg)
+        losses.append(loss.item())
+    # Step 4: evaluate with this rank's running statistics.
+    model.eval()
+    with torch.no_grad():
+        acc = (model(test_x).argmax(1) == test_y).double().mean().item()
+    running = {name: (m.running_mean.clone(), m.running_var.clone())
+               for name, m in model.named_modules() if hasattr(m, "running_var")}
+    params = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return losses, acc, running, params
+
+
+@torch.no_grad()
+def _sgd(params, grads, velocity, cfg: BNConfig) -> None:
+    """SGD with momentum, as torch.optim.SGD computes it (v = m v + g; p -= lr v)."""
+    for p, g, v in zip(params, grads, velocity):
+        v.mul_(cfg.momentum).add_(g)
+        p.sub_(v, alpha=cfg.lr)
+
+
+def run(cfg: BNConfig, pool=None) -> BNResult:
+    """Run one configuration on simulated ranks, or on a `launch.Pool` if given.
+
+    `runner` decides where; with a pool, its world size must equal `cfg.ranks`.
+    """
+    tensors = split(cfg.seed, cfg.test_size)
+    idx = batches(cfg, len(tensors[1]))
+    # Simulated ranks unless a pool is given: the runner checks its world size.
+    res = runner.run(worker, cfg.ranks, (cfg, tensors, idx), pool=pool, simulate=pool is None,
+                     job=f"mode={cfg.mode!r}")
+    loss = [sum(r[0][s] for r in res) / len(res) for s in range(cfg.steps)]
+    return BNResult(cfg, loss, [r[1] for r in res], [r[2] for r in res], res[0][3], res.ledger)
+
+
+def compare(per_rank_batch: int = 2, world_size: int = 4, steps: int = 150,
+            seed: int = 0, **kwargs) -> dict[str, BNResult]:
+    """The three modes side by side, same data and initial weights: {mode: result}."""
+    return {mode: run(BNConfig(mode=mode, world_size=world_size, per_rank_batch=per_rank_batch,
+                               steps=steps, seed=seed, **kwargs)) for mode in MODES}
+
+
+def stat_noise(batch_sizes=(1, 2, 4, 8, 16, 32), *, params: dict | None = None, layer: int = 1,
+               draws: int = 400, seed: int = 0,
+               channels: int = 8) -> dict[int, tuple[float, float]]:
+    """How far one batch's BatchNorm statistics fall from the whole data set's.
+
+    Features: what BatchNorm layer `layer` (1 or 2) of the SmallCNN normalizes,
+    on the training images; the model has the seeded initial weights, or
+    `params` (a state dict, e.g. `BNResult.params`, run in eval mode). For each batch size b,
+    `draws` seeded batches of b images give per-channel batch means and
+    variances. Returns {b: (mean error, variance error)}: root mean square over
+    draws and channels of (batch mean - mean) / std and of batch var / var - 1.
+    """
+    train_x = split(seed)[0]
+    if layer not in (1, 2):
+        raise ValueError(f"layer={layer!r} must be 1 or 2")
+    model = models.make("cnn", seed=seed, channels=channels).eval()
+    if params is not None:
+        model.load_state_dict(params)
+    with torch.no_grad():
+        feats = model.features[:3 * layer - 2](train_x).double()  # (n, C, 8, 8)
+    var, mean = torch.var_mean(feats, dim=(0, 2, 3), correction=0)
+    g = torch.Generator().manual_seed(seed + 2)
+    out = {}
+    for b in batch_sizes:
+        pick = torch.stack([torch.randperm(len(feats), generator=g)[:b] for _ in range(draws)])
+        sample = feats[pick]  # (draws, b, C, 8, 8)
+        bvar, bmean = torch.var_mean(sample, dim=(1, 3, 4), correction=0)
+        mean_err = ((bmean - mean) / var.sqrt()).pow(2).mean().sqrt().item()
+        var_err = (bvar / var - 1).pow(2).mean().sqrt().item()
+        out[b] = (mean_err, var_err)
+    return out

@@ -1,0 +1,155 @@
+"""`train.run`: one seeded training job, any gradient-sync strategy, a history back.
+
+    from syncedu import train
+    ref = train.run("single", 1, steps=50, global_batch=64)
+    dp = train.run("bucketed", 2, steps=50, global_batch=64, accumulation=2)
+    max((dp.params[k] - ref.params[k]).abs().max() for k in ref.params)  # ~1e-7
+
+Steps:
+
+1. validate the job in a frozen `TrainConfig` (ValueError naming the parameter);
+2. run it where `runner` puts it: "single" in this process on a world-size-1
+   `LocalComm` (the reference: one model, the whole global batch), the others
+   on fresh real ranks, the `pool` you pass, or, with `simulate=True`,
+   simulated ones; every strategy reads the same global batches
+   (`sampling.global_batches`), each rank its `shard`;
+3. long real runs go in chunks on the warm ranks so a tqdm bar can move;
+4. gather a `History`: loss (global mean per optimizer step: the ranks' shard
+   means averaged, shards being equal), final parameters (checked identical on
+   every rank), ledger of the training traffic, and times: `train_seconds`
+   (slowest rank, from a common barrier, no start-up), `compute_seconds`,
+   `comm_wait_seconds` (exposed communication), `comm_busy_seconds` (time an
+   allreduce was in flight, overlapped or not).
+
+The classic accumulation mistakes (`mistake=`): "sync_every" (no `no_sync`: every
+micro-batch is synchronized), "partial_no_sync" (`no_sync` around `backward()`
+only: the forward already decided to sync), "unscaled_loss" (micro-batch losses
+not divided by the number of micro-batches: a K times larger step).
+
+Used in: notebooks/03_data_parallel, 05_gradient_accumulation.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from dataclasses import dataclass, field
+
+import torch
+
+from syncedu.comm.ledger import Ledger
+
+from syncedu.train import runner, strategies, train_rank
+from syncedu.train.config import MISTAKES, STRATEGIES, TrainConfig
+
+__all__ = ["run", "History", "TrainConfig", "STRATEGIES", "MISTAKES"]
+
+
+@dataclass
+class History:
+    """What a training run returns (see `run`)."""
+
+    config: TrainConfig
+    loss: list[float]
+    params: dict[str, torch.Tensor]
+    ledger: Ledger
+    train_seconds: float
+    compute_seconds: float
+    comm_wait_seconds: float
+    comm_busy_seconds: float
+    step_seconds: list[float]
+    accuracy: float
+    timeline: list[tuple[str, float, float]] = field(repr=False)
+    sim_seconds: float | None = None
+    # Per rank, peak bytes of model state {"params", "grads", "optimizer", "total"}
+    # (ZeRO measures its peaks; other strategies: what is held after the last step).
+    model_state_bytes: list[dict] | None = None
+
+    @property
+    def steps_per_second(self) -> float:
+        return len(self.loss) / self.train_seconds if self.train_seconds else float("inf")
+
+    @property
+    def grad_bytes(self) -> int:
+        """Gradient bytes rank 0 sent (the "all_reduce" op of the ledger)."""
+        op = self.ledger.ops.get("all_reduce")
+        return op.sent[0] if op is not None else 0
+
+    def max_param_diff(self, other) -> float:
+        """Largest absolute difference to `other`'s final parameters (a history or a dict)."""
+        return runner.max_param_diff(self, other)
+
+
+def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumulation: int = 1,
+        lr: float = 0.1, seed: int = 0, pool=None, network=None, simulate: bool = False,
+        progress: bool | None = None, timeout: float = 600.0, **options) -> History:
+    """Train with `strategy` on `world_size` ranks and return a `History`.
+
+    `strategy`: "single" (world size 1, in this process), "naive", "flat",
+    "bucketed", "ddp", "local_sgd" (with `sync_every=H`), or one plugged into
+    `train_strategies`. Other options (`model`, `dataset`, `optimizer`,
+    `momentum`, `warmup_steps`, `bucket_cap_mb`, `compression`, `mistake`,
+    `set_epoch`, `compute_seconds`, `timeline_steps`, `model_kwargs`) are
+    `TrainConfig` fields. `pool`: a
+    `launch.Pool(world_size)` to reuse; `network`: a `Network` emulated on real
+    ranks (or modeled with `simulate=True`); `progress`: a tqdm bar (default: on
+    when stderr is a terminal and the run has 100 steps or more).
+    """
+    cfg = TrainConfig(strategy=strategy, world_size=world_size, steps=steps,  # Step 1
+                      global_batch=global_batch, accumulation=accumulation, lr=lr, seed=seed,
+                      **options)
+    if simulate and strategy in ("ddp", "horovod"):
+        raise ValueError(f"strategy={strategy!r} needs torch.distributed: it cannot be "
+                         f"simulated (use simulate=False)")
+    if strategy in strategies.LAUNCHERS:  # it starts its own ranks (Horovod: horovod.run)
+        return _history(cfg, strategies.LAUNCHERS[strategy](cfg, pool=pool, network=network,
+                                                            timeout=timeout))
+    if progress is None:
+        progress = steps >= 100 and sys.stderr.isatty()
+    # Step 2: "single" in this process, the others where the runner puts them.
+    with runner.Ranks(world_size, pool=pool, network=network, simulate=simulate,
+                      local=strategy == "single", timeout=timeout,
+                      job=f"strategy={strategy!r}") as ranks:
+        if progress and ranks.kind in ("pool", "fresh"):
+            return _history(cfg, _run_chunks(ranks, cfg))
+        return _history(cfg, list(ranks.run(train_rank.train_all, (cfg,))))
+
+
+def _run_chunks(ranks: runner.Ranks, cfg: TrainConfig) -> list:
+    """Step 3: the run in chunks on the warm ranks, behind a tqdm progress bar."""
+    from tqdm.auto import tqdm
+
+    token = uuid.uuid4().hex  # names this run's state kept on the ranks between calls
+    chunk = max(1, cfg.steps // 50)
+    try:
+        ranks.run(train_rank.train_start, (cfg, token))
+        with tqdm(total=cfg.steps, desc=f"{cfg.strategy} x{cfg.world_size}",
+                  file=sys.stderr) as bar:
+            for start in range(0, cfg.steps, chunk):
+                stop = min(cfg.steps, start + chunk)
+                ranks.run(train_rank.train_chunk, (token, start, stop))
+                bar.update(stop - start)
+        return list(ranks.run(train_rank.train_end, (token,)))
+    finally:
+        ranks.run(train_rank.train_drop, (token,))
+
+
+def _history(cfg: TrainConfig, values: list[train_rank.RankResult]) -> History:
+    """Step 4: merge the ranks' results; the parameters must agree bit for bit."""
+    first = values[0].params
+    for r, v in enumerate(values[1:], start=1):
+        bad = [k for k in first if not torch.equal(first[k], v.params[k])]
+        if bad:
+            raise RuntimeError(f"rank {r}'s parameters {bad} differ from rank 0's: the "
+                               f"ranks diverged (strategy={cfg.strategy!r})")
+    n = len(values)
+    loss = [sum(v.loss[i] for v in values) / n for i in range(cfg.steps)]
+    return History(config=cfg, loss=loss, params=first,
+                   ledger=Ledger([v.ledger for v in values]),
+                   train_seconds=max(v.elapsed for v in values),
+                   compute_seconds=sum(v.compute for v in values) / n,
+                   comm_wait_seconds=sum(v.wait for v in values) / n,
+                   comm_busy_seconds=sum(v.busy for v in values) / n,
+                   step_seconds=values[0].steps, accuracy=values[0].accuracy,
+                   timeline=values[0].timeline, sim_seconds=values[0].sim_seconds,
+                   model_state_bytes=[v.model_state for v in values])

@@ -1,0 +1,100 @@
+"""The strategies `train.run` knows: a registry from name to a factory.
+
+A factory takes `(module, comm, cfg)` (the seeded model on `comm.device`,
+this rank's `Comm`, the `TrainConfig`) and returns the `Parts` one rank's
+loop needs:
+
+1. `model`: what forward calls (a wrapper such as `DataParallel`, or the
+   module itself);
+2. `optimizer`: anything with `step()`, `zero_grad(set_to_none=...)` and
+   `param_groups` (a torch optimizer, or a sharded one);
+3. hooks the loop calls, each optional: `no_sync()` around micro-batches
+   that must not synchronize, `finish()` after the last backward (wait for the
+   gradient traffic), `after_step()` after the optimizer step (e.g. local
+   SGD's parameter average), `close()` after the last step (it may still
+   communicate: every rank must end with the same parameters); and `events`, the
+   `(start, end, bytes)` of each gradient transfer, for the timeline;
+4. `memory()`: the rank's peak bytes of model state {"params", "grads",
+   "optimizer", "total"} if the strategy measures it (ZeRO), else None (the loop
+   then measures what the module and optimizer hold at the end).
+
+A strategy plugs in with `@register("name")` on its factory. This package
+imports no topic: each topic's `train_strategies.py` registers its own
+("naive", "flat", "bucketed", "ddp" in `syncedu/dp/`, "local_sgd" in
+`syncedu/tuning/`, "zero1".."zero3" in `syncedu/zero/`, "horovod" in
+`syncedu/horovod/`), and `import syncedu` imports every topic. Only "single"
+(the one-process reference) lives here.
+
+A strategy that starts its own ranks (Horovod's `horovod.run`) also registers a
+launcher with `register_launcher(name, fn)`: `fn(cfg, pool=, network=,
+timeout=)` returns the ranks' results, and `train.run` gathers them as usual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+__all__ = ["Parts", "FACTORIES", "LAUNCHERS", "register", "register_launcher", "build",
+           "make_optimizer"]
+
+FACTORIES: dict[str, Callable] = {}
+# Strategies that start their own ranks -> fn(cfg, *, pool, network, timeout) -> results.
+LAUNCHERS: dict[str, Callable] = {}
+
+
+def _nothing(*_args) -> None:
+    return None
+
+
+@dataclass
+class Parts:
+    """What one rank's training loop drives (see the module docstring)."""
+
+    model: nn.Module
+    optimizer: object
+    events: list = field(default_factory=list)
+    no_sync: Callable = contextlib.nullcontext
+    finish: Callable[[], None] = _nothing
+    after_step: Callable[[], object] = _nothing
+    close: Callable[[], None] = _nothing
+    memory: Callable[[], dict | None] = _nothing
+
+
+def register(*names: str):
+    """Decorator: make `factory(module, comm, cfg) -> Parts` the strategy `names`."""
+    def add(factory):
+        for name in names:
+            FACTORIES[name] = factory
+        return factory
+    return add
+
+
+def register_launcher(name: str, launch_ranks: Callable) -> None:
+    """Make `launch_ranks(cfg, *, pool, network, timeout)` start strategy `name`'s ranks."""
+    LAUNCHERS[name] = launch_ranks
+
+
+def build(module: nn.Module, comm, cfg) -> Parts:
+    """The `Parts` of `cfg.strategy` on this rank."""
+    if cfg.strategy not in FACTORIES:
+        raise ValueError(f"strategy={cfg.strategy!r} has no factory; registered: "
+                         f"{sorted(FACTORIES)} (import syncedu registers every topic's)")
+    return FACTORIES[cfg.strategy](module, comm, cfg)
+
+
+def make_optimizer(params, cfg) -> torch.optim.Optimizer:
+    """`cfg.optimizer` over `params`: SGD(lr, momentum) or Adam(lr), the same for every strategy."""
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr)
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum)
+
+
+# ------------------------------------------------------------------ built-ins
+@register("single")
+def _single(module, comm, cfg) -> Parts:
+    return Parts(module, make_optimizer(module.parameters(), cfg))

@@ -1,0 +1,200 @@
+"""One rank's side of `train.run`: build the model, wrap it, run the steps, time them.
+
+1. `setup`: the seeded model (identical on every rank), wrapped by the strategy's
+   factory (`train_strategies`: `DataParallel` for naive/flat/bucketed, torch's
+   `DistributedDataParallel` with a counting comm hook for ddp, `LocalSGD` for
+   local_sgd, nothing for single), and the configured optimizer;
+2. `steps`: for each global batch, this rank's shard (`sampling.shard`), split
+   into `accumulation` micro-batches; gradient sync only on the last one (or
+   one of the classic mistakes, `TrainConfig.mistake`); then the optimizer step.
+   A modeled `compute_seconds` per micro-batch is charged layer by layer as
+   forward and backward run (`LayerCompute`), so overlap shows;
+   Forward+backward+step count as compute, the wait for the gradients as
+   exposed communication;
+3. `finish`: the final parameters by the plain module's names, the per-step
+   losses and times, the timeline of the last steps.
+
+State lives in a `Session` object per call, never at module level, except the
+`_SESSIONS` table that lets a warm pool run a long job in chunks (each rank is
+its own process there; simulated runs never use it).
+
+Used in: notebooks/03_data_parallel, 05_gradient_accumulation (through train.run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from syncedu.comm.ledger import RankLedger
+
+from syncedu.train import data, memory, models, sampling, strategies as train_strategies
+from syncedu.train.layer_compute import LayerCompute
+
+_SESSIONS: dict = {}
+
+
+@dataclass
+class RankResult:
+    """What one rank reports at the end of a run (train.py merges them into a `History`)."""
+
+    loss: list[float]  # this rank's shard mean loss per optimizer step
+    params: dict[str, torch.Tensor]  # final parameters by the plain module's names
+    accuracy: float  # on the whole dataset, at the end
+    elapsed: float  # seconds of the training steps, from a common barrier
+    compute: float  # seconds computing (forward, backward, optimizer step)
+    wait: float  # seconds waiting for communication (exposed)
+    busy: float  # seconds a gradient transfer was in flight, overlapped or not
+    steps: list[float]  # seconds of each step
+    timeline: list[tuple[str, float, float]]  # (kind, start, end) of the last steps
+    ledger: RankLedger  # the training traffic
+    model_state: dict | None  # peak bytes of params, grads, optimizer state (train/memory.py)
+    sim_seconds: float | None  # logical seconds (simulated ranks only)
+
+
+class Session:
+    """Everything one rank keeps during a training run."""
+
+    def __init__(self, comm, cfg):
+        self.comm, self.cfg = comm, cfg
+        self.dataset = data.digits(images=cfg.model == "cnn") if cfg.dataset == "digits" else \
+            data.synthetic(n=cfg.synthetic_size, features=64, classes=10, seed=cfg.seed)
+        self.x, self.y = self.dataset.tensors
+        self.module = models.make(cfg.model, seed=cfg.seed, **dict(cfg.model_kwargs))
+        self.module.to(comm.device)
+        self.parts = train_strategies.build(self.module, comm, cfg)  # Step 1
+        self.model, self.events, self.opt = self.parts.model, self.parts.events, \
+            self.parts.optimizer
+        self.charge = LayerCompute(self.module, comm, cfg.compute_seconds) \
+            if cfg.compute_seconds else None
+        self.batches = iter(sampling.global_batches(len(self.dataset), cfg.steps,
+                                                    cfg.global_batch, seed=cfg.seed,
+                                                    set_epoch=cfg.set_epoch))
+        self.loss: list[float] = []
+        self.times = {"compute": 0.0, "wait": 0.0, "steps": []}
+        self.timeline: list[tuple[str, float, float]] = []
+        self.ledger = RankLedger(comm.rank)
+        self.elapsed, self.sim_elapsed = 0.0, 0.0
+
+    # ------------------------------------------------------------ Step 2
+    def no_sync(self):
+        return self.parts.no_sync()
+
+    def finish_sync(self) -> float:
+        t0 = time.perf_counter()
+        self.parts.finish()
+        return time.perf_counter() - t0
+
+    def micro_step(self, idx: torch.Tensor, last: bool, k: int) -> float:
+        """Forward+backward of one micro-batch; returns the seconds waited for gradients."""
+        cfg, dev = self.cfg, self.comm.device
+        mistake = cfg.mistake
+        skip = not last and mistake != "sync_every"  # no gradient sync wanted this time
+        wrap_forward = skip and mistake != "partial_no_sync"
+        fwd_ctx = self.no_sync() if wrap_forward else contextlib.nullcontext()
+        with fwd_ctx:
+            out = self.model(self.x[idx].to(dev))
+            loss = F.cross_entropy(out, self.y[idx].to(dev))
+            scaled = loss if mistake == "unscaled_loss" else loss / k
+            with (self.no_sync() if skip else contextlib.nullcontext()):
+                scaled.backward()
+        self._step_loss += loss.item() / k
+        return self.finish_sync()
+
+    def step(self, step: int, record: bool) -> None:
+        cfg, rank, n = self.cfg, self.comm.rank, self.comm.world_size
+        local = sampling.shard(next(self.batches), rank, n)
+        for group in self.opt.param_groups:
+            group["lr"] = cfg.lr_at(step)
+        t0 = time.perf_counter()
+        self._step_loss, wait = 0.0, 0.0
+        self.opt.zero_grad(set_to_none=True)
+        micro = sampling.micro_batches(local, cfg.accumulation)
+        for j, idx in enumerate(micro):
+            wait += self.micro_step(idx, j == len(micro) - 1, cfg.accumulation)
+        t_opt = time.perf_counter()
+        self.opt.step()
+        t_after = time.perf_counter()
+        self.parts.after_step()  # e.g. local SGD's parameter average: communication
+        t1 = time.perf_counter()
+        wait += t1 - t_after
+        self.loss.append(self._step_loss)
+        self.times["compute"] += t1 - t0 - wait
+        self.times["wait"] += wait
+        self.times["steps"].append(t1 - t0)
+        if record:
+            self.timeline += [("compute", t0, t_opt), ("step", t_opt, t1)]
+
+    def run(self, start: int, stop: int) -> None:
+        """Steps `start..stop-1`, timed from a common barrier (not charged to the ledger)."""
+        self.comm.barrier()
+        self.comm.ledger.reset()  # the barrier is harness traffic, not training traffic
+        t0, logical0 = time.perf_counter(), self.comm.now()
+        first_record = self.cfg.steps - self.cfg.timeline_steps
+        for step in range(start, stop):
+            self.step(step, step >= first_record)
+        self.elapsed += time.perf_counter() - t0
+        self.sim_elapsed += self.comm.now() - logical0
+        self._merge_ledger()
+
+    def _merge_ledger(self) -> None:
+        for name, c in self.comm.ledger.ops.items():
+            self.ledger.record(name, c.sent, c.received, c.msgs_sent, c.msgs_received, c.calls)
+        self.comm.ledger.reset()
+
+    def _close(self) -> None:
+        """The strategy's last word (e.g. local SGD's final average), charged to the run."""
+        self.comm.ledger.reset()
+        t0, logical0 = time.perf_counter(), self.comm.now()
+        self.parts.close()
+        if self.charge is not None:
+            self.charge.close()
+        self.elapsed += time.perf_counter() - t0
+        self.sim_elapsed += self.comm.now() - logical0
+        self._merge_ledger()
+
+    # ------------------------------------------------------------ Step 3
+    def result(self) -> RankResult:
+        state = self.parts.memory() or memory.model_state_bytes(self.module, self.opt)
+        self._close()
+        params = {k: v.detach().cpu().clone() for k, v in self.module.named_parameters()}
+        with torch.no_grad():
+            self.module.eval()
+            pred = self.module(self.x.to(self.comm.device)).argmax(1).cpu()
+        first = self.timeline[0][1] if self.timeline else 0.0
+        comm_ev = [("comm", s, e) for s, e, _ in self.events if s >= first] if self.timeline else []
+        return RankResult(
+            loss=self.loss, params=params, accuracy=(pred == self.y).float().mean().item(),
+            elapsed=self.elapsed, compute=self.times["compute"], wait=self.times["wait"],
+            busy=sum(e - s for s, e, _ in self.events), steps=self.times["steps"],
+            timeline=[(k, s - first, e - first) for k, s, e in self.timeline + comm_ev],
+            ledger=self.ledger, model_state=state,
+            sim_seconds=self.sim_elapsed if self.comm.backend == "sim" else None)
+
+
+# ---------------------------------------------------------------- entry points
+def train_all(comm, cfg) -> RankResult:
+    """The whole run in one call (simulated ranks, or no progress bar)."""
+    session = Session(comm, cfg)
+    session.run(0, cfg.steps)
+    return session.result()
+
+
+def train_start(comm, cfg, token: str) -> None:
+    _SESSIONS[token] = Session(comm, cfg)
+
+
+def train_chunk(comm, token: str, start: int, stop: int) -> None:
+    _SESSIONS[token].run(start, stop)
+
+
+def train_end(comm, token: str) -> RankResult:
+    return _SESSIONS.pop(token).result()
+
+
+def train_drop(comm, token: str) -> None:
+    _SESSIONS.pop(token, None)

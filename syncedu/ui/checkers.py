@@ -1,0 +1,82 @@
+"""What every lesson's exercise checkers share (each topic's own are in its `exercisesNN.py`).
+
+Each checker takes the learner's answer, runs it where needed and prints a
+verdict (it returns None, so a notebook cell shows only the verdict); its
+`.grade(answer)` returns True/False for tests. An answer that still raises
+`NotImplementedError` (the stub the notebook ships) is reported as "not
+attempted yet", not as a failure, so the notebooks run top to bottom before
+anyone has solved anything.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from syncedu.comm import launch, sim
+
+
+def checker(grade):
+    """Turn `grade(answer) -> bool` into a notebook checker that prints and returns None."""
+
+    @functools.wraps(grade)
+    def check(*args, **kwargs) -> None:
+        grade(*args, **kwargs)
+
+    check.grade = grade
+    return check
+
+
+def verdict(name: str, ok: bool, detail: str = "") -> bool:
+    mark = "correct" if ok else "not yet right"
+    print(f"{name}: {mark}{' - ' + detail if detail else ''}")
+    return ok
+
+
+def attempt(name: str, call):
+    """Run `call()`; None (and a message) if the learner has not answered yet."""
+    try:
+        return True, call()
+    except NotImplementedError:
+        print(f"{name}: not attempted yet - write your answer and re-run this cell")
+        return False, None
+    except launch.WorkerError as e:
+        if "NotImplementedError" in str(e):
+            print(f"{name}: not attempted yet - write your answer and re-run this cell")
+        else:
+            verdict(name, False, f"rank {e.rank} raised: {str(e).splitlines()[0]}")
+        return False, None
+
+
+
+def number(name: str, answer):
+    """(ok, value) of a quick check's answer: a number, or a function returning one."""
+    ok, got = attempt(name, answer if callable(answer) else lambda: answer)
+    if ok and got is None:
+        print(f"{name}: not attempted yet - write your answer and re-run this cell")
+        return False, None
+    if ok and (isinstance(got, bool) or not isinstance(got, (int, float))):
+        verdict(name, False, f"answer with a number, got {got!r}")
+        return False, None
+    return ok, got
+
+
+def simulated_allreduces(name: str, my_allreduce, world_sizes, make_input):
+    """Run the learner's `my_allreduce(comm, x)` on simulated ranks, once per world size.
+
+    Rank r starts from `make_input(r)`. Returns a list of (n, res, want) with
+    `res[r]` the list each rank ended with and `want` the true sum, or None if
+    the learner has not answered yet or a rank failed (the message is printed).
+    """
+    def worker(comm):
+        x = make_input(comm.rank)
+        my_allreduce(comm, x)
+        return x.tolist()
+
+    runs = []
+    for n in world_sizes:
+        ok, res = attempt(name, lambda n=n: sim.run(worker, n))
+        if not ok:
+            return None
+        runs.append((n, res, sum(make_input(r) for r in range(n)).tolist()))
+    return runs
+

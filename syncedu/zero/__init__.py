@@ -1,0 +1,22 @@
+"""Lesson 10, sharded data parallelism: ZeRO stages 1-3 from scratch.
+
+Open in this order:
+
+1. `stages.py`: `ZeroDataParallel(module, comm, stage=1|2|3)`: shard the
+   optimizer state, + gradients, + parameters;
+2. `shards.py`: the flat layout of the shards, the reduce-scatter and
+   all-gather of each step, the memory meter;
+3. `train_strategies.py`: `train.run("zero1" | "zero2" | "zero3", ...)`;
+4. `timing.py` (a step's modeled time, overlap and prefetch) and
+   `torch_zero.py` (torch's `ZeroRedundancyOptimizer` and FSDP, checked equal
+   to DDP);
+5. the notebook's helpers: `lesson10.py`, `exercises10.py` (import them by name).
+"""
+
+from __future__ import annotations
+
+from syncedu.zero import train_strategies  # noqa: F401  (train.run's "zero1".."zero3")
+from syncedu.zero.shards import MemoryMeter
+from syncedu.zero.stages import OPTIMIZERS, STAGES, UNITS, ZeroConfig, ZeroDataParallel
+
+__all__ = ["ZeroConfig", "ZeroDataParallel", "MemoryMeter", "STAGES", "OPTIMIZERS", "UNITS"]

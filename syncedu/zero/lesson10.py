@@ -1,0 +1,93 @@
+"""Figures and the widget for notebooks/10_sharded_data_parallel.
+
+- `memory_bars(rows)`: stacked bars of parameters / gradients / optimizer state
+  per rank, one bar per stage;
+- `memory_trace(samples)`: one rank's model-state bytes through one step, as
+  `ZeroDataParallel.memory.samples` recorded them;
+- `zero_explorer()`: model size, N, stage and network -> memory per rank
+  (train/memory.py, the paper's mixed-precision Adam) and step time (zero/timing.py,
+  with and without prefetch).
+
+Used in: notebooks/10_sharded_data_parallel.
+"""
+
+from __future__ import annotations
+
+import ipywidgets as w
+import matplotlib.pyplot as plt
+
+from syncedu.comm.network import PRESETS
+from syncedu.train import memory
+from syncedu.zero import timing as zero_time
+from syncedu.ui.widgets import Explorer
+
+KINDS = ("params", "grads", "optimizer")
+COLORS = {"params": "#4c72b0", "grads": "#55a868", "optimizer": "#dd8452"}
+
+
+def memory_bars(rows: dict, *, unit: float = 1.0, unit_name: str = "bytes", title: str = ""):
+    """Stacked bars: `rows` maps a label (e.g. "ZeRO-2") to {"params", "grads", "optimizer"}."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    labels = list(rows)
+    bottom = [0.0] * len(labels)
+    for kind in KINDS:
+        vals = [rows[k][kind] / unit for k in labels]
+        ax.bar(labels, vals, bottom=bottom, color=COLORS[kind], label=kind)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_ylabel(f"per rank ({unit_name})")
+    ax.set_title(title or "model state per rank")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def memory_trace(traces: dict, *, title: str = "model state held during one step"):
+    """Lines: `traces` maps a label to `MemoryMeter.samples` (where, params, grads, optim)."""
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    for label, samples in traces.items():
+        ax.plot([p + g + o for _, p, g, o in samples], marker=".", label=label)
+    ax.set_xlabel("sample (after each gather / reduction / step)")
+    ax.set_ylabel("bytes held")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _view(params_b: float, world_size: int, stage: int, network: str, layers: int,
+          forward_ms: float):
+    psi, net = params_b * 1e9, PRESETS[network]
+    mem = memory.bytes_per_rank(psi, world_size, stage)
+    modes = ("dp", "zero1", "zero2", "zero3", "zero3_prefetch")
+    times = {m: zero_time.step_time(m, psi, layers, world_size, net, forward_ms / 1e3)
+             for m in modes}
+    hide = zero_time.hides(psi, layers, world_size, net, forward_ms / 1e3)
+    text = (f"ZeRO-{stage} on {world_size} ranks: {mem['total'] / memory.GB:.2f} GB of model "
+            f"state per rank (params {mem['params'] / memory.GB:.2f}, grads "
+            f"{mem['grads'] / memory.GB:.2f}, optimizer {mem['optimizer'] / memory.GB:.2f})\n"
+            f"step: DP {times['dp']:.3f} s, ZeRO-3 {times['zero3']:.3f} s without prefetch, "
+            f"{times['zero3_prefetch']:.3f} s with it (the all-gather "
+            f"{'hides' if hide else 'does not hide'} behind a layer's compute)")
+    rows = {f"ZeRO-{s}" if s else "DP": memory.bytes_per_rank(psi, world_size, s)
+            for s in memory.STAGES}
+    fig = memory_bars(rows, unit=memory.GB, unit_name="GB",
+                      title=f"{params_b:g}B parameters, mixed-precision Adam, N={world_size}")
+    return text, fig, {"memory": mem, "times": times, "hides": hide}
+
+
+def zero_explorer() -> Explorer:
+    """Model size (billions), ranks, stage, network, layers, forward ms per step."""
+    controls = {
+        "params_b": w.FloatLogSlider(value=7.5, base=10, min=-1, max=3, step=0.125,
+                                     description="params (B)", continuous_update=False),
+        "world_size": w.IntSlider(value=64, min=1, max=1024, description="ranks",
+                                  continuous_update=False),
+        "stage": w.Dropdown(options=[0, 1, 2, 3], value=3, description="stage"),
+        "network": w.Dropdown(options=sorted(PRESETS), value="infiniband_ndr",
+                              description="network"),
+        "layers": w.IntSlider(value=32, min=1, max=128, description="layers",
+                              continuous_update=False),
+        "forward_ms": w.FloatLogSlider(value=300, base=10, min=0, max=4, step=0.25,
+                                       description="fwd ms", continuous_update=False),
+    }
+    return Explorer(controls, _view)

@@ -1,0 +1,261 @@
+"""The pieces ZeRO is built from: one flat buffer cut into N shards, the two halves of
+an allreduce on it (whole, or one layer's slice at a time), and a count of the
+model-state bytes a rank really holds.
+
+Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
+Parameter Models", SC 2020, split data parallelism's allreduce into its two
+halves (a ring allreduce *is* a reduce-scatter followed by an all-gather,
+Patarasuk & Yuan 2009) and shard what lies between them. All trainable
+parameters are flattened, in module order, into one buffer of `numel`
+elements; rank r owns the contiguous shard r of it (`Layout`), cut one of two
+ways (`SPLITS`):
+
+- "padded": every shard has ceil(numel / N) elements; the buffer is padded with
+  zeros to N times that, so the built-ins `comm.reduce_scatter` and
+  `comm.all_gather` (which want equal pieces) can move it whole. At most N-1
+  padding elements per collective;
+- "uneven": no padding; the shards are `ring_chunks(numel, N)` (sizes differ by
+  at most one), as `comm.all_reduce` cuts a buffer, so every element is summed
+  in the same order as data parallelism's allreduce sums it.
+
+A layer's parameters are a slice [a, b) of the buffer; its piece on rank j is
+the slice's overlap with shard j (often empty). Stages 2 and 3 move one layer
+at a time with a ring over those pieces (`ring_reduce_scatter_pieces`,
+`ring_all_gather_pieces`, the ring of lesson 02 with uneven, possibly empty,
+chunks), so a layer's gradients can leave as soon as they are ready.
+
+1. `reduce_scatter_mean(comm, pieces, builtin)`: rank r gets the mean over ranks
+   of `pieces[r]` (the gradient half of an allreduce);
+2. `all_gather(comm, pieces, builtin)`: every rank's `pieces[j]` becomes rank
+   j's (the parameter half); `pieces[comm.rank]` must already hold this rank's;
+   `start_direct_all_gather` does the same in the background (stage 3's prefetch);
+3. `held_bytes(tensors)` (train/memory.py): bytes of the distinct storages behind `tensors`, so a
+   view into a buffer counts the buffer once and a freed tensor counts zero;
+   `MemoryMeter` samples them into peaks of parameters, gradients, optimizer state;
+4. `layer_units(module, units)`: the `Unit`s, one per module that owns
+   parameters (or one for the whole model), each a slice [a, b) of the buffer.
+
+Used in: notebooks/10_sharded_data_parallel (through zero.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from syncedu.comm.ledger import ring_chunks
+from syncedu.train.memory import held_bytes
+
+SPLITS = ("padded", "uneven")
+_KINDS = ("params", "grads", "optimizer")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How `numel` elements are cut into `world_size` shards (see the module docstring)."""
+
+    numel: int
+    world_size: int
+    split: str = "padded"
+
+    def __post_init__(self):
+        if self.split not in SPLITS:
+            raise ValueError(f"split={self.split!r} is unknown; choose one of {SPLITS}")
+        if not isinstance(self.world_size, int) or self.world_size < 1:
+            raise ValueError(f"world_size={self.world_size!r} must be an int >= 1")
+        if not isinstance(self.numel, int) or self.numel < 0:
+            raise ValueError(f"numel={self.numel!r} must be an int >= 0")
+
+    @property
+    def sizes(self) -> list[int]:
+        """Elements in each rank's shard."""
+        if self.split == "uneven":
+            return ring_chunks(self.numel, self.world_size)
+        return [-(-self.numel // self.world_size)] * self.world_size
+
+    @property
+    def padded_numel(self) -> int:
+        """Length of the whole buffer: `numel` plus the padding ("padded" only)."""
+        return sum(self.sizes)
+
+    def start(self, rank: int) -> int:
+        return sum(self.sizes[:rank])
+
+    def ranges(self, a: int, b: int) -> list[tuple[int, int]]:
+        """Per rank j, the part (lo, hi) of the slice [a, b) that lies in shard j."""
+        out = []
+        for j, size in enumerate(self.sizes):
+            lo, hi = max(a, self.start(j)), min(b, self.start(j) + size)
+            out.append((lo, max(lo, hi)))
+        return out
+
+    def within_shard(self, a: int, b: int, rank: int) -> tuple[int, int]:
+        """Where rank `rank`'s part of the slice [a, b) lies inside its own shard."""
+        lo, hi = self.ranges(a, b)[rank]
+        return lo - self.start(rank), hi - self.start(rank)
+
+    def pieces(self, buf: torch.Tensor, a: int = 0) -> list[torch.Tensor]:
+        """`buf` (the slice [a, a + len(buf)) of the whole buffer) cut at the shard borders."""
+        return [buf[lo - a: hi - a] for lo, hi in self.ranges(a, a + buf.numel())]
+
+
+def _exchange(comm, send: torch.Tensor, recv: torch.Tensor) -> None:
+    """Send to the right neighbour while receiving from the left; empty pieces skip the wire."""
+    n, r = comm.world_size, comm.rank
+    works = []
+    if recv.numel():
+        works.append(comm.irecv(recv, (r - 1) % n))
+    if send.numel():
+        works.append(comm.isend(send, (r + 1) % n))
+    for work in works:
+        work.wait()
+
+
+def ring_reduce_scatter_pieces(comm, pieces: list[torch.Tensor]) -> torch.Tensor:
+    """Ring reduce-scatter in place: afterwards `pieces[r]` on rank r is the sum over ranks.
+
+    Step s (0..N-2) sends piece (r-1-s) to the right and adds piece (r-2-s) from
+    the left into this rank's own: the order a ring allreduce (and the simulator's
+    `comm.all_reduce`) adds in.
+    """
+    n, r = comm.world_size, comm.rank
+    inbox = pieces[0].new_empty(max(p.numel() for p in pieces))
+    with comm.scope("ring_reduce_scatter"):
+        for s in range(n - 1):
+            into = pieces[(r - 2 - s) % n]
+            got = inbox[: into.numel()]
+            _exchange(comm, pieces[(r - 1 - s) % n], got)
+            into.add_(got)
+    return pieces[r]
+
+
+def ring_all_gather_pieces(comm, pieces: list[torch.Tensor]) -> None:
+    """Ring all-gather in place: step s sends piece (r-s) right, receives (r-1-s) from the left."""
+    n, r = comm.world_size, comm.rank
+    with comm.scope("ring_all_gather"):
+        for s in range(n - 1):
+            _exchange(comm, pieces[(r - s) % n], pieces[(r - 1 - s) % n])
+
+
+def start_direct_all_gather(comm, pieces: list[torch.Tensor], tag: int) -> list:
+    """All-gather without waiting: every rank sends its piece straight to every other and
+    posts its receives; returns the handles to `wait()`. The same bytes as the ring, and
+    on one port (the simulator's model) about the same time, but it runs in the
+    background while the rank computes (stage 3's prefetch)."""
+    me, works = comm.rank, []
+    with comm.scope("prefetch_all_gather"):
+        for j, piece in enumerate(pieces):
+            if j != me and piece.numel():
+                works.append(comm.irecv(piece, j, tag))
+            if j != me and pieces[me].numel():
+                works.append(comm.isend(pieces[me], j, tag))
+    return works
+
+
+def reduce_scatter_mean(comm, pieces: list[torch.Tensor], builtin: bool) -> torch.Tensor:
+    """Step 1: the mean over ranks of `pieces[comm.rank]`.
+
+    `builtin` (equal pieces only): `comm.reduce_scatter` into a new tensor;
+    otherwise our ring, in place (the other pieces keep partial sums).
+    """
+    if builtin:
+        out = pieces[comm.rank].new_empty(pieces[comm.rank].numel())
+        return comm.reduce_scatter(out, pieces, op="avg")
+    return ring_reduce_scatter_pieces(comm, pieces).div_(comm.world_size)
+
+
+def all_gather(comm, pieces: list[torch.Tensor], builtin: bool) -> None:
+    """Step 2: fill every piece from its owner (`builtin`: `comm.all_gather`, equal pieces)."""
+    if builtin:
+        # Our own piece is both input and output: the built-ins copy it onto itself.
+        comm.all_gather(pieces, pieces[comm.rank])
+    else:
+        ring_all_gather_pieces(comm, pieces)
+
+
+class MemoryMeter:
+    """Peak bytes of model state one rank held: `peak` = {"params", "grads", "optimizer",
+    "total"} (each its own maximum; "total" the largest sum at one sample).
+
+    `owner` is a `ZeroDataParallel`: its parameters, shard, buffers and optimizer are counted.
+    """
+
+    def __init__(self, owner):
+        self.owner = owner
+        self.peak = dict.fromkeys((*_KINDS, "total"), 0)
+        self.samples: list[tuple[str, int, int, int]] = []  # (where, params, grads, optimizer)
+
+    def sample(self, where: str) -> None:
+        o = self.owner
+        params = held_bytes([p.data for p in o.params] + [o.shard.data, o.flat]
+                            + [u.flat for u in o.units])
+        grads = held_bytes([p.grad for p in o.params] + [o.shard.grad, o.flat_grad]
+                           + [u.flat_grad for u in o.units])
+        optim = held_bytes(t for s in o.opt.state.values() for t in s.values()
+                           if isinstance(t, torch.Tensor))
+        self.samples.append((where, params, grads, optim))
+        for kind, value in zip((*_KINDS, "total"), (params, grads, optim, params + grads + optim)):
+            self.peak[kind] = max(self.peak[kind], value)
+
+
+class Unit:
+    """One layer's parameters: the slice [a, b) of the flat buffer (stages 2-3 move it)."""
+
+    def __init__(self, name: str, module: nn.Module, params: list, a: int):
+        self.name, self.module, self.params = name, module, params
+        self.shapes = [p.shape for p in params]  # stage 3 leaves the parameters empty
+        self.a, self.b = a, a + sum(p.numel() for p in params)
+        self.flat: torch.Tensor | None = None  # stage 3: the gathered slice, while in use
+        self.flat_grad: torch.Tensor | None = None  # stages 2-3: its gradients, until reduced
+        self.pending: list = []  # stage 3 with prefetch: the all-gather's sends and receives
+        self.ready = 0  # parameters whose gradient arrived in this backward
+
+    def attach(self, flat: torch.Tensor) -> None:
+        """Point every parameter at its part of `flat` (this unit's slice, or more)."""
+        offset = 0
+        for p, shape in zip(self.params, self.shapes):
+            p.data = flat[offset: offset + shape.numel()].view(shape)
+            offset += shape.numel()
+
+    def attach_grads(self, flat_grad: torch.Tensor) -> None:
+        """`.grad`s as views of `flat_grad`: autograd adds into them in place."""
+        offset = 0
+        for p, shape in zip(self.params, self.shapes):
+            p.grad = flat_grad[offset: offset + shape.numel()].view(shape)
+            offset += shape.numel()
+
+    def free(self) -> None:
+        """Stage 3: drop the whole parameters (0-element placeholders stay in the module)."""
+        self.flat = None
+        for p in self.params:
+            p.data = p.data.new_empty(0)
+
+
+def layer_units(module: nn.Module, units: str) -> list[Unit]:
+    """The units in module order, each parameter once, each a slice of the flat buffer."""
+    seen: set[int] = set()
+
+    def fresh(params) -> list:
+        out = [p for p in params if p.requires_grad and id(p) not in seen]
+        seen.update(id(p) for p in out)
+        return out
+
+    if units == "model":
+        groups = [("model", module, fresh(module.parameters()))]
+    else:
+        groups = [(name or "model", m, fresh(m.parameters(recurse=False)))
+                  for name, m in module.named_modules()]
+    groups = [g for g in groups if g[2]]
+    if not groups:
+        raise ValueError("module has no trainable parameters to shard")
+    kinds = {(p.dtype, p.device) for _, _, ps in groups for p in ps}
+    if len(kinds) > 1:
+        raise ValueError(f"module's trainable parameters must share one dtype and device, "
+                         f"got {sorted(map(str, kinds))}")
+    out, a = [], 0
+    for name, m, params in groups:
+        out.append(Unit(name, m, params, a))
+        a = out[-1].b
+    return out

@@ -1,0 +1,316 @@
+"""ZeRO stages 1-3 from scratch: sharded data parallelism on `Comm`.
+
+Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
+Parameter Models", SC 2020. Data parallelism keeps parameters, gradients and
+optimizer state whole on every rank; ZeRO keeps 1/N of some of them per rank:
+
+| stage | sharded                         | traffic per step         |
+|-------|---------------------------------|--------------------------|
+| 1     | optimizer state                 | 2 Psi, as an allreduce   |
+| 2     | + gradients                     | 2 Psi                    |
+| 3     | + parameters                    | 3 Psi (1.5x)             |
+
+All trainable parameters live in one flat buffer cut into N shards
+(zero_shards.Layout, "padded" or "uneven"); rank r owns shard r and keeps the
+optimizer state for it alone. Stages 2 and 3 move the buffer one layer at a
+time (each module that owns parameters is a slice of it, like FSDP's units), so
+gradients can leave, and parameters arrive, as each layer needs. A step:
+
+1. forward; stage 3 all-gathers a layer's parameters just before it runs and
+   frees them right after (forward pre/post hooks); with `prefetch=True` it
+   starts the next layer's all-gather before this layer computes, so the
+   transfer can hide behind the compute (as FSDP does);
+2. backward; stage 3 all-gathers the layer again before its backward (backward
+   pre hook); stages 2 and 3 reduce-scatter a layer's gradients as soon as they
+   are complete (post-accumulate-grad hooks) and free them, keeping only this
+   rank's shard; stage 1 keeps whole gradients and reduce-scatters them after
+   backward (`finish_gradient_synchronization`);
+3. `step()`: each rank runs the optimizer (torch's SGD or Adam, so the arithmetic
+   is the one "flat" data parallelism uses) on its own shard only, so it holds
+   optimizer state for 1/N of the parameters;
+4. stages 1 and 2 all-gather the updated shards into the whole parameters;
+   stage 3 leaves them sharded until the next forward needs them.
+
+Each rank's shard is one contiguous range of the buffer (so every element is
+summed in the order of data parallelism's ring allreduce, and the results agree
+to the bit); a layer therefore often lies in one or two shards, and its
+all-gather moves the same bytes as FSDP's but less evenly spread over the ranks.
+
+Memory: `memory.peak` holds the most bytes of parameters, gradients and
+optimizer state this rank held at once (storages counted, see
+train.memory.held_bytes), sampled after every gather, reduction and step.
+
+Used in: notebooks/10_sharded_data_parallel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from syncedu.dp.data_parallel import sync_paused
+from syncedu.zero.shards import (
+    SPLITS,
+    Layout,
+    MemoryMeter,
+    Unit,
+    all_gather,
+    layer_units,
+    reduce_scatter_mean,
+    start_direct_all_gather,
+)
+
+__all__ = ["ZeroConfig", "ZeroDataParallel", "MemoryMeter", "STAGES", "OPTIMIZERS", "UNITS"]
+
+STAGES = (1, 2, 3)
+OPTIMIZERS = ("sgd", "adam")
+UNITS = ("model", "layer")
+
+
+@dataclass(frozen=True)
+class ZeroConfig:
+    """A ZeRO stage and its optimizer (validated; errors name the parameter)."""
+
+    stage: int = 1
+    optimizer: str = "sgd"
+    lr: float = 0.1
+    momentum: float = 0.0  # SGD only
+    split: str = "uneven"  # or "padded" (see zero_shards)
+    units: str = "layer"  # stages 2-3 move one "layer" at a time, or the whole "model"
+    prefetch: bool = False  # stage 3: start the next layer's all-gather before computing
+
+    def __post_init__(self):
+        if self.stage not in STAGES:
+            raise ValueError(f"stage={self.stage!r} is unknown; choose one of {STAGES}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer={self.optimizer!r} is unknown; choose one of "
+                             f"{OPTIMIZERS}")
+        if not self.lr > 0:
+            raise ValueError(f"lr={self.lr!r} must be > 0")
+        if not 0 <= self.momentum < 1 or (self.momentum and self.optimizer != "sgd"):
+            raise ValueError(f"momentum={self.momentum!r} must be in [0, 1), and 0 unless "
+                             f"optimizer='sgd'")
+        if self.split not in SPLITS:
+            raise ValueError(f"split={self.split!r} is unknown; choose one of {SPLITS}")
+        if self.prefetch not in (True, False) or (self.prefetch and self.stage != 3):
+            raise ValueError(f"prefetch={self.prefetch!r} must be a bool, True only at stage=3")
+        if self.units not in UNITS:
+            raise ValueError(f"units={self.units!r} is unknown; choose one of {UNITS}")
+
+
+class ZeroDataParallel(nn.Module):
+    """Wrap `module` for ZeRO stage `config.stage`; also the optimizer (`step`, `zero_grad`).
+
+    Args:
+        module: any `nn.Module` whose trainable parameters share one dtype and
+            device; each parameter belongs to the first module that owns it.
+        comm: this rank's `Comm`.
+        config: a `ZeroConfig` (or its fields as keywords: `stage=2, optimizer="adam"`).
+    """
+
+    def __init__(self, module: nn.Module, comm, config: ZeroConfig | None = None, **fields):
+        super().__init__()
+        if config is not None and fields:
+            raise ValueError("pass either config= or its fields as keywords, not both")
+        cfg = config if config is not None else ZeroConfig(**fields)
+        self.module, self.comm, self.config, self.stage = module, comm, cfg, cfg.stage
+        self.require_sync, self._armed = True, False
+        self.units = layer_units(module, cfg.units)
+        self.params = [p for u in self.units for p in u.params]
+        self.layout = Layout(self.units[-1].b, comm.world_size, cfg.split)
+        self.flat_grad: torch.Tensor | None = None
+        with torch.no_grad():
+            self.shard = nn.Parameter(self._shard_from(self._broadcast_flat()))
+        self.opt = (torch.optim.Adam([self.shard], lr=cfg.lr) if cfg.optimizer == "adam" else
+                    torch.optim.SGD([self.shard], lr=cfg.lr, momentum=cfg.momentum))
+        if self.stage == 1:  # stage 1 keeps whole gradients, views of one buffer
+            self.flat_grad = self.shard.new_zeros(self.layout.padded_numel)
+            for u in self.units:
+                u.attach_grads(self.flat_grad[u.a: u.b])
+        self.memory = MemoryMeter(self)
+        self._hooks = self._install_hooks() if self.stage > 1 else []
+        self.memory.sample("start")
+
+    def _broadcast_flat(self) -> torch.Tensor:
+        """All parameters in one buffer, rank 0's on every rank (as DDP starts)."""
+        flat = self.params[0].new_zeros(self.layout.padded_numel)
+        torch.cat([p.detach().reshape(-1) for p in self.params], out=flat[: self.layout.numel])
+        self.comm.broadcast(flat, src=0)
+        return flat
+
+    def _shard_from(self, flat: torch.Tensor) -> torch.Tensor:
+        mine = self.layout.pieces(flat)[self.comm.rank]
+        if self.stage < 3:  # the shard is a view: the optimizer updates the buffer in place
+            self.flat = flat
+            for u in self.units:
+                u.attach(flat[u.a: u.b])
+            return mine
+        self.flat = None  # stage 3 keeps only its own shard
+        for u in self.units:
+            u.free()
+        return mine.clone()
+
+    # ------------------------------------------------------------- hooks
+    def _install_hooks(self) -> list:
+        hooks = []
+        for u in self.units:
+            if self.stage == 3:
+                hooks.append(u.module.register_forward_pre_hook(self._pre_forward(u)))
+            hooks.append(u.module.register_forward_hook(self._post_forward(u)))
+            hooks += [p.register_post_accumulate_grad_hook(self._on_grad(u)) for p in u.params]
+        return hooks
+
+    def _pre_forward(self, u: Unit):
+        def hook(_module, _inputs):
+            self._gather(u)  # Step 1: the layer's whole parameters, just in time
+            self._prefetch(u, +1)
+            self.memory.sample(f"gather {u.name}")
+        return hook
+
+    def _post_forward(self, u: Unit):
+        def hook(_module, _inputs, output):
+            if self.stage == 3:
+                u.free()  # Step 1: ... and gone again (backward gathers them anew)
+            if isinstance(output, torch.Tensor) and output.requires_grad:
+                # The gradient of the layer's output arrives just before its backward runs.
+                output.register_hook(self._pre_backward(u))
+        return hook
+
+    def _pre_backward(self, u: Unit):
+        def hook(_grad):
+            if self.stage == 3:
+                self._gather(u)  # Step 2: backward needs the weights again
+                self._prefetch(u, -1)
+            if u.flat_grad is None:
+                u.flat_grad = self.shard.new_zeros(u.b - u.a)
+                u.attach_grads(u.flat_grad)
+            u.ready = 0
+            self.memory.sample(f"backward {u.name}")
+        return hook
+
+    def _on_grad(self, u: Unit):
+        def hook(_p):
+            u.ready += 1
+            if u.ready == len(u.params):  # Step 2: the layer's gradients are complete
+                self.memory.sample(f"grads {u.name}")
+                self._reduce(u)
+                if self.stage == 3:
+                    u.free()
+                self.memory.sample(f"reduced {u.name}")
+        return hook
+
+    # ------------------------------------------------ one layer's traffic
+    def _own(self, u: Unit) -> tuple[int, int]:
+        """Where this rank's piece of `u` lies in its shard."""
+        return self.layout.within_shard(u.a, u.b, self.comm.rank)
+
+    def _gather(self, u: Unit) -> None:
+        """Stage 3: all-gather the layer's slice from the shards (waits for a prefetch)."""
+        if u.flat is None:
+            self._start_gather(u)
+        for work in u.pending:
+            work.wait()
+        if u.pending:
+            u.pending = []
+            u.attach(u.flat)
+
+    def _start_gather(self, u: Unit) -> None:
+        u.flat = self.shard.new_empty(u.b - u.a)
+        pieces = self.layout.pieces(u.flat, u.a)
+        lo, hi = self._own(u)
+        pieces[self.comm.rank].copy_(self.shard.detach()[lo:hi])
+        if self.config.prefetch:  # non-blocking: the layer before can compute meanwhile
+            u.pending = start_direct_all_gather(self.comm, pieces, tag=1 + self.units.index(u))
+        else:
+            all_gather(self.comm, pieces, builtin=False)
+            u.attach(u.flat)
+
+    def _prefetch(self, u: Unit, direction: int) -> None:
+        """Start the all-gather of the layer that runs next (forward: +1, backward: -1)."""
+        k = self.units.index(u) + direction
+        if self.config.prefetch and 0 <= k < len(self.units) and self.units[k].flat is None:
+            self._start_gather(self.units[k])
+
+    def _reduce(self, u: Unit) -> None:
+        """Stages 2-3: reduce-scatter the layer's gradients; keep (add up) this rank's piece."""
+        mean = reduce_scatter_mean(self.comm, self.layout.pieces(u.flat_grad, u.a), False)
+        if self.shard.grad is None:
+            self.shard.grad = torch.zeros_like(self.shard)
+        lo, hi = self._own(u)
+        self.shard.grad[lo:hi].add_(mean)  # adds up over micro-batches
+        u.flat_grad = None
+        for p in u.params:
+            p.grad = None
+
+    # ------------------------------------------------------- the wrapper
+    def forward(self, *args, **kwargs):
+        # As DDP: the forward decides whether the coming backward synchronizes (stage 1).
+        self._armed = self.require_sync and torch.is_grad_enabled()
+        return self.module(*args, **kwargs)
+
+    def no_sync(self):
+        """Stage 1: accumulate whole gradients locally. Stages 2-3 hold no whole gradients
+        to accumulate, so every micro-batch is reduce-scattered and the shards add up."""
+        return sync_paused(self)
+
+    def finish_gradient_synchronization(self) -> None:
+        """Stage 1, Step 2: reduce-scatter the whole gradients (stages 2-3 did it in backward)."""
+        if self.stage == 1 and self._armed:
+            self._armed = False
+            pieces = self.layout.pieces(self.flat_grad)
+            mine = reduce_scatter_mean(self.comm, pieces, self._builtin)
+            own = pieces[self.comm.rank]
+            if mine.data_ptr() != own.data_ptr():
+                own.copy_(mine)
+            self.shard.grad = own  # the mean lands in this rank's part of the whole gradients
+            self.memory.sample("reduced")
+
+    @property
+    def _builtin(self) -> bool:
+        """Whole-buffer traffic uses the built-ins when the pieces are equal ("padded")."""
+        return self.layout.split == "padded"
+
+    # ------------------------------------------------------ the optimizer
+    @property
+    def param_groups(self) -> list[dict]:
+        return self.opt.param_groups
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """Steps 3-4: update this rank's shard, then (stages 1-2) all-gather the buffer."""
+        self.opt.step()
+        self.memory.sample("step")
+        if self.stage < 3:
+            all_gather(self.comm, self.layout.pieces(self.flat), self._builtin)
+            self.memory.sample("gathered")
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget the gradients (stage 1 zeroes its whole buffer and keeps it)."""
+        self.shard.grad = None
+        if self.flat_grad is not None:
+            self.flat_grad.zero_()
+
+    @torch.no_grad()
+    def full_parameters(self) -> dict[str, torch.Tensor]:
+        """The whole parameters by the module's names (stage 3 gathers them: traffic)."""
+        out = {}
+        for u in self.units:
+            was_free = u.flat is None and self.stage == 3
+            if was_free:
+                self._gather(u)
+            out.update({id(p): p.detach().clone() for p in u.params})
+            if was_free:
+                u.free()
+        return {name: out[id(p)] for name, p in self.module.named_parameters() if id(p) in out}
+
+    def close(self) -> None:
+        """Remove the hooks and leave whole parameters in the module (it stays usable)."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        with torch.no_grad():
+            for u in self.units:
+                if self.stage == 3:
+                    self._gather(u)

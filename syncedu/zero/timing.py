@@ -1,0 +1,116 @@
+"""How long a ZeRO step takes on a network: simulated, and the alpha-beta model with and
+without prefetching stage 3's all-gathers.
+
+A model of L equal layers, Psi parameters of `itemsize` bytes, forward compute
+F per step (backward 2F), N ranks. Per step (the formulas of `step_time`):
+
+1. plain data parallelism and ZeRO-1 move 2 Psi (a reduce-scatter and an
+   all-gather of the whole model); our from-scratch code waits for each
+   transfer, so t = 3F + RS(Psi) + AG(Psi); ZeRO-2 reduce-scatters layer by
+   layer: t = 3F + L RS(Psi/L) + AG(Psi) (L - 1 more latencies);
+2. ZeRO-3 without prefetch (ours): every layer waits for its all-gather, twice:
+   t = 3F + L (2 AG(Psi/L) + RS(Psi/L));
+3. ZeRO-3 with prefetch (what FSDP does): layer l+1's all-gather runs while layer
+   l computes, so each layer costs max(compute, transfer) and only the first
+   gather of each pass and the last reduce-scatter show:
+   t = AG + (L-1) max(F/L, AG) + F/L + AG + (L-1) max(2F/L, AG + RS) + 2F/L + RS,
+   with AG, RS of one layer. The all-gather hides when AG(Psi/L) <= F/L.
+
+`simulate_step(stage, ...)` runs our ZeRO (or "flat" DP, stage 0) on simulated
+ranks with the compute charged layer by layer, and returns the logical seconds
+of one step: the measurement that checks items 1 and 2.
+
+Used in: notebooks/10_sharded_data_parallel.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from syncedu.comm import sim
+from syncedu.dp.data_parallel import DataParallel
+from syncedu.zero.stages import ZeroDataParallel
+
+from syncedu.collectives.cost import collective_time
+
+MODES = ("dp", "zero1", "zero2", "zero3", "zero3_prefetch")
+
+
+def step_time(mode: str, psi: float, layers: int, n: int, network, forward_seconds: float,
+              itemsize: int = 2) -> float:
+    """Seconds of one step in `mode` (see `MODES` and the module docstring)."""
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r} is unknown; choose one of {MODES}")
+    if not isinstance(layers, int) or layers < 1:
+        raise ValueError(f"layers={layers!r} must be an int >= 1")
+    f, size = forward_seconds / layers, psi * itemsize
+    if n == 1:
+        return 3 * forward_seconds
+    ag = collective_time("all_gather", size / layers, n, network)
+    rs = collective_time("reduce_scatter", size / layers, n, network)
+    whole_ag = collective_time("all_gather", size, n, network)
+    if mode in ("dp", "zero1"):  # Step 1
+        return 3 * forward_seconds + collective_time("reduce_scatter", size, n, network) + whole_ag
+    if mode == "zero2":
+        return 3 * forward_seconds + layers * rs + whole_ag
+    if mode == "zero3":  # Step 2
+        return 3 * forward_seconds + layers * (2 * ag + rs)
+    forward = ag + (layers - 1) * max(f, ag) + f  # Step 3
+    backward = ag + (layers - 1) * max(2 * f, ag + rs) + 2 * f + rs
+    return forward + backward
+
+
+def hides(psi: float, layers: int, n: int, network, forward_seconds: float,
+          itemsize: int = 2) -> bool:
+    """Does one layer's all-gather fit in one layer's forward compute (prefetch hides it)?"""
+    ag = collective_time("all_gather", psi * itemsize / layers, n, network)
+    return ag <= forward_seconds / layers
+
+
+class _Charge:
+    """Forward hooks that charge `f` seconds per layer, and 2f when its backward starts."""
+
+    def __init__(self, comm, module: nn.Module, f: float):
+        self.hooks = [m.register_forward_hook(self._hook(comm, f))
+                      for m in module.modules() if isinstance(m, nn.Linear)]
+
+    @staticmethod
+    def _hook(comm, f: float):
+        def hook(_m, _inputs, out):
+            comm.compute(f)
+            if out.requires_grad:
+                out.register_hook(lambda g: comm.compute(2 * f))
+        return hook
+
+
+def _worker(comm, stage: int, hidden: int, depth: int, f: float, steps: int, prefetch: bool):
+    torch.manual_seed(0)
+    net = nn.Sequential(*[nn.Linear(hidden, hidden) for _ in range(depth)])
+    wrapped = (DataParallel(net, comm, "flat") if stage == 0 else
+               ZeroDataParallel(net, comm, stage=stage, lr=0.01, prefetch=prefetch))
+    opt = wrapped if stage else torch.optim.SGD(net.parameters(), lr=0.01)
+    _Charge(comm, net, f)
+    comm.barrier()
+    start = comm.now()
+    for step in range(steps):
+        opt.zero_grad()
+        x = torch.randn(4, hidden, generator=torch.Generator().manual_seed(step))
+        F.mse_loss(wrapped(x), x).backward()
+        wrapped.finish_gradient_synchronization()
+        opt.step()
+    return (comm.now() - start) / steps
+
+
+def simulate_step(stage: int, n: int, network, *, hidden: int = 32, depth: int = 4,
+                  forward_seconds: float = 1e-3, steps: int = 2, prefetch: bool = False) -> float:
+    """Logical seconds of one step of our ZeRO `stage` (0: "flat" DP) on `n` simulated ranks.
+
+    The model is `depth` Linear(hidden, hidden) layers (bias included); each
+    charges forward_seconds / depth in forward and twice that in backward.
+    `prefetch` (stage 3): start each layer's all-gather one layer ahead.
+    """
+    f = forward_seconds / depth
+    res = sim.run(_worker, n, args=(stage, hidden, depth, f, steps, prefetch), network=network)
+    return max(res)

@@ -1,0 +1,133 @@
+"""The library versions of ZeRO, on the same model and batches as ours: one worker each.
+
+- `ddp_worker(comm, steps, optimizer, zero=False)`: `DistributedDataParallel`,
+  with torch's plain optimizer or, with `zero=True`, wrapped in
+  `torch.distributed.optim.ZeroRedundancyOptimizer` (ZeRO stage 1: each rank
+  keeps the optimizer state of its share of the parameters, then broadcasts
+  them; Rajbhandari et al., SC 2020);
+- `fsdp_worker(comm, steps, optimizer)`: FSDP2's `fully_shard` on every layer
+  and on the root (ZeRO stage 3: parameters sharded as `DTensor`s, all-gathered
+  per layer in forward and backward, gradients reduce-scattered).
+
+Known pitfall: FSDP2 averages gradients with a reduce-scatter using
+`ReduceOp.AVG`; on Gloo that has been reported to *sum* instead (pytorch issue
+162338), which makes FSDP2's gradients N times DDP's. `fsdp_worker` measures
+the ratio at the first step and, if it is N, divides the gradients by N after
+every backward (the workaround), and says so in its result.
+
+Every worker returns `(params, extra)`: the final parameters by the plain
+module's names, and a dict of what the lesson shows (optimizer-state elements
+held on this rank, whether the workaround was applied).
+
+Used in: notebooks/10_sharded_data_parallel, tests/test_zero.py.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from syncedu.train import models
+
+LR = 0.05
+
+
+def batch(step: int, rank: int, size: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank `rank`'s seeded batch for step `step` (64 features, 10 classes)."""
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(size, 64, generator=g), torch.randint(0, 10, (size,), generator=g)
+
+
+def model(**kwargs) -> torch.nn.Module:
+    """The lesson's small MLP: 64 -> 13 -> 13 -> 10, 1,167 parameters (4 does not divide it)."""
+    return models.make("mlp", seed=0, **{"hidden": 13, **kwargs})
+
+
+def make_optimizer(params, optimizer: str, zero: bool = False):
+    """SGD with momentum 0.9 or Adam, at `LR`; `zero=True`: sharded by ZeroRedundancyOptimizer."""
+    cls, kw = ((torch.optim.Adam, {}) if optimizer == "adam" else
+               (torch.optim.SGD, {"momentum": 0.9}))
+    if zero:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        return ZeroRedundancyOptimizer(params, optimizer_class=cls, lr=LR, **kw)
+    return cls(params, lr=LR, **kw)
+
+
+def _state_elements(opt) -> int:
+    inner = getattr(opt, "optim", opt)  # ZeroRedundancyOptimizer keeps its shard's optimizer
+    local = [getattr(t, "to_local", lambda t=t: t)() for s in inner.state.values()
+             for t in s.values() if isinstance(t, torch.Tensor)]  # FSDP2's are DTensors
+    return sum(t.numel() for t in local if t.dim() > 0)
+
+
+def _train(comm, net, forward, opt, steps: int, after_backward=None) -> None:
+    for step in range(steps):
+        opt.zero_grad()
+        x, y = (t.to(comm.device) for t in batch(step, comm.rank))
+        F.cross_entropy(forward(x), y).backward()
+        if after_backward is not None:
+            after_backward(net)
+        opt.step()
+
+
+def ddp_worker(comm, steps: int = 3, optimizer: str = "sgd", zero: bool = False):
+    """DDP with torch's optimizer, or with `ZeroRedundancyOptimizer` (`zero=True`)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    net = model().to(comm.device)
+    ddp = DDP(net)  # sync: broadcasts rank 0's parameters, averages gradients in backward
+    opt = make_optimizer(net.parameters(), optimizer, zero)  # sync: zero -> state sharded
+    _train(comm, net, ddp, opt, steps)
+    params = {k: p.detach().cpu().clone() for k, p in net.named_parameters()}
+    return params, {"state_elements": _state_elements(opt)}
+
+
+def _averaged_grad_norm(comm, net) -> float:
+    """Norm of step 0's gradient averaged over ranks (the plain model, by hand): the truth."""
+    x, y = (t.to(comm.device) for t in batch(0, comm.rank))
+    F.cross_entropy(net(x), y).backward()
+    flat = torch.cat([p.grad.reshape(-1) for p in net.parameters()])
+    dist.all_reduce(flat)
+    return (flat / comm.world_size).norm().item()
+
+
+def fsdp_worker(comm, steps: int = 3, optimizer: str = "sgd"):
+    """FSDP2 `fully_shard` on each Linear and on the root; the Gloo workaround if needed.
+
+    After step 0's backward it compares the norm of FSDP2's gradient with the
+    norm of the true averaged gradient: a ratio of N means FSDP2 summed
+    (pytorch#162338), and from then on the gradients are divided by N.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    net = model().to(comm.device)
+    truth = _averaged_grad_norm(comm, model().to(comm.device))
+    mesh = init_device_mesh(comm.device.type, (comm.world_size,))
+    for layer in net.modules():
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)  # sync: one all-gather / reduce-scatter unit per layer
+    fully_shard(net, mesh=mesh)
+    opt = make_optimizer(net.parameters(), optimizer)  # sync: each rank's shards only
+    seen = {}
+
+    def check_and_fix(module) -> None:
+        if "ratio" not in seen:  # step 0: is FSDP2's gradient the average, or N times it?
+            grads = [p.grad.full_tensor().reshape(-1) for p in module.parameters()]
+            seen["ratio"] = torch.cat(grads).norm().item() / truth
+        if seen["ratio"] > 1.5:  # the workaround: FSDP2 summed, so average by hand
+            for p in module.parameters():
+                p.grad.div_(comm.world_size)
+
+    _train(comm, net, net, opt, steps, check_and_fix)
+    params = {k: p.full_tensor().detach().cpu().clone() for k, p in net.named_parameters()}
+    local = sum(p.to_local().numel() for p in net.parameters())
+    return params, {"state_elements": _state_elements(opt), "grad_ratio": seen["ratio"],
+                    "workaround": seen["ratio"] > 1.5, "local_elements": local,
+                    "param_type": type(next(net.parameters())).__name__}
+
+
+def max_diff(a: dict, b: dict) -> float:
+    """Largest absolute difference between two parameter dicts with the same names."""
+    return max((a[k] - b[k]).abs().max().item() for k in a)

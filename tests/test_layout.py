@@ -1,0 +1,152 @@
+"""The package's layout: short names bound eagerly, a light engine, imports one way, no cycles.
+
+DESIGN.md, "Layout": comm <- train <- topic <- that topic's notebook helpers; a
+topic may use an earlier topic's algorithms, never another topic's helpers; no
+cycles; a rank process that imports the engine never imports matplotlib or
+ipywidgets.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "syncedu"
+# The topics in course order; a topic may import the algorithms of the ones before it.
+TOPICS = ("collectives", "dp", "ps", "syncbn", "compress", "horovod", "tuning", "zero", "faults")
+HELPER = re.compile(r"^(lesson\d\d|exercises\d\d|plots)$")  # a topic's notebook helpers
+
+LIGHT = """
+import sys
+import syncedu, syncedu.comm, syncedu.train, syncedu.zero
+from syncedu import (launch, sim, collectives, cost, dp, syncbn, train, ps, compress, data,
+                     models, zero, tuning, horovod, Network, PRESETS)
+heavy = sorted(m for m in ("matplotlib", "ipywidgets", "IPython", "horovod") if m in sys.modules)
+print(heavy)
+"""
+
+
+def test_importing_the_package_and_every_topic_stays_light():
+    out = subprocess.run([sys.executable, "-c", LIGHT], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_short_names_are_the_real_modules():
+    import syncedu
+    from syncedu import collectives, compress, cost, data, dp, launch, models, ps, sim, syncbn
+    from syncedu import train, zero
+    from syncedu.collectives import cost as collectives_cost
+    from syncedu.comm import launch as comm_launch
+    from syncedu.comm import sim as comm_sim
+    from syncedu.train import data as train_data
+    from syncedu.train import models as train_models
+
+    assert (cost, data, models, launch, sim) == (collectives_cost, train_data, train_models,
+                                                 comm_launch, comm_sim)
+    assert syncedu.comm.TorchComm.__name__ == "TorchComm"
+    assert callable(train.run) and callable(ps.run) and callable(cost.allreduce_time)
+    assert callable(collectives.allreduce) and "ring" in collectives.ALGORITHMS
+    assert dp.DataParallel and syncbn.SyncBatchNorm and compress.TopK and zero.ZeroDataParallel
+    assert not hasattr(syncedu, "__getattr__")  # no lazy names: what you see is bound
+    assert not any(type(f).__module__.startswith("syncedu") for f in sys.meta_path)
+
+
+def test_every_strategy_is_registered_by_its_topic():
+    from syncedu.train import strategies
+    from syncedu.train.config import STRATEGIES
+
+    assert set(STRATEGIES) <= set(strategies.FACTORIES)
+    assert strategies.FACTORIES["bucketed"].__module__ == "syncedu.dp.train_strategies"
+    assert strategies.FACTORIES["zero1"].__module__ == "syncedu.zero.train_strategies"
+    assert strategies.FACTORIES["local_sgd"].__module__ == "syncedu.tuning.train_strategies"
+
+
+# ------------------------------------------------------------------ the import graph
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in PKG.rglob("*.py")}
+
+
+def _imports(name: str) -> set[str]:
+    """Every syncedu module `name` imports, at module level or inside a function."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            for a in node.names:
+                found.add(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base)
+    return {m for m in found if m in MODULES and m != name}
+
+
+GRAPH = {m: _imports(m) for m in MODULES if not m.startswith("syncedu.comm")}
+
+
+def _place(name: str) -> tuple[str, int, bool]:
+    """(area, course position, is a notebook helper) of a module."""
+    parts = name.split(".")
+    area = parts[1] if len(parts) > 1 else ""
+    helper = area in TOPICS and len(parts) > 2 and bool(HELPER.match(parts[2]))
+    order = {"comm": 0, "train": 1, "ui": 1, **{t: 2 + i for i, t in enumerate(TOPICS)}}
+    return area, order.get(area, 99), helper
+
+
+def test_no_import_cycles_outside_comm():
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m):
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(GRAPH.get(m, ())):
+            if state.get(n) == 1:
+                pytest.fail("import cycle: " + " -> ".join(stack[stack.index(n):] + [n]))
+            if n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(GRAPH):
+        if m not in state and m != "syncedu":
+            visit(m)
+
+
+def test_imports_run_one_way():
+    bad = []
+    for m, deps in sorted(GRAPH.items()):
+        area, pos, helper = _place(m)
+        if m == "syncedu" or area in ("bench", "examples"):  # the top: they may use any algorithm
+            bad += [f"{m} -> {d}" for d in deps if _place(d)[2]]
+            continue
+        for d in sorted(deps):
+            d_area, d_pos, d_helper = _place(d)
+            if d == "syncedu":
+                continue
+            if area == "ui" and d_area not in ("comm", "ui"):
+                bad.append(f"{m} -> {d} (ui is shared by every lesson: it imports no topic)")
+            elif area == "train" and d_area not in ("comm", "train"):
+                bad.append(f"{m} -> {d} (the harness imports no topic)")
+            elif area in TOPICS and d_area in TOPICS and (d_pos > pos or (
+                    d_helper and (d_area != area or not helper))):
+                bad.append(f"{m} -> {d} (a topic uses earlier topics' algorithms only; "
+                           "helpers only its own)")
+            elif area in TOPICS and d_area == "ui" and not helper:
+                bad.append(f"{m} -> {d} (an algorithm imports no notebook helper)")
+    assert not bad, "\n".join(bad)

@@ -1,0 +1,244 @@
+"""Lesson 09's package: DiLoCo, the noise-scale estimator, scaling predictions, the helper."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from syncedu import Network, sim
+from syncedu.collectives import cost
+from syncedu.tuning import noise_scale, scaling, experiments as tuning
+from syncedu.tuning import diloco
+from syncedu.tuning.local_sgd import average_parameters
+
+
+# ------------------------------------------------------------------ DiLoCo
+def _perturbed(comm, config):
+    model = torch.nn.Linear(4, 3)
+    algo = diloco.DiLoCo(model, comm, config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(comm.rank + 1.0).mul_(0.5 * (comm.rank + 1))
+    return model, algo
+
+
+def test_outer_step_with_lr1_no_momentum_is_parameter_averaging():
+    def worker(comm):
+        cfg = diloco.DiLoCoConfig(inner_steps=1, outer_lr=1.0, outer_momentum=0.0)
+        model, algo = _perturbed(comm, cfg)
+        ref = [p.detach().clone() for p in model.parameters()]
+        average_parameters(comm, ref)  # local SGD's average
+        algo.outer_step()
+        return [(p.detach() - r).abs().max().item() for p, r in zip(model.parameters(), ref)]
+
+    assert max(max(d) for d in sim.run(worker, 3)) < 1e-6
+
+
+def test_nesterov_step_matches_torch_sgd():
+    g = torch.Generator().manual_seed(0)
+    anchor, buf = torch.randn(6, generator=g), torch.zeros(6)
+    p = torch.nn.Parameter(anchor.clone())
+    opt = torch.optim.SGD([p], lr=0.7, momentum=0.9, nesterov=True)
+    for _ in range(4):
+        delta = torch.randn(6, generator=g)
+        diloco.nesterov_step(anchor, buf, delta, lr=0.7, momentum=0.9)
+        p.grad = delta.clone()
+        opt.step()
+    assert torch.allclose(anchor, p.detach(), atol=1e-6)
+
+
+def test_every_rank_ends_with_the_same_parameters_and_outer_momentum():
+    def worker(comm):
+        model, algo = _perturbed(comm, diloco.DiLoCoConfig(inner_steps=2))
+        for _ in range(3):
+            algo.after_step()
+        algo.finish()  # a cut-short round is closed
+        return algo.rounds, torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+    res = sim.run(worker, 4)
+    assert all(r[0] == 2 for r in res)
+    assert all(torch.equal(res[0][1], r[1]) for r in res)
+
+
+@pytest.mark.parametrize("field,value", [("inner_steps", 0), ("outer_lr", 0.0),
+                                         ("outer_momentum", 1.0), ("weight_decay", -1.0),
+                                         ("wire_dtype", torch.int8)])
+def test_diloco_config_names_the_bad_parameter(field, value):
+    with pytest.raises(ValueError, match=field):
+        diloco.DiLoCoConfig(**{field: value})
+
+
+def test_diloco_sends_one_model_per_round_and_fp16_halves_it():
+    kw = dict(steps=20, global_batch=32)
+    sync = tuning.run_diloco("sync", 2, **kw)
+    cfg = diloco.DiLoCoConfig(inner_steps=10, inner_lr=3e-3, weight_decay=0.0)
+    loco = tuning.run_diloco("diloco", 2, config=cfg, **kw)
+    half = tuning.run_diloco("diloco", 2, **kw, config=diloco.DiLoCoConfig(
+        inner_steps=10, inner_lr=3e-3, weight_decay=0.0, wire_dtype=torch.float16))
+    assert sync.bytes_sent == 10 * loco.bytes_sent
+    assert loco.bytes_sent == 2 * half.bytes_sent
+    assert loco.loss[-1] < loco.loss[0] and sync.loss[-1] < sync.loss[0]
+    with pytest.raises(ValueError, match="method"):
+        tuning.run_diloco("async", 2, **kw)
+
+
+def test_diloco_on_a_wan_is_faster_in_logical_time():
+    wan = Network.preset("wan")
+    kw = dict(steps=20, global_batch=32, network=wan, compute_seconds=0.01)
+    sync = tuning.run_diloco("sync", 2, **kw)
+    loco = tuning.run_diloco("diloco", 2, **kw)
+    assert loco.seconds < sync.seconds / 3
+
+
+# ------------------------------------------------------------ noise scale
+def test_two_batch_solves_the_two_equations_exactly():
+    g2, trace = 2.5, 40.0
+    small, big = g2 + trace / 8, g2 + trace / 64
+    got = noise_scale.two_batch(small, big, 8, 64)
+    assert got == pytest.approx((g2, trace))
+    with pytest.raises(ValueError, match="b_small"):
+        noise_scale.two_batch(small, big, 64, 8)
+    with pytest.raises(ValueError, match="ema"):
+        noise_scale.NoiseScale(ema=1.0)
+
+
+def test_allreduce_with_norms_costs_one_extra_scalar():
+    def worker(comm):
+        g = torch.arange(6, dtype=torch.float32) * (comm.rank + 1)
+        flat, small = noise_scale.allreduce_with_norms(comm, g.clone())
+        return flat, small
+
+    res = sim.run(worker, 2)
+    base = torch.arange(6, dtype=torch.float32)
+    assert torch.allclose(res[0][0], base * 1.5)
+    assert res[0][1] == pytest.approx(float((base ** 2).sum()) * (1 + 4) / 2)
+    plain = sim.run(lambda comm: comm.all_reduce(torch.zeros(6)), 2)
+    assert res.ledger.sent[0] - plain.ledger.sent[0] == 4  # one float32 more
+
+
+def test_noise_scale_estimates_the_true_critical_batch():
+    d, sigma, b = 20, 2.0, 4
+    G = torch.full((d,), 0.5)
+    truth = d * sigma ** 2 / float(G.pow(2).sum())  # tr(Sigma) / |G|^2 = 32
+
+    def worker(comm):
+        g = torch.Generator().manual_seed(100 + comm.rank)
+        est = noise_scale.NoiseScale(ema=0.98)
+        for _ in range(400):
+            local = G + sigma * torch.randn(b, d, generator=g).mean(0)
+            _, small = noise_scale.allreduce_with_norms(comm, local)
+            est.update(small, float(local.pow(2).sum()), b, b * comm.world_size)
+        return est.b_simple
+
+    res = sim.run(worker, 4)
+    assert res[0] == res[3]  # every rank computes the same estimate
+    assert res[0] == pytest.approx(truth, rel=0.3)
+
+
+def test_noise_scale_run_reports_one_estimate_per_step():
+    run = tuning.run_noise_scale(2, steps=30, global_batch=32)
+    assert len(run.noise) == 30
+    assert sum(math.isfinite(v) for v in run.noise) >= 20  # nan while the |G|^2 average is <= 0
+    assert run.loss[-1] < run.loss[0]
+    assert tuning.steps_to([3, 2, 1], 2) == 2 and tuning.steps_to([3], 1) == 0
+
+
+# ---------------------------------------------------------------- scaling
+def test_efficiency_model_basics():
+    net = Network.preset("ethernet_10g")
+    s, c = 100e6, 0.1
+    assert scaling.efficiency(s, c, 1, net) == 1.0
+    t = cost.allreduce_time("ring", s, 16, net)
+    assert scaling.step_time(s, c, 16, net, overlap=0.0) == pytest.approx(c + t)
+    effs = [scaling.efficiency(s, c, n, net) for n in (2, 8, 64, 1024)]
+    assert effs == sorted(effs, reverse=True)
+    for bad, match in [(dict(overlap=1.5), "overlap"), (dict(bucket_bytes=0), "bucket_bytes")]:
+        with pytest.raises(ValueError, match=match):
+            scaling.efficiency(s, c, 4, net, **bad)
+    with pytest.raises(ValueError, match="compute_seconds"):
+        scaling.efficiency(s, 0.0, 4, net)
+    with pytest.raises(ValueError, match="world_size"):
+        scaling.efficiency(s, c, 0, net)
+
+
+def test_bucket_curve_is_latency_bound_then_loses_overlap():
+    net = Network.preset("ethernet_100g", latency=100e-6)
+    s, c, n = 100e6, 0.1, 32
+    eff = {b: scaling.efficiency(s, c, n, net, overlap=1.0, bucket_bytes=b)
+           for b in (2 ** 20, 25 * 2 ** 20, s)}
+    assert eff[25 * 2 ** 20] > eff[2 ** 20] and eff[25 * 2 ** 20] > eff[s]
+    best, e = scaling.best_bucket(s, c, n, net, overlap=1.0)
+    assert e >= max(eff.values()) - 1e-12 and best in (2 ** 18, 2 ** 20, 4 * 2 ** 20,
+                                                      25 * 2 ** 20, 100 * 2 ** 20)
+
+
+def test_published_comparisons_within_their_bands():
+    rows = scaling.published_comparisons()
+    assert len(rows) == 5
+    for r in rows:
+        assert r.within, r.row()
+        assert r.no_overlap <= r.published + 1e-9, r.name  # the lower bound holds
+        assert r.note and r.source
+    vgg = next(r for r in rows if "VGG" in r.name)
+    assert vgg.predicted < min(r.predicted for r in rows if r is not vgg)
+
+
+def test_recommend_prefers_exact_options_on_fast_networks_and_local_sgd_on_a_wan():
+    fast = scaling.recommend(100e6, 0.1, Network.cluster(8, 8), 64)
+    assert len(fast) == 6 and sum(o.recommended for o in fast) == 1
+    assert next(o for o in fast if o.recommended).name == "buckets"
+    wan = scaling.recommend(100e6, 0.1, Network.preset("wan"), 8)
+    assert next(o for o in wan if o.recommended).name == "local_sgd"
+    assert all(0 < o.efficiency <= 1 and o.reason for o in wan)
+    with pytest.raises(ValueError, match="target"):
+        scaling.recommend(100e6, 0.1, Network.preset("wan"), 8, target=0)
+
+
+# --------------------------------------------------------------- exercises
+def test_lesson09_checkers_accept_the_reference_and_reject_wrong_answers(capsys):
+    from syncedu.tuning import exercises09 as ex
+
+    def outer(comm, anchor, local, buf, lr, momentum):
+        delta = diloco.outer_gradient(comm, anchor, local)
+        diloco.nesterov_step(anchor, buf, delta, lr=lr, momentum=momentum)
+
+    def pick(s, c, net, n):
+        t = scaling.comm_seconds(s, n, net)
+        return next((h for h in (2, 4, 8, 16, 32, 64) if c / (c + t / h) >= 0.9), 64)
+
+    def stub(*_args):
+        raise NotImplementedError
+
+    assert ex.outer_step.grade(outer) and ex.two_batch.grade(noise_scale.two_batch)
+    assert ex.pick_sync_every.grade(pick)
+    assert not ex.outer_step.grade(lambda comm, a, loc, b, lr, m: a.copy_(loc))
+    assert not ex.two_batch.grade(lambda *a: (0.0, 0.0))
+    assert not ex.pick_sync_every.grade(lambda *a: 1)
+    assert not ex.two_batch.grade(stub)
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+def test_local_and_post_local_methods():
+    cfg = diloco.DiLoCoConfig(inner_steps=4, inner_lr=3e-3, weight_decay=0.0)
+    kw = dict(steps=16, global_batch=32, config=cfg)
+    local = tuning.run_diloco("local", 2, **kw)
+    post = tuning.run_diloco("local", 2, start_local_at=8, **kw)
+    sync = tuning.run_diloco("sync", 2, **kw)
+    # 4 averages; post-local: 8 + 2 averages; sync: 16 gradient averages
+    assert 4 * sync.bytes_sent == 16 * local.bytes_sent
+    assert 4 * post.bytes_sent == 10 * local.bytes_sent
+
+
+def test_lesson09_dashboards_rerun_on_change():
+    from syncedu.tuning import lesson09
+
+    helper = lesson09.HelperExplorer()
+    before = helper.text
+    helper.network.value = "wan"
+    assert "->" in helper.text and helper.text != before
+    sync = lesson09.SyncExplorer(workers=2, steps=8, global_batch=32)
+    assert sync.text.startswith("H=16 on wan")
+    sync.h.value = 4
+    assert sync.text.startswith("H=4 on wan") and "error" not in sync.text

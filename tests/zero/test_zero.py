@@ -1,0 +1,321 @@
+"""ZeRO stages 1-3 (zero/stages.py): equal to one process and to "flat" data
+parallelism, 1x/1x/1.5x of its bytes, optimizer state 1/N per rank; torch's
+ZeroRedundancyOptimizer and FSDP2 equal to DDP; train.run's "zero1".."zero3"."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from syncedu import launch, train
+from syncedu.comm import sim
+from syncedu.comm.ledger import ring_allreduce_elements
+from syncedu.zero import torch_zero as zt
+from syncedu.dp import data_parallel as dp
+from syncedu.zero.stages import ZeroConfig, ZeroDataParallel
+from syncedu.zero.shards import Layout, held_bytes
+
+STEPS = 3
+OPTS = {"sgd": {"optimizer": "sgd", "momentum": 0.9}, "adam": {"optimizer": "adam"}}
+P = sum(p.numel() for p in zt.model().parameters())  # 1,167: 4 does not divide it
+
+
+def _sent(comm) -> int:
+    return sum(c.sent for c in comm.ledger.ops.values())
+
+
+def _loop(comm, forward, opt, finish=lambda: None) -> None:
+    for step in range(STEPS):
+        opt.zero_grad()
+        x, y = zt.batch(step, comm.rank)
+        F.cross_entropy(forward(x), y).backward()
+        finish()
+        opt.step()
+
+
+def _zero_worker(comm, stage, split, opt, prefetch=False, **kw):
+    z = ZeroDataParallel(zt.model(**kw), comm, stage=stage, split=split, lr=zt.LR,
+                         prefetch=prefetch, **OPTS[opt])
+    comm.ledger.reset()  # the start-up broadcast is not a training step's traffic
+    _loop(comm, z, z, z.finish_gradient_synchronization)
+    sent = _sent(comm)
+    return z.full_parameters(), sent, dict(z.memory.peak)
+
+
+def _flat_worker(comm, opt):
+    net = zt.model()
+    wrapped = dp.DataParallel(net, comm, "flat")
+    comm.ledger.reset()
+    _loop(comm, wrapped, zt.make_optimizer(net.parameters(), opt),
+          wrapped.finish_gradient_synchronization)
+    return {k: p.detach().clone() for k, p in net.named_parameters()}, _sent(comm)
+
+
+def _one_process(n, opt):
+    net = zt.model()
+    optim = zt.make_optimizer(net.parameters(), opt)
+    for step in range(STEPS):
+        optim.zero_grad()
+        xs, ys = zip(*[zt.batch(step, r) for r in range(n)])
+        F.cross_entropy(net(torch.cat(xs)), torch.cat(ys)).backward()
+        optim.step()
+    return dict(net.named_parameters())
+
+
+# ---------------------------------------------------------------- layout
+def test_layout_padded_and_uneven():
+    padded, uneven = Layout(10, 4, "padded"), Layout(10, 4, "uneven")
+    assert padded.sizes == [3, 3, 3, 3] and padded.padded_numel == 12
+    assert uneven.sizes == [3, 3, 2, 2] and uneven.padded_numel == 10
+    # A layer at [2, 7) of the buffer: its pieces on ranks 0..3 (rank 3's is empty).
+    assert uneven.ranges(2, 7) == [(2, 3), (3, 6), (6, 7), (8, 8)]
+    assert [p.tolist() for p in uneven.pieces(torch.arange(2.0, 7.0), 2)] == \
+        [[2.0], [3.0, 4.0, 5.0], [6.0], []]
+    buf = torch.arange(12.0)
+    assert held_bytes([buf[:3], buf[3:], buf, None, torch.empty(0)]) == 48  # one storage
+
+
+# ---------------------------------------------------------- correctness
+@pytest.mark.parametrize("opt", ["sgd", "adam"])
+@pytest.mark.parametrize("split", ["padded", "uneven"])
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_stage_equals_one_process_and_flat_simulated(stage, split, opt):
+    for n in (2, 3):
+        want = _one_process(n, opt)
+        flat = sim.run(_flat_worker, n, args=(opt,))
+        res = sim.run(_zero_worker, n, args=(stage, split, opt))
+        for r in range(n):
+            assert zt.max_diff(res[r][0], want) < 1e-5
+            assert zt.max_diff(res[r][0], flat[0][0]) < 1e-5
+
+
+def test_stage3_prefetch_same_parameters_bytes_less_time():
+    from syncedu import Network
+    from syncedu.zero import timing as zero_time
+    for n in (3, 4):
+        plain = sim.run(_zero_worker, n, args=(3, "uneven", "adam"))
+        ahead = sim.run(_zero_worker, n, args=(3, "uneven", "adam", True))
+        assert zt.max_diff(ahead[0][0], plain[0][0]) == 0.0
+        assert sum(r[1] for r in ahead) == sum(r[1] for r in plain)  # same bytes, sent direct
+    net = Network(latency=10e-6, bandwidth=1e9)
+    slow = zero_time.simulate_step(3, 4, net, hidden=32, depth=4)
+    fast = zero_time.simulate_step(3, 4, net, hidden=32, depth=4, prefetch=True)
+    assert fast < slow
+    with pytest.raises(ValueError, match="prefetch="):
+        ZeroConfig(stage=2, prefetch=True)
+
+
+def test_world_size_one_and_four():
+    for n in (1, 4):
+        flat = sim.run(_flat_worker, n, args=("adam",))
+        for stage in (1, 2, 3):
+            res = sim.run(_zero_worker, n, args=(stage, "uneven", "adam"))
+            # The same sums in the same order as "flat": equal to the last bit.
+            assert zt.max_diff(res[0][0], flat[0][0]) == 0.0
+            # Adam divides by sqrt(v): gradients that nearly cancel magnify the rounding
+            # of a different summation order (one process on the whole batch).
+            assert zt.max_diff(res[0][0], _one_process(n, "adam")) < 1e-4
+
+
+@pytest.fixture(scope="module")
+def pool2():
+    with launch.Pool(2, timeout=120) as pool:
+        yield pool
+
+
+def test_stages_on_two_real_ranks(pool2):
+    for opt, cases in (("sgd", [(2, "padded", False)]),
+                       ("adam", [(1, "padded", False), (3, "padded", False),
+                                 (3, "uneven", True)])):
+        want = _one_process(2, opt)
+        for stage, split, ahead in cases:
+            res = pool2.run(_zero_worker, args=(stage, split, opt, ahead), timeout=60)
+            assert zt.max_diff(res[0][0], want) < 1e-5, (stage, split, opt)
+            assert torch.equal(res[0][0]["net.0.weight"], res[1][0]["net.0.weight"])
+
+
+# ---------------------------------------------------------------- bytes
+def test_bytes_are_1x_1x_1_5x_of_data_parallelism():
+    for n in (2, 3, 4):
+        dp_sent = sim.run(_flat_worker, n, args=("sgd",)).ledger.sent
+        # "flat" sends one ring allreduce of all P floats per step, as the ledger charges it.
+        assert dp_sent == [4 * STEPS * ring_allreduce_elements(P, n, r)[0] for r in range(n)]
+        sent = {s: [res[1] for res in sim.run(_zero_worker, n, args=(s, "uneven", "sgd"))]
+                for s in (1, 2, 3)}
+        assert sent[1] == dp_sent  # one unit, no padding: exactly the allreduce's bytes per rank
+        assert sum(sent[2]) == sum(dp_sent)  # per layer: the same total, split differently
+        assert 2 * sum(sent[3]) == 3 * sum(dp_sent)  # a second all-gather: 1.5x
+        # "padded" sends the padding too, in the whole-buffer collectives only (stage 1's
+        # reduce-scatter and all-gather, stages 1-2's all-gather): N*ceil(P/N) - P <= N-1
+        # more elements each, sent by N-1 ranks. Layers move as pieces, never padded.
+        for stage, whole in ((1, 2), (2, 1), (3, 0)):
+            padded = [res[1] for res in sim.run(_zero_worker, n, args=(stage, "padded", "sgd"))]
+            extra = sum(padded) - sum(sent[stage])
+            assert extra == 4 * STEPS * whole * (n - 1) * (n * -(-P // n) - P), (n, stage)
+
+
+# --------------------------------------------------------------- memory
+def test_optimizer_state_falls_as_one_over_n():
+    for opt, per_param, extra in (("sgd", 4, 0), ("adam", 8, 4)):  # Adam: m, v and a step
+        for stage in (1, 2, 3):
+            for n in (1, 2, 4):
+                res = sim.run(_zero_worker, n, args=(stage, "uneven", opt))
+                most = max(r[2]["optimizer"] for r in res)
+                assert most == per_param * -(-P // n) + extra, (opt, stage, n)
+
+
+def test_stages_shrink_gradients_then_parameters():
+    kw = {"hidden": 64, "depth": 6}  # seven layers, six of 4,160 parameters: each a small part
+    peak = {s: sim.run(_zero_worker, 4, args=(s, "uneven", "adam"), kwargs=kw)[0][2]
+            for s in (1, 2, 3)}
+    whole = 4 * sum(p.numel() for p in zt.model(**kw).parameters())
+    assert peak[1]["params"] == peak[2]["params"] == whole
+    assert peak[1]["grads"] == whole
+    assert peak[2]["grads"] < 0.5 * whole  # a quarter, plus the layer in flight
+    assert peak[3]["params"] < 0.5 * whole
+    assert peak[1]["optimizer"] == peak[2]["optimizer"] == peak[3]["optimizer"]
+
+
+# ------------------------------------------------------------ bad input
+@pytest.mark.parametrize("field,value", [("stage", 4), ("optimizer", "lamb"),
+                                         ("split", "ragged"), ("units", "block"),
+                                         ("momentum", 1.5), ("lr", 0.0)])
+def test_bad_config_names_the_parameter(field, value):
+    with pytest.raises(ValueError, match=f"{field}="):
+        ZeroConfig(**{field: value})
+
+
+def test_train_run_rejects_unknown_stage_and_optimizer():
+    with pytest.raises(ValueError, match="strategy="):
+        train.run("zero4", 2, steps=1, global_batch=8, simulate=True)
+    with pytest.raises(ValueError, match="optimizer="):
+        train.run("zero2", 2, steps=1, global_batch=8, simulate=True, optimizer="lamb")
+
+
+# ------------------------------------------------------------- train.run
+@pytest.mark.parametrize("opt,momentum,acc", [("sgd", 0.9, 2), ("adam", 0.0, 1)])
+def test_train_run_zero_equals_flat_simulated(opt, momentum, acc):
+    kw = dict(steps=4, global_batch=48, optimizer=opt, momentum=momentum, lr=0.05,
+              simulate=True, accumulation=acc)
+    flat = train.run("flat", 3, **kw)
+    for stage in ("zero1", "zero2", "zero3"):
+        h = train.run(stage, 3, **kw)
+        assert h.max_param_diff(flat) < 1e-5, stage
+        assert abs(h.loss[-1] - flat.loss[-1]) < 1e-5
+
+
+def test_train_run_zero3_cnn_with_batchnorm_equals_flat():
+    kw = dict(steps=2, global_batch=24, model="cnn", optimizer="adam", simulate=True)
+    flat = train.run("flat", 3, **kw)
+    assert train.run("zero3", 3, **kw).max_param_diff(flat) == 0.0
+
+
+def test_train_run_history_reports_model_state_per_rank():
+    kw = dict(steps=2, global_batch=32, optimizer="adam", simulate=True)
+    flat = train.run("flat", 4, **kw).model_state_bytes
+    peaks = {s: train.run(s, 4, **kw).model_state_bytes for s in ("zero1", "zero2", "zero3")}
+    assert len(flat) == 4 and all(len(p) == 4 for p in peaks.values())
+    for r in range(4):  # Adam's m and v: a quarter per rank (plus one step counter)
+        assert peaks["zero1"][r]["optimizer"] <= (flat[r]["optimizer"] - 4 * 6) / 4 + 8
+        assert peaks["zero3"][r]["total"] < peaks["zero2"][r]["total"] < \
+            peaks["zero1"][r]["total"] < flat[r]["total"]
+
+
+def test_train_run_zero_on_two_real_ranks(pool2):
+    kw = dict(steps=3, global_batch=32, optimizer="adam", lr=0.05)
+    flat = train.run("flat", 2, pool=pool2, **kw)
+    for stage in ("zero1", "zero3"):
+        assert train.run(stage, 2, pool=pool2, **kw).max_param_diff(flat) < 1e-5
+
+
+# ------------------------------------------------------- torch's versions
+def test_zero_redundancy_optimizer_equals_ddp(pool2):
+    for opt in ("sgd", "adam"):
+        ddp = pool2.run(zt.ddp_worker, args=(STEPS, opt), timeout=60)
+        zro = pool2.run(zt.ddp_worker, args=(STEPS, opt, True), timeout=60)
+        assert zt.max_diff(zro[0][0], ddp[0][0]) < 1e-5
+        # Whole parameters per rank: the two ranks' shares of the state add up to all of it.
+        assert sum(r[1]["state_elements"] for r in zro) == ddp[0][1]["state_elements"]
+
+
+def test_fsdp2_equals_ddp(pool2):
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except ImportError:
+        pytest.skip("this torch has no torch.distributed.fsdp.fully_shard (FSDP2)")
+    ddp = pool2.run(zt.ddp_worker, args=(STEPS, "sgd"), timeout=60)
+    try:
+        fsdp = pool2.run(zt.fsdp_worker, args=(STEPS, "sgd"), timeout=60)
+    except launch.WorkerError as e:
+        if "cpu" in str(e).lower() or "gloo" in str(e).lower():
+            pytest.skip(f"FSDP2 refuses CPU/Gloo in this torch: {str(e).splitlines()[0]}")
+        raise
+    # With or without pytorch#162338's workaround, the result must be DDP's.
+    assert zt.max_diff(fsdp[0][0], ddp[0][0]) < 1e-5
+    assert fsdp[0][1]["grad_ratio"] == pytest.approx(2.0 if fsdp[0][1]["workaround"] else 1.0,
+                                                     rel=1e-4)
+    assert sum(r[1]["local_elements"] for r in fsdp) == P
+
+
+# ------------------------------------------- formulas, time model, checkers
+def test_paper_figures_from_the_formulas():
+    from syncedu.train import memory
+    p = memory.PAPER
+    assert memory.bytes_per_rank(p["psi"], 1, 0)["total"] / memory.GB == p["baseline_gb"]
+    for stage, gb in p["figure1_gb"].items():
+        ours = memory.bytes_per_rank(p["psi"], p["n"], stage)["total"] / memory.GB
+        assert round(ours, 2 if gb < 10 else 1) == gb, (stage, ours)
+    with pytest.raises(ValueError, match="stage="):
+        memory.bytes_per_rank(1e9, 8, 4)
+
+
+def test_measured_model_state_is_the_fp32_formula():
+    from syncedu.train import memory
+    net = zt.model()
+    opt = zt.make_optimizer(net.parameters(), "adam")
+    x, y = zt.batch(0, 0)
+    F.cross_entropy(net(x), y).backward()
+    opt.step()
+    got = memory.model_state_bytes(net, opt)
+    want = memory.bytes_per_rank(P, 1, 0, memory.FP32["adam"])
+    assert got["params"] == want["params"] and got["grads"] == want["grads"]
+    assert got["optimizer"] == want["optimizer"] + 4 * 6  # plus a step counter per tensor
+    assert memory.activation_bytes(net, x) > 0
+
+
+def test_simulated_step_time_matches_the_model():
+    from syncedu import Network
+    from syncedu.zero import timing as zero_time
+    net = Network(latency=10e-6, bandwidth=1e9)
+    psi = 4 * (32 * 32 + 32)
+    for stage, mode in ((0, "dp"), (1, "zero1"), (3, "zero3")):
+        simulated = zero_time.simulate_step(stage, 4, net, hidden=32, depth=4)
+        model = zero_time.step_time(mode, psi, 4, 4, net, 1e-3, itemsize=4)
+        assert simulated == pytest.approx(model, rel=0.02), mode
+    assert zero_time.step_time("zero3_prefetch", psi, 4, 4, net, 1e-3, itemsize=4) < \
+        zero_time.step_time("zero3", psi, 4, 4, net, 1e-3, itemsize=4)
+
+
+def test_lesson10_checkers_accept_a_right_answer_and_reject_wrong_ones():
+    from syncedu.train import memory
+    from syncedu.zero.shards import ring_all_gather_pieces, ring_reduce_scatter_pieces
+    from syncedu.zero import exercises10 as ex
+
+    def right(comm, params, grads, sizes, lr):
+        starts = [sum(sizes[:r]) for r in range(len(sizes))]
+        mine = ring_reduce_scatter_pieces(
+            comm, [grads[s:s + k] for s, k in zip(starts, sizes)]).div_(comm.world_size)
+        params[starts[comm.rank]:starts[comm.rank] + sizes[comm.rank]].sub_(lr * mine)
+        ring_all_gather_pieces(comm, [params[s:s + k] for s, k in zip(starts, sizes)])
+
+    def allreduce_and_broadcast(comm, params, grads, sizes, lr):
+        comm.all_reduce(grads, op="avg")
+        params.sub_(lr * grads)
+        comm.broadcast(params)
+
+    assert ex.zero2_step.grade(right)
+    assert not ex.zero2_step.grade(allreduce_and_broadcast)
+    # Plain data parallelism sends an allreduce's bytes but is not a ZeRO-2 step.
+    assert not ex.zero2_step.grade(lambda comm, params, grads, sizes, lr: (
+        comm.all_reduce(grads, op="avg"), params.sub_(lr * grads)))
+    assert ex.memory_per_rank.grade(lambda p, n, s: memory.bytes_per_rank(p, n, s)["total"])
+    assert not ex.memory_per_rank.grade(lambda p, n, s: 16 * p)

@@ -27,13 +27,11 @@ package first) stays light.
 
 from __future__ import annotations
 
+from syncedu import collectives, compress, dp, horovod, ps, syncbn, train, tuning, zero
+from syncedu.collectives import cost
 from syncedu.comm import launch, sim
 from syncedu.comm.network import PRESETS, Network
-from syncedu import train
 from syncedu.train import data, models
-from syncedu import collectives
-from syncedu.collectives import cost
-from syncedu import dp, ps, syncbn, compress, horovod, tuning, zero
 
 __version__ = "0.1.0"
 

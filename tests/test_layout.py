@@ -41,8 +41,20 @@ def test_importing_the_package_and_every_topic_stays_light():
 
 def test_short_names_are_the_real_modules():
     import syncedu
-    from syncedu import collectives, compress, cost, data, dp, launch, models, ps, sim, syncbn
-    from syncedu import train, zero
+    from syncedu import (
+        collectives,
+        compress,
+        cost,
+        data,
+        dp,
+        launch,
+        models,
+        ps,
+        sim,
+        syncbn,
+        train,
+        zero,
+    )
     from syncedu.collectives import cost as collectives_cost
     from syncedu.comm import launch as comm_launch
     from syncedu.comm import sim as comm_sim

@@ -25,9 +25,9 @@ import sys
 
 import torch
 
-from syncedu.comm import launch
-from syncedu.collectives.cost import algbw, busbw
 from syncedu import collectives
+from syncedu.collectives.cost import algbw, busbw
+from syncedu.comm import launch
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

@@ -14,8 +14,6 @@ has something to factor):
 
 On loopback the link is fast, so the compute column often eats the saving:
 the lesson's break-even map says where it pays.
-
-Used in: notebooks/07_compression_and_precision, README.
 """
 
 from __future__ import annotations

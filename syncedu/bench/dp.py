@@ -22,9 +22,8 @@ from __future__ import annotations
 import statistics
 import sys
 
-from syncedu.comm import launch
-
 from syncedu import train
+from syncedu.comm import launch
 
 TARGETS = {"ddp": 0.95, "flat": 0.97}  # bucketed / each, at least
 

@@ -18,8 +18,6 @@ loopback, alternated round by round:
    (DistributedDataParallel, its own C++ allreduce, no counting hook), one
    after the other each round; steps/s = steps / train_seconds (from a common
    barrier, no start-up); medians over rounds after one warm-up round.
-
-Used in: notebooks/08_horovod_vs_ddp; results in the README.
 """
 
 from __future__ import annotations
@@ -32,9 +30,10 @@ import time
 
 import torch
 
-from syncedu.horovod import launch as horovod_launch, training as horovod_train
-from syncedu.train import train_rank
 from syncedu.bench.collectives import rows, table
+from syncedu.horovod import launch as horovod_launch
+from syncedu.horovod import training as horovod_train
+from syncedu.train import train_rank
 from syncedu.train.config import TrainConfig
 
 

@@ -14,8 +14,6 @@ For each world size and operation, one `sim.run` on an ethernet_10g network:
 Events are the messages the model charges (the ring's, the chain's, the
 barrier's); events per second = events / wall seconds. The 4096-rank row runs
 only the barrier and p2p (the ring's tensor work grows as N^2).
-
-Used in: README.md (Benchmarks).
 """
 
 from __future__ import annotations
@@ -25,9 +23,9 @@ import time
 
 import torch
 
+from syncedu.collectives import ALGORITHMS
 from syncedu.comm import sim
 from syncedu.comm.network import Network
-from syncedu.collectives import ALGORITHMS
 
 OPS = ("ring", "all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "p2p")
 P2P_STEPS = 20

@@ -21,12 +21,22 @@ from __future__ import annotations
 import torch
 
 from syncedu.collectives.algorithms import (
-    DTYPES, halving_doubling_allreduce, hierarchical_allreduce, naive_allreduce, ring_all_gather,
-    ring_all_gather_chunks, ring_allreduce, ring_reduce_scatter, ring_reduce_scatter_chunks,
-    recursive_doubling_allreduce, tree_allreduce,
+    DTYPES,
+    halving_doubling_allreduce,
+    hierarchical_allreduce,
+    naive_allreduce,
+    recursive_doubling_allreduce,
+    ring_all_gather,
+    ring_all_gather_chunks,
+    ring_allreduce,
+    ring_reduce_scatter,
+    ring_reduce_scatter_chunks,
+    tree_allreduce,
 )
 from syncedu.collectives.ring_pipelined import (
-    SEGMENT_BYTES, ring_pipelined_allreduce, ring_segments,
+    SEGMENT_BYTES,
+    ring_pipelined_allreduce,
+    ring_segments,
 )
 
 __all__ = ["ALGORITHMS", "DTYPES", "SEGMENT_BYTES", "allreduce", "halving_doubling_allreduce",

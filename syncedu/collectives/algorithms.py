@@ -8,8 +8,6 @@ tree, halving-doubling (Rabenseifner 2004) and recursive doubling (Thakur,
 Rabenseifner & Gropp, IJHPCA 2005); hierarchical (rings inside and across
 nodes, like Horovod's). The pipelined ring is in ring_pipelined.py; the
 alpha-beta times in `syncedu.cost`. `allreduce(comm, t, algorithm=name)` picks one.
-
-Used in: notebooks/01_collectives, 02_allreduce_algorithms.
 """
 
 from __future__ import annotations

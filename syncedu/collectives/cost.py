@@ -8,8 +8,6 @@ module adds what a lesson does with them: the (a, b, c) coefficients of
 time = a alpha + b beta + c gamma on a flat network (`terms`, Thakur,
 Rabenseifner & Gropp, IJHPCA 2005), the best algorithm per size, what-if
 tables, and fitting alpha and beta to measurements (`calibrate`).
-
-Used in: notebooks/02_allreduce_algorithms, 04_parameter_server, 09_tuning_playbook.
 """
 
 from __future__ import annotations
@@ -17,9 +15,9 @@ from __future__ import annotations
 import math
 import statistics
 
+from syncedu.collectives import ALGORITHMS, SEGMENT_BYTES, ring_segments
 from syncedu.comm import alphabeta
 from syncedu.comm.network import Network
-from syncedu.collectives import ALGORITHMS, SEGMENT_BYTES, ring_segments
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
 BUS_FACTOR = alphabeta.BUS_FACTOR

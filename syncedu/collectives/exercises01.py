@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from syncedu.comm import sim
 from syncedu.collectives import cost
-
-from syncedu.ui.checkers import attempt, verdict, checker, simulated_allreduces
+from syncedu.comm import sim
+from syncedu.ui.checkers import attempt, checker, simulated_allreduces, verdict
 
 _P2P = {"send", "recv"}
 

@@ -6,12 +6,11 @@ import math
 
 import torch
 
+from syncedu.collectives import cost
 from syncedu.comm import sim
 from syncedu.comm.ledger import ring_allreduce_elements, ring_chunks
 from syncedu.comm.network import Network
-from syncedu.collectives import cost
-
-from syncedu.ui.checkers import attempt, verdict, checker, simulated_allreduces
+from syncedu.ui.checkers import attempt, checker, simulated_allreduces, verdict
 
 _P2P = {"send", "recv"}
 

@@ -4,8 +4,6 @@ Every rank starts with the value 2^rank in each of N slots, so after any sum a
 slot's value, read as a bitmask, says exactly whose inputs it contains. A slot
 whose content the API does not define (a non-root rank's buffer after
 `reduce`) is reported as `UNDEFINED` (-1) and drawn as "?": we never read it.
-
-Used in: notebooks/01_collectives.
 """
 
 from __future__ import annotations
@@ -13,8 +11,8 @@ from __future__ import annotations
 import ipywidgets as w
 import torch
 
-from syncedu.comm import sim
 from syncedu.collectives import plots
+from syncedu.comm import sim
 from syncedu.ui.widgets import Dashboard, figure_png
 
 OPS = ("send_recv", "broadcast", "reduce", "all_reduce", "reduce_scatter", "all_gather")

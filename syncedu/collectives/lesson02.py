@@ -5,8 +5,6 @@ clusters of 8-rank nodes (NVLink inside a node, one NIC per node into 100 GbE
 or InfiniBand NDR; `Network.cluster`). Times are `cost.allreduce_time`, the
 formulas the simulator's logical clock is tested equal to on flat networks; on a
 cluster, where flows share a NIC, a lockstep approximation of it (comm/alphabeta.py).
-
-Used in: notebooks/02_allreduce_algorithms.
 """
 
 from __future__ import annotations
@@ -14,11 +12,9 @@ from __future__ import annotations
 import ipywidgets as w
 import torch
 
+from syncedu.collectives import ALGORITHMS, cost, plots
 from syncedu.comm import sim
 from syncedu.comm.network import PRESETS, Network
-from syncedu.collectives import cost
-from syncedu.collectives import ALGORITHMS
-from syncedu.collectives import plots
 from syncedu.ui.widgets import Dashboard, figure_png, show_text
 
 SIZES = [2 ** k for k in range(3, 31)]  # 8 B .. 1 GiB

@@ -3,8 +3,6 @@
 `holdings` draws contribution bitmasks: a slot holding the value 2^a + 2^b + ...
 is the sum of ranks a, b, ...'s inputs (exact in float64 up to 53 ranks); a
 negative value marks contents the collective leaves undefined, drawn as "?".
-
-Used in: notebooks/01_collectives, 02_allreduce_algorithms.
 """
 
 from __future__ import annotations

@@ -25,8 +25,6 @@ next ones are on the wire, in both directions), not latency: every step still
 starts with a message, so the ring pays 2(N-1) latencies per segment, 2(N-1)G
 in all (`syncedu.cost.allreduce_time("ring_pipelined", ...)`). It carries the
 benchmark, `python -m syncedu.bench collectives`.
-
-Used in: notebooks/02_allreduce_algorithms.
 """
 
 from __future__ import annotations

@@ -18,12 +18,18 @@ registry name, or a compressor object) into a compressor or None.
 
 from __future__ import annotations
 
-from syncedu.compress.base import Compressor, HookState, bucket_views, ddp_comm_hook, flatten, unflatten_
+from syncedu.compress.base import (
+    Compressor,
+    HookState,
+    bucket_views,
+    ddp_comm_hook,
+    flatten,
+    unflatten_,
+)
 from syncedu.compress.cast import BF16, FP16, Cast, backend_refuses
 from syncedu.compress.powersgd import PowerSGD
 from syncedu.compress.sign import SignSGD, pack_signs, unpack_signs
 from syncedu.compress.topk import TopK
-
 from syncedu.train.compression import COMPRESSORS, resolve
 
 # Name -> class; `resolve(name)` builds one with its default settings.

@@ -17,8 +17,6 @@ frozen dataclass with:
 State (error-feedback residuals, PowerSGD's warm-started Q) lives on the
 compressor, keyed by `(key, comm.rank)`: simulated ranks are threads in one
 process and must never share a buffer (DESIGN, "Traps already met").
-
-Used in: notebooks/07_compression_and_precision.
 """
 
 from __future__ import annotations

@@ -15,8 +15,6 @@ Steps of `average_`:
 Error bound of one round trip: |x - decompress(compress(x))| <= u |x| with the
 unit roundoff u = 2^-11 for fp16 (normal range, |x| < 65504) and 2^-8 for
 bf16 (same range as fp32). The allreduce adds one rounding per addition.
-
-Used in: notebooks/07_compression_and_precision.
 """
 
 from __future__ import annotations

@@ -15,16 +15,14 @@ compression`). Compared against the
 fp16 baseline, as arXiv 2407.01378 asks (not against fp32). Agarwal et al.
 (MLSys 2022) found compression beat a tuned baseline in only 6 of over 200
 setups; Zhang et al. 2020 (arXiv 2006.10103) found none needed at 100 Gbit/s.
-
-Used in: notebooks/07_compression_and_precision.
 """
 
 from __future__ import annotations
 
 import math
 
-from syncedu.comm.network import Network
 from syncedu.collectives import cost
+from syncedu.comm.network import Network
 
 COMPRESSORS = ("fp32", "fp16", "topk", "signsgd", "powersgd")
 

@@ -9,8 +9,6 @@
 
 Every configuration's allreduces go through Python hooks (DDP's default path
 is C++), so patching `torch.distributed.all_reduce` sees them all.
-
-Used in: notebooks/07_compression_and_precision.
 """
 
 from __future__ import annotations
@@ -24,8 +22,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from syncedu.train import data, models
 from syncedu.compress import BF16, FP16, PowerSGD
+from syncedu.train import data, models
 
 
 @contextlib.contextmanager

@@ -8,8 +8,7 @@ import torch
 
 from syncedu.comm import sim
 from syncedu.compress import PowerSGD, TopK
-
-from syncedu.ui.checkers import attempt, verdict, checker
+from syncedu.ui.checkers import attempt, checker, verdict
 
 
 def _rounds(comm, compressor, rounds: int = 3):

@@ -3,8 +3,6 @@
 Each control change trains the digits MLP on 2 simulated ranks with the
 chosen compressor (`compress/training.py`) and shows the loss curve beside
 the bytes sent, against the uncompressed fp32 run.
-
-Used in: notebooks/07_compression_and_precision.
 """
 
 from __future__ import annotations
@@ -13,9 +11,9 @@ import functools
 
 import ipywidgets as w
 
-from syncedu.compress import training as compress_train
 from syncedu.compress import PowerSGD, TopK
 from syncedu.compress import plots as cplots
+from syncedu.compress import training as compress_train
 from syncedu.ui.widgets import Explorer
 
 STEPS, LR = 80, 0.3

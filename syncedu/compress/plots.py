@@ -1,6 +1,4 @@
 """Figures for gradient compression: loss curves, bytes vs N, residuals, break-even maps.
-
-Used in: notebooks/07_compression_and_precision.
 """
 
 from __future__ import annotations

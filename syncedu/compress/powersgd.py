@@ -26,8 +26,6 @@ rest, each in an allreduce (2 (N-1)/N of it per rank).
 
 Error bound of one round trip on one rank: P P^T M is the projection of M onto
 the span of P, so ||M - P Q^T||_F <= ||M||_F, and it is 0 when rank(M) <= r.
-
-Used in: notebooks/07_compression_and_precision.
 """
 
 from __future__ import annotations

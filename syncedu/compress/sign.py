@@ -18,8 +18,6 @@ Steps of `average_` on one bucket of d elements:
 
 Error bound of one round trip (Karimireddy et al. 2019, Lemma 8; equality here):
 ||x - decompress(compress(x))||^2 = (1 - ||x||_1^2 / (d ||x||_2^2)) ||x||^2.
-
-Used in: notebooks/07_compression_and_precision.
 """
 
 from __future__ import annotations

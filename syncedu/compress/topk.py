@@ -18,8 +18,6 @@ Steps of `average_` on one bucket of d elements, k = ceil(ratio * d):
 
 Error bound of one round trip (a k/d-contraction, Stich et al. 2018, Def. 2.1):
 ||x - decompress(compress(x))||^2 <= (1 - k/d) ||x||^2.
-
-Used in: notebooks/07_compression_and_precision.
 """
 
 from __future__ import annotations

@@ -5,8 +5,6 @@ gradient of its share of the global batch, `compressor.average_` averages it
 layer by layer (one bucket per parameter, keyed by its name), and SGD steps.
 With `compression=None` the gradients are averaged with `comm.all_reduce`:
 the uncompressed fp32 reference.
-
-Used in: notebooks/07_compression_and_precision (and tests/test_compress.py).
 """
 
 from __future__ import annotations
@@ -17,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from syncedu.comm import sim
-from syncedu.train import data, models
 from syncedu.compress import resolve
+from syncedu.train import data, models
 
 
 @dataclass

@@ -20,7 +20,13 @@ from __future__ import annotations
 from syncedu.dp import train_strategies  # noqa: F401  (train.run's "naive", "flat", "bucketed", "ddp")
 from syncedu.dp.buckets import MB, Bucket, build_buckets
 from syncedu.dp.data_parallel import (
-    STRATEGIES, BucketedSync, DataParallel, FlatSync, GradSync, NaiveSync, sync_paused,
+    STRATEGIES,
+    BucketedSync,
+    DataParallel,
+    FlatSync,
+    GradSync,
+    NaiveSync,
+    sync_paused,
     trainable_parameters,
 )
 

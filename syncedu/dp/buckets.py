@@ -15,8 +15,6 @@ them, and starts a bucket's allreduce as soon as its last gradient is ready.
    of the buffer; when a bucket is full it starts
    `comm.all_reduce(buffer, async_op=True)` and keeps the handle in
    `bucket.work`, waited for before the optimizer step.
-
-Used in: notebooks/03_data_parallel, 05_gradient_accumulation.
 """
 
 from __future__ import annotations

@@ -23,8 +23,6 @@ The wrapper, steps numbered as in the code:
    `backward()` in `no_sync()` still synchronizes (the partial-`no_sync` pitfall);
 4. `finish_gradient_synchronization()` runs or waits for the traffic of the last
    backward and leaves averaged gradients in `.grad`; call it before the step.
-
-Used in: notebooks/03_data_parallel, 05_gradient_accumulation.
 """
 
 from __future__ import annotations
@@ -58,8 +56,8 @@ class GradSync:
 
     name = "?"
 
-    def __init__(self, params: list[nn.Parameter], comm, *, bucket_cap_mb: float = 25.0,
-                 timeout: float = 300.0, compressor=None):
+    def __init__(self, params: list[nn.Parameter], comm, *, timeout: float = 300.0,
+                 compressor=None):
         self.params, self.comm, self.timeout = params, comm, timeout
         self.compressor = compressor  # None: plain fp32 allreduce
         self.armed = False
@@ -261,9 +259,9 @@ class DataParallel(nn.Module):
         self.require_sync = True
         self._broadcast_state()  # Step 1
         compressor = _compressor(compression, comm)
+        cap = {"bucket_cap_mb": bucket_cap_mb} if strategy == "bucketed" else {}
         self.sync: GradSync = STRATEGIES[strategy](  # Step 2
-            trainable_parameters(module), comm, bucket_cap_mb=bucket_cap_mb, timeout=timeout,
-            compressor=compressor)
+            trainable_parameters(module), comm, timeout=timeout, compressor=compressor, **cap)
 
     def _broadcast_state(self) -> None:
         with torch.no_grad():

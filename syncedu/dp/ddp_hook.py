@@ -15,8 +15,6 @@ allreduce instead and:
 
 With a compressor, `compressed_hook` runs the compressor's own DDP hook
 instead; it sends through `comm`, whose ledger then counts the compressed bytes.
-
-Used in: notebooks/03_data_parallel, 05_gradient_accumulation (through train.run).
 """
 
 from __future__ import annotations
@@ -32,7 +30,19 @@ from syncedu.comm.emulation import ring_seconds
 from syncedu.comm.ledger import ring_allreduce_elements
 
 
-class HookState:
+def charge_ring_allreduce(comm, numel: int, element_size: int) -> None:
+    """Charge `comm`'s ledger one allreduce of `numel` elements as a ring sends it.
+
+    The same charge as `Comm.all_reduce` (comm/base.py), for traffic that
+    bypasses `comm` (DDP's buckets here, Horovod's fused buffers).
+    """
+    n = comm.world_size
+    sent, recv = ring_allreduce_elements(numel, n, comm.rank)
+    comm.ledger.record("all_reduce", sent=sent * element_size, received=recv * element_size,
+                       msgs_sent=2 * (n - 1), msgs_received=2 * (n - 1))
+
+
+class CountingHookState:
     """What the counting hook needs: the comm, the event list, the emulated link."""
 
     def __init__(self, comm):
@@ -43,11 +53,7 @@ class HookState:
         self.inner = None  # (state, hook) of a compressor's DDP hook, if any
 
     def charge(self, buf: torch.Tensor) -> None:  # Step 1
-        n, r = self.comm.world_size, self.comm.rank
-        sent, recv = ring_allreduce_elements(buf.numel(), n, r)
-        es = buf.element_size()
-        self.comm.ledger.record("all_reduce", sent=sent * es, received=recv * es,
-                                msgs_sent=2 * (n - 1), msgs_received=2 * (n - 1))
+        charge_ring_allreduce(self.comm, buf.numel(), buf.element_size())
 
     def due(self, start: float, nbytes: int) -> float:
         """When an emulated transfer started at `start` would end (0 without emulation)."""
@@ -60,7 +66,7 @@ class HookState:
             return self.link_free
 
 
-def counting_hook(state: HookState, bucket):
+def counting_hook(state: CountingHookState, bucket):
     """DDP comm hook: allreduce-average the bucket, charged to the ledger.
 
     Returns a `torch.futures.Future` of the averaged bucket (no annotation: DDP
@@ -84,7 +90,7 @@ def counting_hook(state: HookState, bucket):
     return fut.then(done)
 
 
-def compressed_hook(state: HookState, bucket):
+def compressed_hook(state: CountingHookState, bucket):
     """DDP comm hook: the compressor's own hook, timed for the timeline.
 
     The compressor averages the bucket with `compressor.average_(comm, ...)`,
@@ -113,7 +119,7 @@ def wrap_ddp(module, comm, bucket_cap_mb: float = 25.0, hook: bool = True, compr
     device_ids = [comm.device.index] if comm.device.type == "cuda" else None
     ddp = DistributedDataParallel(module, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb,
                                   process_group=getattr(comm, "group", None))
-    state = HookState(comm)
+    state = CountingHookState(comm)
     if compression is not None:
         state.inner = compression.ddp_hook(comm)
         ddp.register_comm_hook(state, compressed_hook)

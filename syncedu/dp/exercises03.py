@@ -17,10 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from syncedu.comm import sim
-from syncedu.train import models
 from syncedu.dp.buckets import build_buckets
-
-from syncedu.ui.checkers import attempt, number, verdict, checker
+from syncedu.train import models
+from syncedu.ui.checkers import attempt, checker, number, verdict
 
 
 def _model():

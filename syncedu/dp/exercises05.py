@@ -24,10 +24,9 @@ import torch
 import torch.nn.functional as F
 
 from syncedu.comm import sim
-from syncedu.train import models
 from syncedu.dp.data_parallel import DataParallel
-
-from syncedu.ui.checkers import attempt, number, verdict, checker
+from syncedu.train import models
+from syncedu.ui.checkers import attempt, checker, number, verdict
 
 LR = 0.5
 _MODEL = dict(seed=0, hidden=9, depth=2)  # odd sizes: buckets and chunks do not divide evenly

@@ -2,8 +2,6 @@
 
 `bucket_explorer()` builds this lesson's `Explorer` (ui/widgets.py) on the
 alpha-beta timeline model (dp/timeline.py).
-
-Used in: notebooks/03_data_parallel.
 """
 
 from __future__ import annotations
@@ -11,8 +9,8 @@ from __future__ import annotations
 import ipywidgets as w
 
 from syncedu.comm.network import Network
-from syncedu.dp import timeline
 from syncedu.dp import plots as dplots
+from syncedu.dp import timeline
 from syncedu.ui.widgets import Explorer
 
 MB = 2**20

@@ -3,8 +3,6 @@
 Built on `Explorer` (widgets.py) and the model in dp/timeline.py: K
 micro-batches of compute, then one allreduce (`no_sync` done right) or K of
 them (synchronizing every micro-batch, or the partial-`no_sync` pitfall).
-
-Used in: notebooks/05_gradient_accumulation.
 """
 
 from __future__ import annotations
@@ -12,8 +10,8 @@ from __future__ import annotations
 import ipywidgets as w
 
 from syncedu.comm.network import PRESETS, Network
-from syncedu.dp import timeline
 from syncedu.dp import plots as dplots
+from syncedu.dp import timeline
 from syncedu.ui.widgets import Explorer
 
 KS = [1, 2, 4, 8, 16, 32]

@@ -17,8 +17,6 @@ gradients, ~120 ms of backward):
 `schedule(...)` returns the segments and the step time; `step_time(...)` just
 the time. `bucket_sizes(total, cap)` splits a gradient volume like
 `build_buckets` does for equal-sized layers.
-
-Used in: notebooks/03_data_parallel, 05_gradient_accumulation.
 """
 
 from __future__ import annotations

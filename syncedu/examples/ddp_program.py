@@ -37,8 +37,6 @@ of epoch e reads exactly `sampling.global_batches`' batch (the same
 program trains to the parameters of `train.run("single", 1, ...)` and
 `train.run("ddp", N, ...)` with `steps = epochs * (1797 // B)`; the test
 checks both (tests/test_ddp_program.py).
-
-Used in: notebooks/00_start_here (its `setup`), 03_data_parallel.
 """
 
 from __future__ import annotations

@@ -26,8 +26,6 @@ batches in the same order as an uninterrupted one: the parameters match
 `train.run("single", 1, steps=epochs * (1797 // global_batch), ...)`.
 `launch_elastic` runs the whole thing from Python with a timeout, on
 127.0.0.1 and a free port, and leaves no process behind.
-
-Used in: notebooks/08_horovod_vs_ddp.
 """
 
 from __future__ import annotations

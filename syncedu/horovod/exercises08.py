@@ -6,8 +6,7 @@ import inspect
 
 from syncedu.comm.ledger import ring_allreduce_elements
 from syncedu.horovod import launch as horovod_launch
-
-from syncedu.ui.checkers import attempt, verdict, checker
+from syncedu.ui.checkers import attempt, checker, verdict
 
 # The job of the DDP script the learner converts: the digits, the seeded MLP, 16
 # samples per rank (global batch 32), lr 0.05 per rank scaled by the world size, one

@@ -27,8 +27,6 @@ notebook, and `run` below handles them:
 Environment variables for the ranks (`HOROVOD_FUSION_THRESHOLD`,
 `HOROVOD_CYCLE_TIME`, `HOROVOD_TIMELINE`, ...) are set inside each rank before
 `fn` runs (so before its `hvd.init()`), never in the caller.
-
-Used in: notebooks/08_horovod_vs_ddp.
 """
 
 from __future__ import annotations

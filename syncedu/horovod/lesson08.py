@@ -4,8 +4,6 @@
 build failed; `timelines(spans, history)` draws a parsed Horovod timeline
 (horovod/timeline.py) beside our DDP step timeline (`History.timeline`);
 `script(fn, call)` turns a function defined in a cell into a runnable script.
-
-Used in: notebooks/08_horovod_vs_ddp.
 """
 
 from __future__ import annotations

@@ -21,8 +21,6 @@ Steps:
    collectives actually sent, each with its tensors;
 3. `per_step(...)`: how many collectives each training step made, steps told
    apart by the gaps between them.
-
-Used in: notebooks/08_horovod_vs_ddp.
 """
 
 from __future__ import annotations

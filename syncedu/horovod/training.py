@@ -27,8 +27,6 @@ runs it here:
 `broadcast_optimizer_state` on a fresh optimizer runs one zero-gradient step to
 create its state: harmless for SGD, but it advances Adam's step count (its bias
 correction), so with `optimizer="adam"` it is skipped (nothing to broadcast yet).
-
-Used in: notebooks/08_horovod_vs_ddp (through train.run).
 """
 
 from __future__ import annotations
@@ -39,8 +37,8 @@ from dataclasses import dataclass
 
 import torch
 
-from syncedu.comm.ledger import RankLedger, ring_allreduce_elements
-
+from syncedu.comm.ledger import RankLedger
+from syncedu.dp.ddp_hook import charge_ring_allreduce
 from syncedu.horovod import launch as horovod_launch
 from syncedu.train import train_rank
 from syncedu.train.harness import _history
@@ -123,11 +121,8 @@ class _FusedLedger:
 
     def synchronize(self):
         out = self._wait()
-        n, r = self.comm.world_size, self.comm.rank
         for es, numel in sorted(self.elements.items()):
-            sent, recv = ring_allreduce_elements(numel, n, r)
-            self.comm.ledger.record("all_reduce", sent=sent * es, received=recv * es,
-                                    msgs_sent=2 * (n - 1), msgs_received=2 * (n - 1))
+            charge_ring_allreduce(self.comm, numel, es)
         nbytes = sum(es * k for es, k in self.elements.items())
         self.events.append((self.start or time.perf_counter(), time.perf_counter(), nbytes))
         self.elements, self.start = {}, None

@@ -16,8 +16,6 @@ al., NeurIPS 2013):
 
 Staleness is counted in steps (clocks): a gradient of step c computed on
 parameters that held every worker's gradients of steps < k has staleness c - k.
-
-Used in: notebooks/04_parameter_server.
 """
 
 from __future__ import annotations

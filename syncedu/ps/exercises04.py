@@ -6,7 +6,7 @@ import itertools
 
 import torch
 
-from syncedu.ui.checkers import attempt, verdict, checker
+from syncedu.ui.checkers import attempt, checker, verdict
 
 
 @checker

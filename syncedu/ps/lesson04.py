@@ -5,8 +5,6 @@ last worker (a straggler), compute variability, and the network preset. Each
 change runs `ps.run(..., simulate=True)` (deterministic, logical time) and shows
 a one-line summary and three panels (loss vs time, idle share per worker,
 staleness histogram).
-
-Used in: notebooks/04_parameter_server.
 """
 
 from __future__ import annotations
@@ -14,10 +12,9 @@ from __future__ import annotations
 import ipywidgets as w
 
 from syncedu.comm.network import PRESETS
+from syncedu.ps import plots as ps_plots
 from syncedu.ps import training as ps_train
 from syncedu.ps.config import MODES
-
-from syncedu.ps import plots as ps_plots
 from syncedu.ui.widgets import Dashboard, show_figure, show_text
 
 

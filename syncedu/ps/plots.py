@@ -1,8 +1,6 @@
 """Figures for the parameter-server lesson: the architecture, idle time, loss, staleness, traffic.
 
 Each function returns a `matplotlib.figure.Figure` and runs nothing.
-
-Used in: notebooks/04_parameter_server.
 """
 
 from __future__ import annotations

@@ -17,8 +17,6 @@ Messages are plain point-to-point sends (`isend`/`recv`, and `recv_any` on the
 servers), not `torch.distributed.rpc`. Sources: Li et al., OSDI 2014 (the
 parameter server, bounded delay); Ho et al., NeurIPS 2013 (stale synchronous
 parallel); Dean et al., NeurIPS 2012 (asynchronous SGD, Downpour).
-
-Used in: notebooks/04_parameter_server.
 """
 
 from __future__ import annotations

@@ -27,8 +27,6 @@ until every worker has pushed all its steps:
 
 Every push is applied exactly once: the server counts them per worker and
 checks the counts against the configured steps before returning.
-
-Used in: notebooks/04_parameter_server.
 """
 
 from __future__ import annotations

@@ -23,8 +23,6 @@ Steps:
    pushed and applied counts, staleness and delay per applied gradient (the
    largest over the servers), idle fraction per worker, loss and accuracy of
    the final parameters on the whole data set.
-
-Used in: notebooks/04_parameter_server.
 """
 
 from __future__ import annotations
@@ -38,7 +36,6 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from syncedu.comm.ledger import Ledger
 from syncedu.comm.network import Network
-
 from syncedu.ps.protocol import PSConfig, ps_rank
 from syncedu.ps.server import Applied
 from syncedu.ps.worker import compute_factor

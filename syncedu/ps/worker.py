@@ -17,8 +17,6 @@ to pull. Steps of `run_worker`, for each of its steps c:
 
 Source: Li et al., "Scaling Distributed Machine Learning with the Parameter
 Server", OSDI 2014 (push/pull, bounded delay).
-
-Used in: notebooks/04_parameter_server.
 """
 
 from __future__ import annotations

@@ -12,7 +12,12 @@ Open in this order:
 from __future__ import annotations
 
 from syncedu.syncbn.sync_batchnorm import (
-    BACKWARD_OP, CHECK_OP, FORWARD_OP, SyncBatchNorm, convert, global_stats,
+    BACKWARD_OP,
+    CHECK_OP,
+    FORWARD_OP,
+    SyncBatchNorm,
+    convert,
+    global_stats,
 )
 
 __all__ = ["SyncBatchNorm", "convert", "global_stats", "FORWARD_OP", "BACKWARD_OP", "CHECK_OP"]

@@ -17,8 +17,7 @@ from torch import nn
 
 from syncedu.comm import sim
 from syncedu.comm.ledger import ring_allreduce_elements
-
-from syncedu.ui.checkers import attempt, verdict, checker
+from syncedu.ui.checkers import attempt, checker, verdict
 
 _SIZES = (3, 1, 0, 5)  # uneven, with a single-sample rank and an empty one
 

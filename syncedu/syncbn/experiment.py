@@ -23,8 +23,6 @@ Steps of one run (every rank, written against `Comm`, real or simulated):
 Self-contained on purpose (no `syncedu.dp` / `syncedu.train`): the loop is 20
 lines, and a reader sees every synchronization. Cross-GPU BatchNorm for small
 per-GPU batches: MegDet (Peng et al., CVPR 2018).
-
-Used in: notebooks/06_sync_batchnorm.
 """
 
 from __future__ import annotations
@@ -35,8 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from syncedu.comm.ledger import Ledger
-from syncedu.train import data, models, runner
 from syncedu.syncbn import sync_batchnorm as syncbn
+from syncedu.train import data, models, runner
 
 MODES = ("plain", "syncbn", "single")
 

@@ -3,8 +3,6 @@
 A slider picks the per-rank batch (1-8) and a menu the number of ranks; each
 change re-runs `bn_experiment` on simulated ranks (deterministic) for plain BN,
 SyncBN and one process, and shows a summary table and the three panels.
-
-Used in: notebooks/06_sync_batchnorm.
 """
 
 from __future__ import annotations
@@ -12,7 +10,6 @@ from __future__ import annotations
 import ipywidgets as w
 
 from syncedu.syncbn import experiment as bx
-
 from syncedu.syncbn import plots as syncbn_plots
 from syncedu.ui.widgets import Dashboard, show_figure, show_text
 

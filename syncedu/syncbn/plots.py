@@ -1,8 +1,6 @@
 """Figures for lesson 06 (SyncBatchNorm): loss, accuracy, running statistics, noise.
 
 Each function takes results of `syncedu.syncbn.experiment` and returns a Figure.
-
-Used in: notebooks/06_sync_batchnorm.
 """
 
 from __future__ import annotations

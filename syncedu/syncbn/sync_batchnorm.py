@@ -29,8 +29,6 @@ The first training forward of each layer also all-reduces [C, -C] (op "max",
 ledger op "syncbn_check") once, so that ranks built with different channel
 counts fail with a clear error instead of a broken collective. Ledger ops:
 "syncbn_forward", "syncbn_backward" (one call each per step), "syncbn_check".
-
-Used in: notebooks/06_sync_batchnorm.
 """
 
 from __future__ import annotations
@@ -129,7 +127,7 @@ class SyncBatchNorm(nn.Module):
     depend on the output (e.g. `out.sum() * 0`).
     """
 
-    def __init__(self, num_features: int, comm: Comm | None = None, eps: float = 1e-5,
+    def __init__(self, num_features: int, comm: Comm, eps: float = 1e-5,
                  momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, device=None, dtype=None):
         super().__init__()

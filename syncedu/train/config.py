@@ -1,6 +1,4 @@
 """`TrainConfig`: one training job, validated (frozen and picklable, sent to every rank).
-
-Used in: notebooks/03_data_parallel, 05_gradient_accumulation (through train.run).
 """
 
 from __future__ import annotations
@@ -102,7 +100,7 @@ class TrainConfig:
                              f"only; the other strategies synchronize every step")
 
     def _check_compression(self) -> None:
-        """`resolve` (train/compression.py) validates the spec; the spec itself (picklable) is what we keep."""
+        """`resolve` (train/compression.py) validates the spec; we keep the spec (picklable)."""
         if self.compression is None:
             return
         if self.strategy not in COMPRESSIBLE:

@@ -5,9 +5,6 @@
 - `synthetic()`: seeded Gaussian blobs, any size, for quick and exact experiments.
 
 Both return a `torch.utils.data.TensorDataset` of (float32 features, int64 labels).
-
-Used in: notebooks/03_data_parallel, 04_parameter_server, 05_gradient_accumulation,
-06_sync_batchnorm.
 """
 
 from __future__ import annotations

@@ -25,8 +25,6 @@ The classic accumulation mistakes (`mistake=`): "sync_every" (no `no_sync`: ever
 micro-batch is synchronized), "partial_no_sync" (`no_sync` around `backward()`
 only: the forward already decided to sync), "unscaled_loss" (micro-batch losses
 not divided by the number of micro-batches: a K times larger step).
-
-Used in: notebooks/03_data_parallel, 05_gradient_accumulation.
 """
 
 from __future__ import annotations
@@ -38,7 +36,6 @@ from dataclasses import dataclass, field
 import torch
 
 from syncedu.comm.ledger import Ledger
-
 from syncedu.train import runner, strategies, train_rank
 from syncedu.train.config import MISTAKES, STRATEGIES, TrainConfig
 
@@ -107,7 +104,7 @@ def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumu
     if progress is None:
         progress = steps >= 100 and sys.stderr.isatty()
     # Step 2: "single" in this process, the others where the runner puts them.
-    with runner.Ranks(world_size, pool=pool, network=network, simulate=simulate,
+    with runner.Placement(world_size, pool=pool, network=network, simulate=simulate,
                       local=strategy == "single", timeout=timeout,
                       job=f"strategy={strategy!r}") as ranks:
         if progress and ranks.kind in ("pool", "fresh"):
@@ -115,7 +112,7 @@ def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumu
         return _history(cfg, list(ranks.run(train_rank.train_all, (cfg,))))
 
 
-def _run_chunks(ranks: runner.Ranks, cfg: TrainConfig) -> list:
+def _run_chunks(ranks: runner.Placement, cfg: TrainConfig) -> list:
     """Step 3: the run in chunks on the warm ranks, behind a tqdm progress bar."""
     from tqdm.auto import tqdm
 

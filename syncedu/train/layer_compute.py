@@ -17,8 +17,6 @@ time must be spent where the real one is, not in one lump after backward:
 On simulated ranks `comm.compute` moves the logical clock (an allreduce in
 flight meanwhile overlaps it); on real ranks it sleeps, which emulates a
 slower device without taking the CPU that communication needs.
-
-Used in: notebooks/03_data_parallel (through train.run's `compute_seconds`).
 """
 
 from __future__ import annotations

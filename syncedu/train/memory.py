@@ -24,8 +24,6 @@ and v) of optimizer state (`FP32`).
    one forward (`torch.autograd.graph.saved_tensors_hooks`);
 3. `bytes_per_rank(psi, n, stage, ...)`: the table above; `PAPER` holds the
    paper's Table 1 figures (the case of its Figure 1) to put beside it.
-
-Used in: notebooks/10_sharded_data_parallel.
 """
 
 from __future__ import annotations

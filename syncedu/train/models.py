@@ -2,9 +2,6 @@
 
 `make(name, seed=...)` builds one with seeded initial weights, so every rank
 and every strategy starts from the same parameters.
-
-Used in: notebooks/03_data_parallel, 04_parameter_server, 05_gradient_accumulation,
-06_sync_batchnorm.
 """
 
 from __future__ import annotations

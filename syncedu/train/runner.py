@@ -18,14 +18,11 @@ Steps:
 1. check the arguments once, for every experiment (`where`): a local run takes
    no pool, network or simulate; simulate takes no pool; a pool must have the
    job's world size and carries its own network;
-2. open the ranks (`Ranks`: a context manager, so a job may call them several
-   times, as `train.run`'s progress bar does), run `fn` on each, close what we
-   opened (never a pool passed in).
+2. open the ranks (`Placement`: the ranks of one job, a context manager, so a
+   job may call them several times, as `train.run`'s progress bar does), run
+   `fn` on each, close what we opened (never a pool passed in).
 
 `max_param_diff` is the one way to compare two runs' final parameters.
-
-Used in: notebooks/03_data_parallel, 04_parameter_server, 05_gradient_accumulation,
-06_sync_batchnorm (through train.run, ps.run and bn_experiment).
 """
 
 from __future__ import annotations
@@ -37,7 +34,7 @@ from syncedu.comm.ledger import Ledger
 from syncedu.comm.local import LocalComm
 from syncedu.comm.result import RunResult
 
-__all__ = ["WHERE", "where", "Ranks", "run", "max_param_diff"]
+__all__ = ["WHERE", "where", "Placement", "run", "max_param_diff"]
 
 WHERE = ("local", "sim", "pool", "fresh")
 
@@ -73,7 +70,7 @@ def where(world_size: int, *, pool=None, network=None, simulate: bool = False,
     return "pool"
 
 
-class Ranks:
+class Placement:
     """Step 2: the ranks of one job, wherever `where` put them; call `.run(fn, args)`.
 
     A context manager: ranks it started ("fresh") are closed on exit, a pool
@@ -104,7 +101,7 @@ class Ranks:
         if self.kind == "fresh":
             self.pool.close()
 
-    def __enter__(self) -> Ranks:
+    def __enter__(self) -> Placement:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -114,7 +111,7 @@ class Ranks:
 def run(fn, world_size: int, args=(), *, pool=None, network=None, simulate: bool = False,
         local: bool = False, timeout: float = 600.0, job: str = "the run") -> RunResult:
     """Steps 1-2 for a job that calls its ranks once: `fn(comm, *args)` on each."""
-    with Ranks(world_size, pool=pool, network=network, simulate=simulate, local=local,
+    with Placement(world_size, pool=pool, network=network, simulate=simulate, local=local,
                timeout=timeout, job=job) as ranks:
         return ranks.run(fn, args)
 

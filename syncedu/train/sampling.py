@@ -21,8 +21,6 @@ world size or the strategy:
 
 Parameter-server runs (lab/ps) use the same `global_batches`, so every training
 harness in syncedu sees the same data for a seed.
-
-Used in: notebooks/03_data_parallel, 04_parameter_server, 05_gradient_accumulation.
 """
 
 from __future__ import annotations

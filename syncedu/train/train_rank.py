@@ -17,8 +17,6 @@
 State lives in a `Session` object per call, never at module level, except the
 `_SESSIONS` table that lets a warm pool run a long job in chunks (each rank is
 its own process there; simulated runs never use it).
-
-Used in: notebooks/03_data_parallel, 05_gradient_accumulation (through train.run).
 """
 
 from __future__ import annotations
@@ -31,8 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from syncedu.comm.ledger import RankLedger
-
-from syncedu.train import data, memory, models, sampling, strategies as train_strategies
+from syncedu.train import data, memory, models, sampling
+from syncedu.train import strategies as train_strategies
 from syncedu.train.layer_compute import LayerCompute
 
 _SESSIONS: dict = {}

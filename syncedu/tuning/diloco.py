@@ -21,8 +21,6 @@ With outer lr 1 and momentum 0, Step 4 gives theta - delta = mean_r theta_r:
 exactly local SGD's parameter average (a test holds the two equal).
 OpenDiLoCo (Jaffe et al. 2024, arXiv 2407.07852) sends the pseudo-gradient in
 fp16 at no loss: `wire_dtype=torch.float16` does that here, halving the bytes.
-
-Used in: notebooks/09_tuning_playbook.
 """
 
 from __future__ import annotations

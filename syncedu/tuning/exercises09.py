@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 from syncedu.comm import sim
-
-from syncedu.ui.checkers import attempt, verdict, checker
+from syncedu.ui.checkers import attempt, checker, verdict
 
 
 def _outer_worker(comm, answer, seed):

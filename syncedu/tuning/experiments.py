@@ -21,8 +21,6 @@ Steps of one rank (`_Rank`): 1. seeded model and data; 2. per step, forward
 and backward on the shard and charge compute; 3. the method's
 synchronization; 4. the optimizer step; 5. the result: per-step losses and
 logical times, the final parameters, their loss and accuracy on all the data.
-
-Used in: notebooks/09_tuning_playbook.
 """
 
 from __future__ import annotations
@@ -33,10 +31,9 @@ import torch
 import torch.nn.functional as F
 
 from syncedu.comm import sim
+from syncedu.train import data, models, sampling
 from syncedu.tuning.diloco import DiLoCo, DiLoCoConfig
 from syncedu.tuning.local_sgd import LocalSGD
-
-from syncedu.train import data, models, sampling
 from syncedu.tuning.noise_scale import NoiseScale, allreduce_with_norms
 
 __all__ = ["TuningRun", "run_diloco", "run_noise_scale", "steps_to", "METHODS"]

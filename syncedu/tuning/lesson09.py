@@ -4,11 +4,9 @@
   local SGD on simulated ranks; time to a target loss, bytes, final loss.
 - `AsyncExplorer`: one-way latency and a staleness bound -> the bounded-staleness
   parameter server of lesson 04 beside the synchronous one; time to target, accuracy.
-- `HelperExplorer`: model size, compute per step, network, N -> `scaling.recommend`.
+- `HelperExplorer`: model size, compute per step, network, N -> `scaling_advice.recommend`.
 
 Every run is simulated (logical time), so a moved control answers in seconds.
-
-Used in: notebooks/09_tuning_playbook.
 """
 
 from __future__ import annotations
@@ -17,9 +15,9 @@ import ipywidgets as w
 
 from syncedu.comm.network import PRESETS, Network
 from syncedu.ps import training as ps_train
-from syncedu.tuning import scaling, experiments as tuning
+from syncedu.tuning import experiments as tuning
+from syncedu.tuning import scaling_advice
 from syncedu.tuning.diloco import DiLoCoConfig
-
 from syncedu.ui.widgets import Dashboard, show_text
 
 _STYLE = {"description_width": "initial"}
@@ -97,7 +95,7 @@ class AsyncExplorer(_Explorer):
 
 
 class HelperExplorer(_Explorer):
-    """`scaling.recommend` for a model, a step time, a network preset and N."""
+    """`scaling_advice.recommend` for a model, a step time, a network preset and N."""
 
     def __init__(self):
         self.mb = _slider(w.FloatLogSlider, "model (MB)", value=100, base=10, min=0, max=3.5)
@@ -110,6 +108,6 @@ class HelperExplorer(_Explorer):
         self._build([self.mb, self.ms, self.network, self.n])
 
     def run(self) -> str:
-        options = scaling.recommend(self.mb.value * 1e6, self.ms.value / 1e3,
+        options = scaling_advice.recommend(self.mb.value * 1e6, self.ms.value / 1e3,
                                     Network.preset(self.network.value), self.n.value)
         return "\n".join(o.line() for o in options)

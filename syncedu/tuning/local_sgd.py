@@ -23,8 +23,6 @@ rank's buffer v_r = m v_r + g_r is linear in its gradients, so avg(v_r) is
 exactly flat's buffer, even though the per-rank buffers differ. With Adam it
 does not: its update divides by sqrt(v_r), which is not linear, so H = 1
 already differs from "flat".
-
-Used in: notebooks/09_tuning_playbook.
 """
 
 from __future__ import annotations

@@ -26,8 +26,6 @@ gradient of all B (big). Steps:
 4. the single-step estimates are noisy (they can even be negative), so the
    paper averages |G|^2 and tr(Sigma) separately over steps (an exponential
    moving average here) and reports the ratio of the averages.
-
-Used in: notebooks/09_tuning_playbook.
 """
 
 from __future__ import annotations

@@ -27,17 +27,14 @@ Horovod's and PyTorch DDP's benchmarks). Steps of `step_time`:
 results (parameter counts, published per-GPU step times, the clusters'
 networks) and puts the prediction beside the published efficiency;
 `recommend()` ranks tuning options by predicted efficiency.
-
-Used in: notebooks/09_tuning_playbook.
 """
 
 from __future__ import annotations
 
 import math
 
-from syncedu.comm.network import Network
-
 from syncedu.collectives import cost
+from syncedu.comm.network import Network
 
 # Also `Comparison`, `published_comparisons`, `Option`, `recommend` (loaded on first use).
 __all__ = ["BACKWARD_SHARE", "step_time", "efficiency", "relative_efficiency",
@@ -116,16 +113,3 @@ def best_bucket(model_bytes: float, compute_seconds: float, world_size: int, net
     effs = [(b, efficiency(model_bytes, compute_seconds, world_size, network, bucket_bytes=b,
                            **options)) for b in candidates]
     return max(effs, key=lambda be: (round(be[1], 12), -be[0]))
-
-
-# The comparisons and the helper live in their own files, which import this one:
-# load them on first use so either side can be imported first.
-_LATER = {"Comparison": "scaling_published", "published_comparisons": "scaling_published",
-          "Option": "scaling_advice", "recommend": "scaling_advice"}
-
-
-def __getattr__(name: str):
-    if name in _LATER:
-        import importlib
-        return getattr(importlib.import_module(f"{__package__}.{_LATER[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

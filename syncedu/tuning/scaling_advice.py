@@ -21,17 +21,14 @@ recommended one marked. Steps:
 
 The same advice as Google's tuning playbook and lesson 09: measure the
 bottleneck first, then change as little as possible.
-
-Used in: notebooks/09_tuning_playbook.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from syncedu.comm.network import Network
-
 from syncedu.collectives import cost
+from syncedu.comm.network import Network
 from syncedu.tuning import scaling
 
 MB = 2 ** 20

@@ -26,8 +26,6 @@ Sources (cite these, not this file):
   GPU on 16 (~93%).
 Parameter counts: torchvision / Keras application models (Inception V3
 23.8 M, ResNet-50 25.6 M, ResNet-101 44.5 M, VGG-16 138.4 M).
-
-Used in: notebooks/09_tuning_playbook, README (Benchmarks).
 """
 
 from __future__ import annotations
@@ -35,7 +33,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from syncedu.comm.network import Network
-
 from syncedu.tuning import scaling
 
 MB = 2 ** 20

@@ -11,8 +11,7 @@ from __future__ import annotations
 from syncedu.comm import launch, sim
 from syncedu.comm.errors import DeadlockError
 from syncedu.comm.ledger import ring_allreduce_elements
-
-from syncedu.ui.checkers import attempt, verdict, checker
+from syncedu.ui.checkers import attempt, checker, verdict
 
 
 @checker

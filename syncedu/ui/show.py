@@ -5,8 +5,6 @@ code a learner reads is the code the checked cells execute (no copy in the
 notebook to drift). In a notebook the source appears syntax-highlighted
 (Pygments HTML through `IPython.display`), with its file named on top; outside
 IPython it is printed as plain text.
-
-Used in: notebooks/01_collectives, 02_allreduce_algorithms.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Shared pieces: `show_text` / `show_figure` (fill an Output widget without
 printing), `figure_png`, `Dashboard` (the display hook), `Explorer` (controls ->
-text and figure). Used in: notebooks/00_start_here and every lesson's dashboard.
+text and figure).
 """
 
 from __future__ import annotations

@@ -9,8 +9,7 @@ import torch
 from syncedu.comm import sim
 from syncedu.comm.ledger import ring_allreduce_elements, ring_chunks
 from syncedu.train import memory
-
-from syncedu.ui.checkers import attempt, verdict, checker
+from syncedu.ui.checkers import attempt, checker, verdict
 
 LR = 0.1
 

@@ -7,8 +7,6 @@
 - `zero_explorer()`: model size, N, stage and network -> memory per rank
   (train/memory.py, the paper's mixed-precision Adam) and step time (zero/timing.py,
   with and without prefetch).
-
-Used in: notebooks/10_sharded_data_parallel.
 """
 
 from __future__ import annotations
@@ -18,8 +16,8 @@ import matplotlib.pyplot as plt
 
 from syncedu.comm.network import PRESETS
 from syncedu.train import memory
-from syncedu.zero import timing as zero_time
 from syncedu.ui.widgets import Explorer
+from syncedu.zero import timing as zero_time
 
 KINDS = ("params", "grads", "optimizer")
 COLORS = {"params": "#4c72b0", "grads": "#55a868", "optimizer": "#dd8452"}

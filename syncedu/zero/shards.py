@@ -34,8 +34,6 @@ chunks), so a layer's gradients can leave as soon as they are ready.
    `MemoryMeter` samples them into peaks of parameters, gradients, optimizer state;
 4. `layer_units(module, units)`: the `Unit`s, one per module that owns
    parameters (or one for the whole model), each a slice [a, b) of the buffer.
-
-Used in: notebooks/10_sharded_data_parallel (through zero.py).
 """
 
 from __future__ import annotations

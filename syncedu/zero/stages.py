@@ -39,8 +39,6 @@ all-gather moves the same bytes as FSDP's but less evenly spread over the ranks.
 Memory: `memory.peak` holds the most bytes of parameters, gradients and
 optimizer state this rank held at once (storages counted, see
 train.memory.held_bytes), sampled after every gather, reduction and step.
-
-Used in: notebooks/10_sharded_data_parallel.
 """
 
 from __future__ import annotations
@@ -287,8 +285,12 @@ class ZeroDataParallel(nn.Module):
             self.memory.sample("gathered")
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Forget the gradients (stage 1 zeroes its whole buffer and keeps it)."""
-        self.shard.grad = None
+        """Forget the gradients: the shard's `.grad` set to None (or zeroed, as torch's
+        optimizers do with `set_to_none=False`); stage 1 zeroes its whole buffer and keeps it."""
+        if set_to_none or self.shard.grad is None:
+            self.shard.grad = None
+        else:
+            self.shard.grad.zero_()
         if self.flat_grad is not None:
             self.flat_grad.zero_()
 

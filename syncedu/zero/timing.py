@@ -19,8 +19,6 @@ F per step (backward 2F), N ranks. Per step (the formulas of `step_time`):
 `simulate_step(stage, ...)` runs our ZeRO (or "flat" DP, stage 0) on simulated
 ranks with the compute charged layer by layer, and returns the logical seconds
 of one step: the measurement that checks items 1 and 2.
-
-Used in: notebooks/10_sharded_data_parallel.
 """
 
 from __future__ import annotations
@@ -29,11 +27,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from syncedu.collectives.cost import collective_time
 from syncedu.comm import sim
 from syncedu.dp.data_parallel import DataParallel
 from syncedu.zero.stages import ZeroDataParallel
-
-from syncedu.collectives.cost import collective_time
 
 MODES = ("dp", "zero1", "zero2", "zero3", "zero3_prefetch")
 

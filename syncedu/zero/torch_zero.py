@@ -18,8 +18,6 @@ every backward (the workaround), and says so in its result.
 Every worker returns `(params, extra)`: the final parameters by the plain
 module's names, and a dict of what the lesson shows (optimizer-state elements
 held on this rank, whether the workaround was applied).
-
-Used in: notebooks/10_sharded_data_parallel, tests/test_zero.py.
 """
 
 from __future__ import annotations
@@ -44,7 +42,7 @@ def model(**kwargs) -> torch.nn.Module:
     return models.make("mlp", seed=0, **{"hidden": 13, **kwargs})
 
 
-def make_optimizer(params, optimizer: str, zero: bool = False):
+def torch_optimizer(params, optimizer: str, zero: bool = False):
     """SGD with momentum 0.9 or Adam, at `LR`; `zero=True`: sharded by ZeroRedundancyOptimizer."""
     cls, kw = ((torch.optim.Adam, {}) if optimizer == "adam" else
                (torch.optim.SGD, {"momentum": 0.9}))
@@ -77,7 +75,7 @@ def ddp_worker(comm, steps: int = 3, optimizer: str = "sgd", zero: bool = False)
 
     net = model().to(comm.device)
     ddp = DDP(net)  # sync: broadcasts rank 0's parameters, averages gradients in backward
-    opt = make_optimizer(net.parameters(), optimizer, zero)  # sync: zero -> state sharded
+    opt = torch_optimizer(net.parameters(), optimizer, zero)  # sync: zero -> state sharded
     _train(comm, net, ddp, opt, steps)
     params = {k: p.detach().cpu().clone() for k, p in net.named_parameters()}
     return params, {"state_elements": _state_elements(opt)}
@@ -109,7 +107,7 @@ def fsdp_worker(comm, steps: int = 3, optimizer: str = "sgd"):
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer, mesh=mesh)  # sync: one all-gather / reduce-scatter unit per layer
     fully_shard(net, mesh=mesh)
-    opt = make_optimizer(net.parameters(), optimizer)  # sync: each rank's shards only
+    opt = torch_optimizer(net.parameters(), optimizer)  # sync: each rank's shards only
     seen = {}
 
     def check_and_fix(module) -> None:

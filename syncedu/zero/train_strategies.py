@@ -11,15 +11,12 @@ which is also the optimizer: `cfg.optimizer` ("sgd" with `cfg.momentum`, or
 3. `close`: stage 3 all-gathers the parameters once more, so the history gets
    whole parameters (charged to the run's ledger: one all-gather more);
 4. `memory`: this rank's peak bytes of model state (`MemoryMeter.peak`).
-
-Used in: notebooks/10_sharded_data_parallel (through train.run).
 """
 
 from __future__ import annotations
 
-from syncedu.zero.stages import ZeroDataParallel
-
 from syncedu.train.strategies import Parts, register
+from syncedu.zero.stages import ZeroDataParallel
 
 STAGE_OF = {"zero1": 1, "zero2": 2, "zero3": 3}
 

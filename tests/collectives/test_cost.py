@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from syncedu import Network, collectives, cost
-from syncedu.comm import sim
 from syncedu.bench import collectives as bench
+from syncedu.comm import sim
 
 NET = Network(latency=1e-3, bandwidth=1e6)
 

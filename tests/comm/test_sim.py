@@ -10,12 +10,12 @@ import time
 import pytest
 import torch
 
+from syncedu.collectives import ALGORITHMS
 from syncedu.comm.errors import DeadlockError, WorkerError
 from syncedu.comm.errors import TimeoutError as RunTimeoutError
 from syncedu.comm.ledger import ring_chunks
 from syncedu.comm.network import Network
 from syncedu.comm.sim import SimComm, run
-from syncedu.collectives import ALGORITHMS
 
 WORLDS = [1, 2, 3, 5, 8]
 LENGTHS = [1, 7, 1000]

@@ -56,11 +56,11 @@ def test_local_and_simulated_ranks_run_the_same_function():
 @pytest.mark.real
 def test_pool_is_reused_and_left_open_fresh_ranks_are_closed():
     with launch.Pool(2, output="quiet") as pool:
-        with runner.Ranks(2, pool=pool) as ranks:
+        with runner.Placement(2, pool=pool) as ranks:
             assert ranks.kind == "pool"
             assert [v[:2] for v in ranks.run(_hello, (1,))] == [(0, 2), (1, 2)]
         assert pool.run(_hello, (1,))[1][3] == 6.0  # still warm
-    with runner.Ranks(2, timeout=60) as ranks:
+    with runner.Placement(2, timeout=60) as ranks:
         assert ranks.kind == "fresh" and ranks.run(_hello, (1,))[0][3] == 6.0
     with pytest.raises(RuntimeError, match="closed"):
         ranks.pool.run(_hello, (1,))

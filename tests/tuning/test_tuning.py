@@ -9,8 +9,8 @@ import torch
 
 from syncedu import Network, sim
 from syncedu.collectives import cost
-from syncedu.tuning import noise_scale, scaling, experiments as tuning
-from syncedu.tuning import diloco
+from syncedu.tuning import diloco, noise_scale, scaling, scaling_advice, scaling_published
+from syncedu.tuning import experiments as tuning
 from syncedu.tuning.local_sgd import average_parameters
 
 
@@ -175,7 +175,7 @@ def test_bucket_curve_is_latency_bound_then_loses_overlap():
 
 
 def test_published_comparisons_within_their_bands():
-    rows = scaling.published_comparisons()
+    rows = scaling_published.published_comparisons()
     assert len(rows) == 5
     for r in rows:
         assert r.within, r.row()
@@ -186,14 +186,14 @@ def test_published_comparisons_within_their_bands():
 
 
 def test_recommend_prefers_exact_options_on_fast_networks_and_local_sgd_on_a_wan():
-    fast = scaling.recommend(100e6, 0.1, Network.cluster(8, 8), 64)
+    fast = scaling_advice.recommend(100e6, 0.1, Network.cluster(8, 8), 64)
     assert len(fast) == 6 and sum(o.recommended for o in fast) == 1
     assert next(o for o in fast if o.recommended).name == "buckets"
-    wan = scaling.recommend(100e6, 0.1, Network.preset("wan"), 8)
+    wan = scaling_advice.recommend(100e6, 0.1, Network.preset("wan"), 8)
     assert next(o for o in wan if o.recommended).name == "local_sgd"
     assert all(0 < o.efficiency <= 1 and o.reason for o in wan)
     with pytest.raises(ValueError, match="target"):
-        scaling.recommend(100e6, 0.1, Network.preset("wan"), 8, target=0)
+        scaling_advice.recommend(100e6, 0.1, Network.preset("wan"), 8, target=0)
 
 
 # --------------------------------------------------------------- exercises

@@ -9,10 +9,11 @@ import torch.nn.functional as F
 from syncedu import launch, train
 from syncedu.comm import sim
 from syncedu.comm.ledger import ring_allreduce_elements
-from syncedu.zero import torch_zero as zt
 from syncedu.dp import data_parallel as dp
+from syncedu.train.memory import held_bytes
+from syncedu.zero import torch_zero as zt
+from syncedu.zero.shards import Layout
 from syncedu.zero.stages import ZeroConfig, ZeroDataParallel
-from syncedu.zero.shards import Layout, held_bytes
 
 STEPS = 3
 OPTS = {"sgd": {"optimizer": "sgd", "momentum": 0.9}, "adam": {"optimizer": "adam"}}
@@ -45,14 +46,14 @@ def _flat_worker(comm, opt):
     net = zt.model()
     wrapped = dp.DataParallel(net, comm, "flat")
     comm.ledger.reset()
-    _loop(comm, wrapped, zt.make_optimizer(net.parameters(), opt),
+    _loop(comm, wrapped, zt.torch_optimizer(net.parameters(), opt),
           wrapped.finish_gradient_synchronization)
     return {k: p.detach().clone() for k, p in net.named_parameters()}, _sent(comm)
 
 
 def _one_process(n, opt):
     net = zt.model()
-    optim = zt.make_optimizer(net.parameters(), opt)
+    optim = zt.torch_optimizer(net.parameters(), opt)
     for step in range(STEPS):
         optim.zero_grad()
         xs, ys = zip(*[zt.batch(step, r) for r in range(n)])
@@ -271,7 +272,7 @@ def test_paper_figures_from_the_formulas():
 def test_measured_model_state_is_the_fp32_formula():
     from syncedu.train import memory
     net = zt.model()
-    opt = zt.make_optimizer(net.parameters(), "adam")
+    opt = zt.torch_optimizer(net.parameters(), "adam")
     x, y = zt.batch(0, 0)
     F.cross_entropy(net(x), y).backward()
     opt.step()
@@ -297,8 +298,8 @@ def test_simulated_step_time_matches_the_model():
 
 def test_lesson10_checkers_accept_a_right_answer_and_reject_wrong_ones():
     from syncedu.train import memory
-    from syncedu.zero.shards import ring_all_gather_pieces, ring_reduce_scatter_pieces
     from syncedu.zero import exercises10 as ex
+    from syncedu.zero.shards import ring_all_gather_pieces, ring_reduce_scatter_pieces
 
     def right(comm, params, grads, sizes, lr):
         starts = [sum(sizes[:r]) for r in range(len(sizes))]

@@ -67,7 +67,7 @@ def _one(comm, spec, shape) -> None:
     _average(comm, resolve(spec), torch.randn(*shape))
 
 
-def _timed(comm, specs: dict, shape, repeats: int, rounds: int) -> dict:
+def timed(comm, specs: dict, shape, repeats: int, rounds: int) -> dict:
     """Median seconds per `average_` of each spec, rounds alternating the specs."""
     g = torch.Generator().manual_seed(comm.rank)
     grad = torch.randn(*shape, generator=g)
@@ -96,8 +96,8 @@ def measure(sizes_mb=(1, 16), rounds: int = 5, repeats: int = 5, world_size: int
         for size in sizes_mb:
             shape = _shape(size)
             mb = shape[0] * shape[1] * 4 / 2**20
-            alone = _timed(Alone(), specs, shape, repeats, rounds)
-            step = pool.run(_timed, args=(specs, shape, repeats, rounds), timeout=600)[0]
+            alone = timed(Alone(), specs, shape, repeats, rounds)
+            step = pool.run(timed, args=(specs, shape, repeats, rounds), timeout=600)[0]
             for name, spec in specs.items():
                 sent = sim.run(_one, world_size, args=(spec, shape)).ledger.sent[0]
                 rows.append({"compressor": name, "size_mb": mb, "shape": shape,

@@ -159,7 +159,7 @@ def _real(new: int, n: int, p: int) -> int:
     return 2 * new + 1 if new < n - p else new + (n - p)
 
 
-def _folded(comm, flat: torch.Tensor, name: str, body) -> None:
+def folded(comm, flat: torch.Tensor, name: str, body) -> None:
     """Fold N ranks onto p = 2^floor(log2 N), run `body(p, new rank)` there, unfold:
     of ranks 0..2(N-p)-1, each even one hands its tensor to the odd one after it and
     gets the result back from it at the end."""
@@ -180,12 +180,12 @@ def _folded(comm, flat: torch.Tensor, name: str, body) -> None:
 def halving_doubling_allreduce(comm, tensor: torch.Tensor) -> torch.Tensor:
     """Recursive halving-doubling allreduce (Rabenseifner, ICCS 2004), sum in place.
 
-    1. Fold if N is not a power of two p (`_folded`).
+    1. Fold if N is not a power of two p (`folded`).
     2. Recursive halving (reduce-scatter) over p blocks: for d = p/2, ..., 1,
        give half your block range to new rank ^ d, add the half it gives you.
     3. Recursive doubling (all-gather): for d = 1, ..., p/2, swap ranges with
        new rank ^ d. 2 log2 p rounds, the ring's 2(p-1)/p * S bytes.
-    4. Unfold (`_folded`).
+    4. Unfold (`folded`).
     """
     flat, n = _flat(tensor), comm.world_size
 
@@ -206,17 +206,17 @@ def halving_doubling_allreduce(comm, tensor: torch.Tensor) -> torch.Tensor:
                       flat[starts[theirs]:starts[theirs + d]], peer)
             d *= 2
 
-    _folded(comm, flat, "halving_doubling_allreduce", halving_doubling)  # Steps 1 and 4
+    folded(comm, flat, "halving_doubling_allreduce", halving_doubling)  # Steps 1 and 4
     return tensor
 
 
 def recursive_doubling_allreduce(comm, tensor: torch.Tensor) -> torch.Tensor:
     """Recursive-doubling allreduce (Thakur, Rabenseifner & Gropp 2005, short messages).
 
-    1. Fold if N is not a power of two p (`_folded`).
+    1. Fold if N is not a power of two p (`folded`).
     2. For d = 1, 2, ..., p/2: swap the whole tensor with new rank ^ d, add.
        log2 p rounds, few latencies but S bytes each: for short messages.
-    3. Unfold (`_folded`).
+    3. Unfold (`folded`).
     """
     flat, n = _flat(tensor), comm.world_size
 
@@ -227,7 +227,7 @@ def recursive_doubling_allreduce(comm, tensor: torch.Tensor) -> torch.Tensor:
             flat.add_(got)
             d *= 2
 
-    _folded(comm, flat, "recursive_doubling_allreduce", doubling)  # Steps 1 and 3
+    folded(comm, flat, "recursive_doubling_allreduce", doubling)  # Steps 1 and 3
     return tensor
 
 

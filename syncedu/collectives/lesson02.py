@@ -57,7 +57,7 @@ def simulate(name: str, world_size: int, choice: str, nbytes: int, progress=None
 
 def describe(times: dict, nbytes: int, world_size: int, net: Network) -> str:
     best = min(times, key=times.get)
-    lines = [f"{net.describe()}; N = {world_size}, S = {plots._size(nbytes)}"]
+    lines = [f"{net.describe()}; N = {world_size}, S = {plots.size_label(nbytes)}"]
     for name, t in times.items():
         lines.append(f"  {name:<19}{t * 1e3:12.4f} ms{'   <- fastest' if name == best else ''}")
     return "\n".join(lines)
@@ -75,7 +75,7 @@ class AlgorithmExplorer(Dashboard):
                                   layout=w.Layout(width="420px"))
         self.n = w.SelectionSlider(options=[2 ** k for k in range(1, 11)], value=world_size,
                                    description="ranks N", continuous_update=False)
-        self.size = w.SelectionSlider(options=[(plots._size(s), s) for s in SIZES],
+        self.size = w.SelectionSlider(options=[(plots.size_label(s), s) for s in SIZES],
                                       value=nbytes, description="size S",
                                       continuous_update=False)
         self.algos = w.SelectMultiple(options=list(ALGORITHMS), value=tuple(algorithms),

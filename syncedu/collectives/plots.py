@@ -122,7 +122,7 @@ def winners(best, sizes, world_sizes, title: str = ""):
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(world_sizes) + 1.6))
     cmap = plt.matplotlib.colors.ListedColormap([ALGO_COLORS[n] for n in names])
     ax.imshow(idx, cmap=cmap, vmin=-0.5, vmax=len(names) - 0.5, aspect="auto")
-    ax.set_xticks(range(len(sizes)), [_size(s) for s in sizes], rotation=45, fontsize=7)
+    ax.set_xticks(range(len(sizes)), [size_label(s) for s in sizes], rotation=45, fontsize=7)
     ax.set_yticks(range(len(world_sizes)), [str(n) for n in world_sizes])
     ax.set_xlabel("message size")
     ax.set_ylabel("ranks N")
@@ -134,7 +134,7 @@ def winners(best, sizes, world_sizes, title: str = ""):
     return fig
 
 
-def _size(nbytes: float) -> str:
+def size_label(nbytes: float) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if nbytes >= scale:
             return f"{nbytes / scale:g} {unit}"

@@ -128,7 +128,7 @@ def _optimizer(params, cfg: Config) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=cfg.lr)
 
 
-def _resume(model, opt, cfg: Config, device: torch.device) -> int:
+def resume_checkpoint(model, opt, cfg: Config, device: torch.device) -> int:
     """Step 5: load a checkpoint saved from any device onto this rank's device."""
     if not cfg.checkpoint or not os.path.exists(cfg.checkpoint):
         return 0
@@ -140,7 +140,7 @@ def _resume(model, opt, cfg: Config, device: torch.device) -> int:
     return state["epoch"]
 
 
-def _save(model, opt, epoch: int, cfg: Config, rank: int) -> None:
+def save_checkpoint(model, opt, epoch: int, cfg: Config, rank: int) -> None:
     """Step 5: rank 0 writes, then a barrier: no rank goes on before the file is complete."""
     if cfg.checkpoint and rank == 0:  # sync: one writer; the ranks' copies are identical
         tmp = cfg.checkpoint + ".tmp"
@@ -166,7 +166,7 @@ def train(rank: int, world_size: int, cfg: Config) -> None:
                             sampler=sampler, drop_last=True)
         opt = _optimizer(model.parameters(), cfg)
         losses = []
-        for epoch in range(_resume(model, opt, cfg, device), cfg.epochs):
+        for epoch in range(resume_checkpoint(model, opt, cfg, device), cfg.epochs):
             if cfg.set_epoch:
                 sampler.set_epoch(epoch)  # sync: Step 4: a new shuffle every epoch
             for x, y in loader:
@@ -175,7 +175,7 @@ def train(rank: int, world_size: int, cfg: Config) -> None:
                 loss.backward()  # sync: DDP's hooks allreduce-average the gradients here
                 opt.step()
                 losses.append(loss.item())
-            _save(model, opt, epoch + 1, cfg, rank)  # Step 5
+            save_checkpoint(model, opt, epoch + 1, cfg, rank)  # Step 5
         _finish(model, losses, cfg, rank, world_size, device)  # Step 6
     finally:
         cleanup()

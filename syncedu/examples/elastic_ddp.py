@@ -6,7 +6,7 @@
         -m syncedu.examples.elastic_ddp --checkpoint ckpt.pt --out out.pt
 
 The job is the DDP program of lesson 03 (`ddp_program`: the same setup,
-sampler, checkpoint format, `_resume` and `_save`), plus a failure on purpose:
+sampler, checkpoint format, `resume_checkpoint` and `save_checkpoint`), plus a failure on purpose:
 on the first attempt rank `crash_rank` exits (`os._exit(1)`: no exception, no
 goodbye) when it reaches epoch `crash_epoch`. What happens then (PyTorch's
 "torchrun (Elastic Launch)" documentation):
@@ -16,7 +16,7 @@ goodbye) when it reaches epoch `crash_epoch`. What happens then (PyTorch's
 2. it stops the survivors and, while restarts are left (`--max-restarts`),
    starts the whole group again through the rendezvous, with
    `TORCHELASTIC_RESTART_COUNT` one higher;
-3. every rank of the new attempt loads the last checkpoint (`_resume`) and
+3. every rank of the new attempt loads the last checkpoint (`resume_checkpoint`) and
    trains the epochs that are left;
 4. rank 0 writes the final parameters with the attempt that finished and the
    epoch it resumed at.
@@ -68,7 +68,7 @@ def worker(cfg: Config, crash_rank: int = 1, crash_epoch: int = 1) -> None:
         loader = DataLoader(dataset, batch_size=cfg.global_batch // world_size,
                             sampler=sampler, drop_last=True)
         opt = ddp_program._optimizer(model.parameters(), cfg)  # the program's: SGD by default
-        start = ddp_program._resume(model, opt, cfg, device)  # Step 3: 0 on a fresh start
+        start = ddp_program.resume_checkpoint(model, opt, cfg, device)  # Step 3: 0 on a fresh start
         for epoch in range(start, cfg.epochs):
             if attempt == 0 and rank == crash_rank and epoch == crash_epoch:
                 os._exit(1)  # the failure on purpose: this process just vanishes
@@ -77,7 +77,7 @@ def worker(cfg: Config, crash_rank: int = 1, crash_epoch: int = 1) -> None:
                 opt.zero_grad(set_to_none=True)
                 F.cross_entropy(model(x.to(device)), y.to(device)).backward()  # sync: allreduce
                 opt.step()
-            ddp_program._save(model, opt, epoch + 1, cfg, rank)  # sync: checkpoint + barrier
+            ddp_program.save_checkpoint(model, opt, epoch + 1, cfg, rank)  # sync: + barrier
         if rank == 0 and cfg.out:  # Step 4
             params = {k: v.detach().cpu().clone() for k, v in model.module.named_parameters()}
             torch.save({"params": params, "attempt": attempt, "resumed_at": start}, cfg.out)

@@ -145,10 +145,10 @@ def serve_bounded(comm, cfg: PSConfig, log: ServerLog, replies: _Replies, tau: f
         clock[w] += 1
         if clock[w] < cfg.steps[w]:
             waiting.append(w)
-        waiting = _release(cfg, log, replies, waiting, read, tau)  # Step 3
+        waiting = release(cfg, log, replies, waiting, read, tau)  # Step 3
 
 
-def _release(cfg: PSConfig, log: ServerLog, replies: _Replies, waiting: list[int],
+def release(cfg: PSConfig, log: ServerLog, replies: _Replies, waiting: list[int],
              read: list, tau: float) -> list[int]:
     """Step 3: reply to the waiting workers within tau steps of the slowest; keep the rest."""
     clock = log.per_worker

@@ -326,6 +326,9 @@ def test_lesson04_checkers(capsys):
     assert "next_step=0, clocks=[0, 0, 1], tau=0: got False, expected True" \
         in capsys.readouterr().out
     assert ex4.server_ingress.grade(lambda w, s, n: w * (-(-n // s) + 1) * 4)
+    assert not ex4.server_ingress.grade(lambda w, s, n: w * n * 4 // s)
+    assert ex4.sync_update.grade(lambda s, g, lr: s - lr * sum(g) / len(g))
+    capsys.readouterr()
     assert not ex4.sync_update.grade(lambda s, g, lr: s - lr * sum(g))
     assert "Quick check (the synchronous update): not yet right" in capsys.readouterr().out
     assert not ex4.ssp_rule.grade(stub_any)

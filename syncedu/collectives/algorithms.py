@@ -36,8 +36,12 @@ def _pieces(flat: torch.Tensor, parts: int) -> list[torch.Tensor]:
 
 
 def _sendrecv(comm, send: torch.Tensor, dst: int, recv: torch.Tensor, src: int) -> None:
-    """Send `send` to `dst` while receiving `recv` from `src` (full duplex); wait for both."""
-    for work in [comm.irecv(recv, src), comm.isend(send, dst)]:
+    """Send `send` to `dst` while receiving `recv` from `src` (full duplex); wait for both.
+
+    An empty piece skips the wire (both sides know its size: ZeRO's uneven shards).
+    """
+    works = [comm.irecv(recv, src)] if recv.numel() else []
+    for work in works + ([comm.isend(send, dst)] if send.numel() else []):
         work.wait()
 
 

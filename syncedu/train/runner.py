@@ -1,6 +1,6 @@
-"""Where the ranks of a lab job run, and how two runs compare.
+"""Where the ranks of a training job run, and how two runs compare.
 
-Every lab experiment (`train.run`, `ps.run`, the BatchNorm experiment) writes
+Every experiment (`train.run`, `ps.run`, the BatchNorm experiment) writes
 one function `fn(comm, *args)` against `Comm` and hands it here. The runner
 decides where it runs:
 

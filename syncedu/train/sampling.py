@@ -19,7 +19,7 @@ world size or the strategy:
    (DistributedSampler's rule);
 4. `micro_batches(indices, k)`: k equal consecutive parts, for accumulation.
 
-Parameter-server runs (lab/ps) use the same `global_batches`, so every training
+Parameter-server runs (`ps.run`) use the same `global_batches`, so every training
 harness in syncedu sees the same data for a seed.
 """
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from syncedu.collectives.algorithms import ring_all_gather_chunks, ring_reduce_scatter_chunks
 from syncedu.comm.ledger import ring_chunks
 from syncedu.train.memory import held_bytes
 
@@ -99,42 +100,23 @@ class Layout:
         return [buf[lo - a: hi - a] for lo, hi in self.ranges(a, a + buf.numel())]
 
 
-def _exchange(comm, send: torch.Tensor, recv: torch.Tensor) -> None:
-    """Send to the right neighbour while receiving from the left; empty pieces skip the wire."""
-    n, r = comm.world_size, comm.rank
-    works = []
-    if recv.numel():
-        works.append(comm.irecv(recv, (r - 1) % n))
-    if send.numel():
-        works.append(comm.isend(send, (r + 1) % n))
-    for work in works:
-        work.wait()
-
-
 def ring_reduce_scatter_pieces(comm, pieces: list[torch.Tensor]) -> torch.Tensor:
     """Ring reduce-scatter in place: afterwards `pieces[r]` on rank r is the sum over ranks.
 
-    Step s (0..N-2) sends piece (r-1-s) to the right and adds piece (r-2-s) from
-    the left into this rank's own: the order a ring allreduce (and the simulator's
-    `comm.all_reduce`) adds in.
+    The collectives' ring (`ring_reduce_scatter_chunks`, lesson 02) over ranks
+    0..N-1: step s sends piece (r-1-s) to the right and adds piece (r-2-s) from
+    the left, the order a ring allreduce (and the simulator's `comm.all_reduce`)
+    adds in; empty pieces (uneven shards) skip the wire.
     """
-    n, r = comm.world_size, comm.rank
-    inbox = pieces[0].new_empty(max(p.numel() for p in pieces))
     with comm.scope("ring_reduce_scatter"):
-        for s in range(n - 1):
-            into = pieces[(r - 2 - s) % n]
-            got = inbox[: into.numel()]
-            _exchange(comm, pieces[(r - 1 - s) % n], got)
-            into.add_(got)
-    return pieces[r]
+        ring_reduce_scatter_chunks(comm, pieces, list(range(comm.world_size)))
+    return pieces[comm.rank]
 
 
 def ring_all_gather_pieces(comm, pieces: list[torch.Tensor]) -> None:
-    """Ring all-gather in place: step s sends piece (r-s) right, receives (r-1-s) from the left."""
-    n, r = comm.world_size, comm.rank
+    """Ring all-gather in place (the collectives' `ring_all_gather_chunks`)."""
     with comm.scope("ring_all_gather"):
-        for s in range(n - 1):
-            _exchange(comm, pieces[(r - s) % n], pieces[(r - 1 - s) % n])
+        ring_all_gather_chunks(comm, pieces, list(range(comm.world_size)))
 
 
 def start_direct_all_gather(comm, pieces: list[torch.Tensor], tag: int) -> list:

@@ -27,7 +27,8 @@ package first) stays light.
 
 from __future__ import annotations
 
-from syncedu import collectives, compress, dp, horovod, ps, syncbn, train, tuning, zero
+# horovod: imported to register train.run's "horovod"; not in __all__ (see below).
+from syncedu import collectives, compress, dp, horovod, ps, syncbn, train, tuning, zero  # noqa: F401
 from syncedu.collectives import cost
 from syncedu.comm import launch, sim
 from syncedu.comm.network import PRESETS, Network
@@ -35,5 +36,6 @@ from syncedu.train import data, models
 
 __version__ = "0.1.0"
 
+# Not "horovod": `from syncedu import *` must never rebind the name of the real Horovod.
 __all__ = ["Network", "PRESETS", "launch", "sim", "collectives", "cost", "dp", "syncbn", "train",
-           "ps", "compress", "data", "models", "horovod", "tuning", "zero"]
+           "ps", "compress", "data", "models", "tuning", "zero"]

@@ -18,7 +18,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 
 def where(obj) -> str:
-    """The file that defines `obj`, relative to the repository (e.g. syncedu/collectives/algorithms.py)."""
+    """The file that defines `obj`, relative to the repository (syncedu/dp/buckets.py)."""
     obj = inspect.unwrap(obj)  # a decorated function (e.g. @torch.no_grad) is shown as written
     path = inspect.getsourcefile(obj) or "?"
     rel = os.path.relpath(path, _ROOT)

@@ -109,5 +109,5 @@ class HelperExplorer(_Explorer):
 
     def run(self) -> str:
         options = scaling_advice.recommend(self.mb.value * 1e6, self.ms.value / 1e3,
-                                    Network.preset(self.network.value), self.n.value)
+                                           self.n.value, Network.preset(self.network.value))
         return "\n".join(o.line() for o in options)

@@ -1,6 +1,6 @@
 """A decision helper: which synchronization setting to try first, with predicted efficiency.
 
-`recommend(model_bytes, compute_seconds, network, world_size)` prices each
+`recommend(model_bytes, compute_seconds, world_size, network)` prices each
 tuning option of lesson 09 with the step-time model of scaling.py and returns
 them as `Option`s (name, setting, predicted efficiency, one-line reason), the
 recommended one marked. Steps:
@@ -61,7 +61,7 @@ def _local_sgd(model_bytes, compute, n, net, target) -> tuple[int, float]:
     return next(((h, e) for h, e in effs if e >= target), effs[-1])
 
 
-def recommend(model_bytes: float, compute_seconds: float, network: Network, world_size: int,
+def recommend(model_bytes: float, compute_seconds: float, world_size: int, network: Network,
               *, target: float = 0.9) -> list[Option]:
     """The options of steps 1-6, the recommended one (step 7) marked."""
     if not 0 < target <= 1:

@@ -186,14 +186,14 @@ def test_published_comparisons_within_their_bands():
 
 
 def test_recommend_prefers_exact_options_on_fast_networks_and_local_sgd_on_a_wan():
-    fast = scaling_advice.recommend(100e6, 0.1, Network.cluster(8, 8), 64)
+    fast = scaling_advice.recommend(100e6, 0.1, 64, Network.cluster(8, 8))
     assert len(fast) == 6 and sum(o.recommended for o in fast) == 1
     assert next(o for o in fast if o.recommended).name == "buckets"
-    wan = scaling_advice.recommend(100e6, 0.1, Network.preset("wan"), 8)
+    wan = scaling_advice.recommend(100e6, 0.1, 8, Network.preset("wan"))
     assert next(o for o in wan if o.recommended).name == "local_sgd"
     assert all(0 < o.efficiency <= 1 and o.reason for o in wan)
     with pytest.raises(ValueError, match="target"):
-        scaling_advice.recommend(100e6, 0.1, Network.preset("wan"), 8, target=0)
+        scaling_advice.recommend(100e6, 0.1, 8, Network.preset("wan"), target=0)
 
 
 # --------------------------------------------------------------- exercises

@@ -35,13 +35,15 @@ def _pieces(flat: torch.Tensor, parts: int) -> list[torch.Tensor]:
     return list(torch.split(flat, ring_chunks(flat.numel(), parts)))
 
 
-def _sendrecv(comm, send: torch.Tensor, dst: int, recv: torch.Tensor, src: int) -> None:
+def _sendrecv(comm, send: torch.Tensor, dst: int, recv: torch.Tensor, src: int,
+              skip_empty: bool = False) -> None:
     """Send `send` to `dst` while receiving `recv` from `src` (full duplex); wait for both.
 
-    An empty piece skips the wire (both sides know its size: ZeRO's uneven shards).
+    `skip_empty`: an empty piece skips the wire (both sides know its size: ZeRO's
+    uneven shards); by default it is still a message, as in every textbook ring.
     """
-    works = [comm.irecv(recv, src)] if recv.numel() else []
-    for work in works + ([comm.isend(send, dst)] if send.numel() else []):
+    works = [comm.irecv(recv, src)] if recv.numel() or not skip_empty else []
+    for work in works + ([comm.isend(send, dst)] if send.numel() or not skip_empty else []):
         work.wait()
 
 
@@ -68,11 +70,13 @@ def naive_allreduce(comm, tensor: torch.Tensor, root: int = 0) -> torch.Tensor:
     return tensor
 
 
-def ring_reduce_scatter_chunks(comm, chunks: list[torch.Tensor], ring: list[int]) -> None:
+def ring_reduce_scatter_chunks(comm, chunks: list[torch.Tensor], ring: list[int],
+                               skip_empty: bool = False) -> None:
     """Ring reduce-scatter over the ranks `ring`: chunk i ends summed on ring[i].
 
     With i this rank's place in the ring, step s sends chunk (i-1-s) to the
     right and adds chunk (i-2-s) from the left: each chunk goes round once.
+    `skip_empty`: empty chunks send no message (see `_sendrecv`).
     """
     n, i = len(ring), ring.index(comm.rank)
     if n == 1:
@@ -85,16 +89,17 @@ def ring_reduce_scatter_chunks(comm, chunks: list[torch.Tensor], ring: list[int]
     for s in range(n - 1):
         into = chunks[(i - 2 - s) % n]
         got = inbox[into.numel()]
-        _sendrecv(comm, chunks[(i - 1 - s) % n], right, got, left)
+        _sendrecv(comm, chunks[(i - 1 - s) % n], right, got, left, skip_empty)
         into.add_(got)
 
 
-def ring_all_gather_chunks(comm, chunks: list[torch.Tensor], ring: list[int]) -> None:
+def ring_all_gather_chunks(comm, chunks: list[torch.Tensor], ring: list[int],
+                           skip_empty: bool = False) -> None:
     """Ring all-gather: ring[i] brings chunk i; step s passes chunk (i-s) to the right."""
     n, i = len(ring), ring.index(comm.rank)
     right, left = ring[(i + 1) % n], ring[(i - 1) % n]
     for s in range(n - 1):
-        _sendrecv(comm, chunks[(i - s) % n], right, chunks[(i - 1 - s) % n], left)
+        _sendrecv(comm, chunks[(i - s) % n], right, chunks[(i - 1 - s) % n], left, skip_empty)
 
 
 def ring_allreduce(comm, tensor: torch.Tensor) -> torch.Tensor:

@@ -109,14 +109,14 @@ def ring_reduce_scatter_pieces(comm, pieces: list[torch.Tensor]) -> torch.Tensor
     adds in; empty pieces (uneven shards) skip the wire.
     """
     with comm.scope("ring_reduce_scatter"):
-        ring_reduce_scatter_chunks(comm, pieces, list(range(comm.world_size)))
+        ring_reduce_scatter_chunks(comm, pieces, list(range(comm.world_size)), skip_empty=True)
     return pieces[comm.rank]
 
 
 def ring_all_gather_pieces(comm, pieces: list[torch.Tensor]) -> None:
     """Ring all-gather in place (the collectives' `ring_all_gather_chunks`)."""
     with comm.scope("ring_all_gather"):
-        ring_all_gather_chunks(comm, pieces, list(range(comm.world_size)))
+        ring_all_gather_chunks(comm, pieces, list(range(comm.world_size)), skip_empty=True)
 
 
 def start_direct_all_gather(comm, pieces: list[torch.Tensor], tag: int) -> list:

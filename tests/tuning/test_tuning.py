@@ -211,7 +211,12 @@ def test_lesson09_checkers_accept_the_reference_and_reject_wrong_answers(capsys)
     def stub(*_args):
         raise NotImplementedError
 
-    assert ex.outer_step.grade(outer) and ex.two_batch.grade(noise_scale.two_batch)
+    def two_batch(small_sq, big_sq, b_small, b_big):  # a learner's answer, not the package's
+        trace = (small_sq - big_sq) * b_small * b_big / (b_big - b_small)
+        return big_sq - trace / b_big, trace
+
+    assert ex.outer_step.grade(outer) and ex.two_batch.grade(two_batch)
+    assert noise_scale.two_batch(3.5, 1.625, 4, 16) == pytest.approx((1.0, 10.0))  # 1 + 10/B
     assert ex.pick_sync_every.grade(pick)
     assert not ex.outer_step.grade(lambda comm, a, loc, b, lr, m: a.copy_(loc))
     assert not ex.two_batch.grade(lambda *a: (0.0, 0.0))

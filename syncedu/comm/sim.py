@@ -73,7 +73,7 @@ from .ledger import Ledger
 from .network import Network
 from .result import RunResult
 from .sim_collectives import Call
-from .sim_messages import Message, RecvWork, SendWork, Wires, flat_view
+from .sim_messages import Message, RecvWork, RendezvousWork, SendWork, Wires, flat_view
 from .sim_sched import make, pick
 from .sim_world import PROGRESS_EVERY, World
 
@@ -95,6 +95,7 @@ class SimComm(Comm):
         self._world = world
         self._wires = world.wires
         self._clock = world.wires.clocks[rank]
+        self._eager = network.eager_limit
 
     # ------------------------------------------------------------ the clock
     def now(self) -> float:
@@ -112,31 +113,44 @@ class SimComm(Comm):
         if data.numel():  # copied now: the buffer is free at once (an empty one has no data)
             data = data.clone()
         nbytes = data.nbytes
-        start, dur, end = self._wires.depart(self.rank, dst, nbytes)  # Step 1
-        self._world.deliver(Message(data, self.rank, tag, start, dur, "send", nbytes), dst)
-        return SendWork(self._clock, end)
+        wires = self._wires
+        start, dur, end = wires.depart(self.rank, dst, nbytes)  # Step 1
+        left = wires.left
+        op = self._scopes[-1] if self._scopes else "send"
+        work = (SendWork(self._clock, end) if nbytes <= self._eager else
+                RendezvousWork(self._world, self.rank, dst, tag, nbytes, self._clock, end))
+        rdv = work if nbytes > self._eager else None
+        self._world.deliver(Message(data, self.rank, tag, start, dur, op, nbytes, left, rdv), dst)
+        return work
 
     def _irecv(self, tensor: torch.Tensor, src: int, tag: int) -> Work:
-        handle = RecvWork(self.arrive, self.rank, src, tag, tensor, "recv")
+        handle = RecvWork(self.arrive, self.rank, src, tag, tensor, "recv", self._clock.now)
         self._world.post(self.rank, handle)
         return handle
 
     def arrive(self, handle: RecvWork):
         """Wait for `handle`'s message, book the receive port, advance the clock (for handles)."""
         msg = handle.msg or self._world.wait(self.rank, handle)
-        self._clock.advance(self._wires.arrive(self.rank, msg.src, msg.start, msg.dur,
-                                               msg.nbytes))  # Steps 2 and 3
+        t = self._wires.arrive(self.rank, msg.src, msg.start, msg.dur, msg.nbytes)  # Step 2
+        self._clock.advance(t)  # Step 3
+        self._world.trace.add(msg.src, self.rank, msg.nbytes, msg.chan, msg.what, msg.left, t)
         return msg.data
 
     def _recv_any(self, tensor: torch.Tensor, tag: int) -> int:
         msg = self._world.recv_any(self.rank, tag)  # earliest in logical time
-        handle = RecvWork(self.arrive, self.rank, msg.src, msg.chan, tensor, "recv")
+        handle = RecvWork(self.arrive, self.rank, msg.src, msg.chan, tensor, "recv",
+                          self._clock.now)
         handle.msg = msg
         handle.wait()  # books the receive port, advances the clock, checks, copies
         return msg.src
 
     # --------------------------------------------------------- collectives
+    def _charge_builtin(self, op: str, **charge) -> None:
+        """Only the call: its bytes are counted from its messages (sim_collectives.py)."""
+        self.ledger.record(self._scopes[-1] if self._scopes else op, kind="counted")
+
     def _collective(self, call: Call, async_op: bool) -> Work | None:
+        call.name = self._scopes[-1] if self._scopes else call.kind
         handle = self._world.join(self.rank, call)
         if async_op:
             return handle
@@ -211,6 +225,7 @@ def _run(fn, world_size, args, kwargs, network, timeout, sink, kind, bar=None) -
     world.timeout_error = lambda ranks: RunTimeoutError(
         f"sim.run: ranks {_some(ranks)} still running after {timeout} s of real time", ranks)
     comms = [SimComm(r, world_size, network, world) for r in range(world_size)]
+    world.ledgers = [c.ledger for c in comms]  # built-ins count their messages here
     world.launch(comms, fn, tuple(args), dict(kwargs or {}))
     try:
         if not world.sched.drive(world, timeout) and world.error is None:
@@ -226,7 +241,7 @@ def _run(fn, world_size, args, kwargs, network, timeout, sink, kind, bar=None) -
     if bar is not None:
         bar.update(world.sent % PROGRESS_EVERY)  # the messages since the last update
     seconds = max(c.now() for c in comms)
-    return RunResult(world.results, Ledger([c.ledger for c in comms]), seconds)
+    return RunResult(world.results, Ledger([c.ledger for c in comms]), seconds, world.trace)
 
 
 def _some(ranks: list[int]) -> str:

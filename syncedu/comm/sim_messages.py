@@ -22,14 +22,16 @@ from .base import Work
 class Message:
     """One message in flight: a private copy of the data and its timing."""
 
-    __slots__ = ("data", "src", "chan", "start", "dur", "what", "nbytes")
+    __slots__ = ("data", "src", "chan", "start", "dur", "what", "nbytes", "left", "rdv")
 
     def __init__(self, data, src: int, chan, start: float, dur: float, what: str,
-                 nbytes: int = 0):
+                 nbytes: int = 0, left: float | None = None, rdv=None):
         self.data, self.src, self.chan, self.what = data, src, chan, what
-        self.start = start  # when it left the sender (and its NIC, between nodes)
-        self.dur = dur  # latency + bytes / bandwidth (+ noise)
+        self.start = start  # from when it may come in at the receiver's port (and NIC)
+        self.dur = dur  # how long it holds that port: latency + bytes / bandwidth (+ noise)
         self.nbytes = nbytes
+        self.left = start if left is None else left  # when it left the sender (the trace's)
+        self.rdv = rdv  # a rendezvous send's handle, told when a receive matches it
 
 
 class RecvPort:
@@ -113,6 +115,8 @@ class Wires:
         det = network.deterministic
         self.clocks = [Clock(None if det else network.rng(r)) for r in range(world_size)]
         self.cluster = network.is_cluster
+        self.wire = network.latency_model == "wire"
+        self.left = 0.0  # the last message's departure (depart)
         # Each rank's node and its NICs' ports, looked up once: millions of messages ask.
         self.node = [network.node_of(r) for r in range(world_size)]
         self.nics: dict[tuple, RecvPort] = {}  # (node, nic, "out" | "in") -> port
@@ -120,16 +124,29 @@ class Wires:
         self.nic_in = [self._nic(r, "in") for r in range(world_size)] if self.cluster else []
 
     def depart(self, src: int, dst: int, nbytes: int) -> tuple[float, float, float]:
-        """Step 1: book the sender's port (and NIC); return (start, dur, send end)."""
+        """Step 1: book the sender's port (and NIC); return (start, dur, send end).
+
+        "port" latency model: the port is held latency + n / B (+ noise) from the
+        departure `start`, and the message may come in from `start` on, for as long.
+        "wire": the port is held n / B only; the message may come in latency
+        (+ noise) later and holds the receiver's port n / B. Its departure time is
+        kept in `self.left` until the next call.
+        """
         c, net = self.clocks[src], self.net
         start = c.send_free if c.send_free > c.now else c.now
         across = self.cluster and self.node[src] != self.node[dst]
         link = (net.inter if across else net.intra) if self.cluster else net
-        dur = link.latency + nbytes / link.bandwidth
+        xfer = nbytes / link.bandwidth
+        if across:  # the bytes queue at the node's NIC
+            start = self.nic_out[src].reserve(start, xfer)
+        self.left = start  # when it leaves (the trace's start; one rank runs at a time)
+        if self.wire:  # latency (+ noise) is in flight, not on the port
+            delay = link.latency + net.noise(c.rng) if c.rng is not None else link.latency
+            c.send_free = start + xfer
+            return start + delay, xfer, c.send_free
+        dur = link.latency + xfer
         if c.rng is not None:
             dur += net.noise(c.rng)
-        if across:  # the bytes queue at the node's NIC
-            start = self.nic_out[src].reserve(start, nbytes / link.bandwidth)
         end = c.send_free = start + dur
         return start, dur, end
 
@@ -160,6 +177,39 @@ class SendWork(Work):
         self.clock.advance(self.end)
 
 
+class RendezvousWork(Work):
+    """Handle of an `isend` above the network's `eager_limit` (see network.py).
+
+    `wait()` parks the sender until the receiver has posted the matching receive
+    (`matched`, called by sim_world.py), then moves its clock to the later of its
+    send port's end and the moment that receive was posted.
+    """
+
+    __slots__ = ("world", "rank", "dst", "chan", "nbytes", "clock", "end", "msg", "posted")
+
+    def __init__(self, world, rank: int, dst: int, chan, nbytes: int, clock: Clock, end: float):
+        self.world, self.rank, self.dst, self.chan = world, rank, dst, chan
+        self.nbytes, self.clock, self.end = nbytes, clock, end
+        self.msg = None  # True once a receive matched it
+        self.posted = 0.0
+
+    def matched(self, posted: float) -> None:
+        self.msg, self.posted = True, posted
+
+    def wait(self, timeout: float | None = None) -> None:
+        if self.msg is None:
+            self.world.wait(self.rank, self)
+        self.clock.advance(max(self.end, self.posted))
+
+    def describe(self, world) -> str:
+        text = (f"send to rank {self.dst} (tag {self.chan}, {self.nbytes} bytes > eager_limit "
+                f"{world.wires.net.eager_limit:g}): waits for rank {self.dst} to post the "
+                "matching receive")
+        if world.ranks[self.dst].done:
+            text += f"; rank {self.dst} has already returned"
+        return text
+
+
 class RecvWork(Work):
     """Handle of an `irecv`: `wait()` blocks until the message is in, then copies it.
 
@@ -168,14 +218,16 @@ class RecvWork(Work):
     wait either completes or is reported at once as a `DeadlockError`.
     """
 
-    __slots__ = ("arrive", "rank", "src", "chan", "tensor", "nbytes", "what", "msg", "done")
+    __slots__ = ("arrive", "rank", "src", "chan", "tensor", "nbytes", "what", "msg", "done",
+                 "at")
 
-    def __init__(self, arrive, rank: int, src: int, chan, tensor, what: str):
+    def __init__(self, arrive, rank: int, src: int, chan, tensor, what: str, at: float = 0.0):
         self.arrive, self.rank, self.src, self.chan = arrive, rank, src, chan
         self.tensor, self.what = tensor, what
         self.nbytes = tensor.nbytes if tensor is not None else 0
         self.msg: Message | None = None
         self.done = False
+        self.at = at  # the receiver's clock when it posted this receive
 
     def wait(self, timeout: float | None = None) -> None:
         if self.done:

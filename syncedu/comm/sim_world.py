@@ -32,6 +32,7 @@ from .errors import DeadlockError, WorkerError
 from .sim_collectives import Call, CollectiveWork, check, resolve
 from .sim_messages import Message
 from .sim_sched import Cancelled, RankState
+from .trace import Trace
 
 BACKLOG = 64  # a sender with this many unreceived messages to one rank lets others run
 PROGRESS_EVERY = 4096  # messages between two updates of a progress bar
@@ -60,6 +61,8 @@ class World:
         self.all_done = threading.Event()
         self.progress = None  # a tqdm bar (.update(n)), told every PROGRESS_EVERY messages
         self.sent = 0  # messages delivered so far (counted only with a progress bar)
+        self.trace = Trace()  # every message, as it comes in (res.trace)
+        self.ledgers: list = []  # the ranks' RankLedgers (set by sim.run)
 
     # ------------------------------------------------------------ messages
     def check(self) -> None:
@@ -91,6 +94,8 @@ class World:
                 far_ahead = False
                 handle = posted.popleft()
                 handle.msg = msg
+                if msg.rdv is not None:
+                    self._matched(msg.rdv, handle.at)
                 if st.waiting is handle:  # dst was blocked on it: it is ready to run again
                     st.waiting = None
                     self.ready.append(dst)
@@ -124,6 +129,8 @@ class World:
             queued = st.unmatched.get(key)
             if queued:
                 handle.msg = queued.popleft()
+                if handle.msg.rdv is not None:
+                    self._matched(handle.msg.rdv, handle.at)
             else:
                 waiting = st.posted.get(key)
                 if waiting is None:
@@ -158,7 +165,8 @@ class World:
             if len(pending) < self.n:
                 return handle
             del self.rendezvous[number]
-            resolve([pending[r].call for r in range(self.n)], self.wires)
+            resolve([pending[r].call for r in range(self.n)], self.wires, self.ledgers,
+                    self.trace)
             for r in range(self.n):
                 pending[r].msg = True
                 if self.ranks[r].waiting is pending[r]:
@@ -187,7 +195,18 @@ class World:
         with self.lock:
             key = self._earliest(rank)
             st.any_chan = None
-            return st.unmatched[key].popleft()
+            msg = st.unmatched[key].popleft()
+            if msg.rdv is not None:
+                self._matched(msg.rdv, self.wires.clocks[rank].now)
+            return msg
+
+    def _matched(self, rdv, posted: float) -> None:
+        """A receive matched rendezvous send `rdv` (posted at `posted`): its sender may go on."""
+        rdv.matched(posted)
+        st = self.ranks[rdv.rank]
+        if st.waiting is rdv:
+            st.waiting = None
+            self.ready.append(rdv.rank)
 
     def _earliest(self, rank: int):
         """The (src, chan) key of `rank`'s earliest-arriving message on its any_chan."""

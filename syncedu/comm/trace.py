@@ -1,0 +1,175 @@
+"""`Trace`: one record per message a run moved, stored column-wise.
+
+`res.trace` on simulated ranks lists every message, point-to-point and those
+of the built-in collectives (which the simulator runs as message schedules,
+sim_collectives.py); on real ranks (`launch.run`) it lists the point-to-point
+messages (the backend hides a built-in's). Each record has
+
+    src, dst   sender and receiver ranks
+    nbytes     payload bytes
+    tag        the point-to-point tag (-1 for a built-in collective's message)
+    op         the ledger op it was charged to ("send", a `comm.scope` name, "all_reduce", ...)
+    start      when it left the sender (logical seconds; wall seconds on real ranks)
+    end        when it was in at the receiver (on real ranks: when the send completed)
+    chunk      which chunk of the collective it carries (ring step pictures), -1 if none
+
+The columns are plain lists, appended to per message, or numpy blocks added
+at once by a collective's fast path, so a 1024-rank run with millions of
+messages stays fast; `trace.src` (etc.) gives a column as a numpy array and
+iterating gives `Record`s (a namedtuple, fields read by name).
+
+Helpers that checkers use to look at the pattern, not only at the values:
+`pairs()`, `only(op=..., src=..., dst=...)`, `neighbours_only(world_size)`,
+`ops_in_order()`, `busiest_receiver()`.
+
+Used in: notebooks/01_collectives, 02_allreduce_algorithms (with ui/trace.py's figure).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, namedtuple
+
+import numpy as np
+
+FIELDS = ("src", "dst", "nbytes", "tag", "op", "start", "end", "chunk")
+Record = namedtuple("Record", FIELDS)
+_DTYPES = (np.int64, np.int64, np.int64, np.int64, object, np.float64, np.float64, np.int64)
+
+
+class Trace:
+    """Every message of one run, column-wise (module docstring)."""
+
+    def __init__(self):
+        self._cols: tuple[list, ...] = tuple([] for _ in FIELDS)  # appended per message
+        self._blocks: list[tuple[np.ndarray, ...]] = []  # earlier messages, as arrays
+        self._cache: tuple[np.ndarray, ...] | None = None
+
+    # ------------------------------------------------------------ writing
+    def add(self, src: int, dst: int, nbytes: int, tag: int, op: str, start: float,
+            end: float, chunk: int = -1) -> None:
+        """Record one message."""
+        c = self._cols
+        c[0].append(src)
+        c[1].append(dst)
+        c[2].append(nbytes)
+        c[3].append(tag)
+        c[4].append(op)
+        c[5].append(start)
+        c[6].append(end)
+        c[7].append(chunk)
+        self._cache = None
+
+    def add_block(self, src, dst, nbytes, tag: int, op: str, start, end, chunk) -> None:
+        """Record many messages at once (array-likes of equal length; tag and op shared)."""
+        self._flush()
+
+        def col(a, dtype):
+            return np.asarray(a, dtype=dtype).ravel()
+
+        src = col(src, np.int64)
+        n = len(src)
+        self._blocks.append((src, col(dst, np.int64), col(nbytes, np.int64),
+                             np.full(n, tag, np.int64), np.full(n, op, dtype=object),
+                             col(start, np.float64), col(end, np.float64), col(chunk, np.int64)))
+        self._cache = None
+
+    def extend(self, other: Trace) -> None:
+        """Append every record of `other` (e.g. another rank's, on real ranks)."""
+        self._flush()
+        if len(other):
+            self._blocks.append(other._columns())
+        self._cache = None
+
+    def _flush(self) -> None:
+        if self._cols[0]:
+            self._blocks.append(tuple(np.array(col, dtype=dt)
+                                      for col, dt in zip(self._cols, _DTYPES)))
+            for col in self._cols:
+                col.clear()
+
+    def _columns(self) -> tuple[np.ndarray, ...]:
+        if self._cache is None:
+            self._flush()
+            if not self._blocks:
+                self._cache = tuple(np.array([], dtype=dt) for dt in _DTYPES)
+            elif len(self._blocks) == 1:
+                self._cache = self._blocks[0]
+            else:
+                self._cache = tuple(np.concatenate(cols) for cols in zip(*self._blocks))
+                self._blocks = [self._cache]
+        return self._cache
+
+    # ------------------------------------------------------------ reading
+    def __len__(self) -> int:
+        return len(self._cols[0]) + sum(len(b[0]) for b in self._blocks)
+
+    def __iter__(self):
+        cols = self._columns()
+        for row in zip(*(c.tolist() for c in cols)):
+            yield Record(*row)
+
+    def __getitem__(self, i: int) -> Record:
+        return Record(*(c[i].item() if hasattr(c[i], "item") else c[i]
+                        for c in self._columns()))
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        if name in FIELDS:
+            return self._columns()[FIELDS.index(name)]
+        raise AttributeError(f"Trace has no attribute {name!r}; columns are {FIELDS}")
+
+    def __getstate__(self):  # (sent back from real ranks by pickle)
+        return {"cols": self._columns()}
+
+    def __setstate__(self, state) -> None:
+        self.__init__()
+        self._blocks = [state["cols"]]
+
+    def __repr__(self) -> str:
+        return f"Trace({len(self)} messages, ops {sorted(set(self.op.tolist()))})"
+
+    # ----------------------------------------------------------- checkers
+    def only(self, op: str | None = None, src: int | None = None,
+             dst: int | None = None) -> Trace:
+        """The records of one op (and/or one sender, one receiver), as a new Trace."""
+        cols = self._columns()
+        keep = np.ones(len(cols[0]), dtype=bool)
+        if op is not None:
+            keep &= cols[4] == op
+        if src is not None:
+            keep &= cols[0] == src
+        if dst is not None:
+            keep &= cols[1] == dst
+        out = Trace()
+        out._blocks = [tuple(c[keep] for c in cols)]
+        return out
+
+    def pairs(self) -> Counter:
+        """Counter of (src, dst) -> number of messages."""
+        return Counter(zip(self.src.tolist(), self.dst.tolist()))
+
+    def neighbours_only(self, world_size: int) -> bool:
+        """True if every message went to the next or previous rank of a ring of `world_size`."""
+        step = (self.dst - self.src) % world_size
+        return bool(((step == 1) | (step == world_size - 1)).all())
+
+    def ops_in_order(self) -> list[str]:
+        """The ops in the order their first message left (e.g. reduce-scatter, all-gather)."""
+        firsts: dict[str, float] = {}
+        for op, t in zip(self.op.tolist(), self.start.tolist()):
+            if op not in firsts or t < firsts[op]:
+                firsts[op] = t
+        return sorted(firsts, key=lambda op: (firsts[op], op))
+
+    def busiest_receiver(self) -> tuple[int, int]:
+        """(rank, number of distinct senders) of the rank that hears from most ranks.
+
+        A root-based scheme (reduce to rank 0, then broadcast) shows one rank that
+        hears from everybody; a ring or ZeRO's reduce-scatter hears from one or two.
+        """
+        senders: dict[int, set] = {}
+        for s, d in zip(self.src.tolist(), self.dst.tolist()):
+            senders.setdefault(d, set()).add(s)
+        if not senders:
+            return -1, 0
+        rank = max(senders, key=lambda r: (len(senders[r]), -r))
+        return rank, len(senders[rank])

@@ -259,8 +259,10 @@ class Comm(ABC):
         return self._done(work, async_op, tensor_list)
 
     def barrier(self, async_op: bool = False):
-        """Wait until every rank has reached the barrier."""
-        self._charge_builtin("barrier")
+        """Wait until every rank has reached the barrier (charged as a dissemination
+        barrier: ceil(log2 N) empty messages each way, Hensgen et al. 1988)."""
+        rounds = (self.world_size - 1).bit_length()
+        self._charge_builtin("barrier", msgs_sent=rounds, msgs_received=rounds)
         work = self._barrier(async_op) if self.world_size > 1 else None
         return self._done(work, async_op, None)
 

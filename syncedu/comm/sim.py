@@ -88,6 +88,7 @@ class SimComm(Comm):
     """One simulated rank; made by `run`, one per rank."""
 
     backend = "sim"
+    counts_builtins = True  # built-ins run as messages, counted as they move
     device = torch.device("cpu")
 
     def __init__(self, rank: int, world_size: int, network: Network, world: World):

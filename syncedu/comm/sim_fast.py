@@ -48,14 +48,37 @@ def combine(acc: torch.Tensor, data: torch.Tensor, op: str) -> None:
 
 
 def ring_values(rows: torch.Tensor, op: str, sizes: list[int]) -> torch.Tensor:
-    """Step 1: reduce rows (one per rank) as the ring does: chunk k from rank k+1 on, k last."""
+    """Step 1: reduce rows (one per rank) as the ring does: chunk k from rank k+1 on, k last.
+
+    Chunks are laid out (padded to the largest) as X[rank, chunk, :], so pass j
+    combines X[(k + j) mod N, k] into chunk k for every k at once: N passes of
+    contiguous copies, whatever the size.
+    """
     n, length = rows.shape
-    chunk_of = torch.repeat_interleave(torch.arange(n), torch.tensor(sizes))
-    cols = torch.arange(length)
-    acc = rows[(chunk_of + 1) % n, cols].clone()
+    width = max(sizes)
+    if length == 0:
+        return rows[0].clone()
+    k = torch.arange(n)
+    if length == n * width:  # equal chunks: a view
+        x = rows.view(n, n, width)
+        pos = None
+    else:  # chunk c's i-th element sits at c * width + i
+        chunk_of = torch.repeat_interleave(k, torch.tensor(sizes))
+        starts = torch.tensor([0] + sizes[:-1]).cumsum(0)
+        pos = chunk_of * width + (torch.arange(length) - starts[chunk_of])
+        padded = rows.new_zeros(n, n * width)
+        padded[:, pos] = rows
+        x = padded.view(n, n, width)
+    cells = x.reshape(n * n, width)  # row (rank * N + chunk)
+
+    def part(j: int) -> torch.Tensor:  # chunk k of rank (k + j) mod N, for every k
+        return torch.index_select(cells, 0, ((k + j) % n) * n + k)
+
+    acc = part(1)
     for j in range(2, n + 1):
-        combine(acc, rows[(chunk_of + j) % n, cols], op)
-    return acc
+        combine(acc, part(j), op)
+    flat = acc.reshape(-1)
+    return flat if pos is None else flat[pos]
 
 
 def ring_counts(nbytes: np.ndarray, steps: list[int], n: int):
@@ -83,10 +106,11 @@ def ring_clock(wires, nbytes: np.ndarray, steps: list[int]):
         return None
     now = np.array([c.now for c in clocks])
     free = np.array([c.send_free for c in clocks])
-    first_in = np.roll(np.maximum(now, free), 1) + shift  # step 0's message into each port
+    ranks = np.arange(n)
+    prev = (ranks - 1) % n  # x[prev][r] is x[r - 1]: what rank r receives from
+    first_in = np.maximum(now, free)[prev] + shift  # step 0's message into each port
     if any(c.port.busy_until() > t for c, t in zip(clocks, first_in.tolist())):
         return None
-    ranks = np.arange(n)
     deps, ends = np.empty((len(steps), n)), np.empty((len(steps), n))
     chunks = np.empty((len(steps), n), dtype=np.int64)
     for i, s in enumerate(steps):
@@ -94,9 +118,10 @@ def ring_clock(wires, nbytes: np.ndarray, steps: list[int]):
         d = hold[sent]
         start = np.maximum(now, free)
         free = start + d
-        arrival = (np.roll(start, 1) + shift) + np.roll(d, 1)  # from r - 1, its port free
+        dep = start[prev]
+        arrival = (dep + shift) + d[prev]  # from r - 1, its port being free
         now = np.maximum(np.maximum(now, arrival), free)
-        deps[i], ends[i], chunks[i] = np.roll(start, 1), arrival, np.roll(sent, 1)
+        deps[i], ends[i], chunks[i] = dep, arrival, sent[prev]
     for c, t, f in zip(clocks, now.tolist(), free.tolist()):
         c.now, c.send_free = t, f
     if hold[0] > 0:

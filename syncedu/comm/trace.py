@@ -66,11 +66,10 @@ class Trace:
         def col(a, dtype):
             return np.asarray(a, dtype=dtype).ravel()
 
-        src = col(src, np.int64)
-        n = len(src)
-        self._blocks.append((src, col(dst, np.int64), col(nbytes, np.int64),
-                             np.full(n, tag, np.int64), np.full(n, op, dtype=object),
-                             col(start, np.float64), col(end, np.float64), col(chunk, np.int64)))
+        # tag and op stay scalars until someone reads the columns (_columns)
+        self._blocks.append((col(src, np.int64), col(dst, np.int64), col(nbytes, np.int64),
+                             int(tag), str(op), col(start, np.float64), col(end, np.float64),
+                             col(chunk, np.int64)))
         self._cache = None
 
     def extend(self, other: Trace) -> None:
@@ -87,9 +86,20 @@ class Trace:
             for col in self._cols:
                 col.clear()
 
+    @staticmethod
+    def _full(block: tuple) -> tuple[np.ndarray, ...]:
+        """A block with its shared tag and op spelled out per record."""
+        if isinstance(block[4], np.ndarray):
+            return block
+        n = len(block[0])
+        ops = np.empty(n, dtype=object)
+        ops[:] = block[4]
+        return block[:3] + (np.full(n, block[3], np.int64), ops) + block[5:]
+
     def _columns(self) -> tuple[np.ndarray, ...]:
         if self._cache is None:
             self._flush()
+            self._blocks = [self._full(b) for b in self._blocks]
             if not self._blocks:
                 self._cache = tuple(np.array([], dtype=dt) for dt in _DTYPES)
             elif len(self._blocks) == 1:

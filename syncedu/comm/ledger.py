@@ -167,12 +167,12 @@ class Ledger:
     docstring); their `sent` lists add up to this one's.
     """
 
-    def __init__(self, rank_ledgers: list[RankLedger], _split: bool = True):
+    def __init__(self, rank_ledgers: list[RankLedger], _names: list[str] | None = None):
         self.world_size = len(rank_ledgers)
-        if _split:
-            self.counted = Ledger([rl.only("counted") for rl in rank_ledgers], _split=False)
-            self.modeled = Ledger([rl.only("modeled") for rl in rank_ledgers], _split=False)
-        names = sorted({op for rl in rank_ledgers for op in rl.ops})
+        names = _names or sorted({op for rl in rank_ledgers for op in rl.ops})
+        if _names is None:  # the total: split it (the same op names, zeros where none)
+            self.counted = Ledger([rl.only("counted") for rl in rank_ledgers], names)
+            self.modeled = Ledger([rl.only("modeled") for rl in rank_ledgers], names)
         self.ops: dict[str, OpLedger] = {name: self._collect(rank_ledgers, name) for name in names}
         self._total = self._collect(rank_ledgers, None)
 

@@ -6,7 +6,8 @@ message of n bytes takes
     t(n) = alpha + n / bandwidth          (alpha = latency, 1/bandwidth = beta)
 
 `Network.cluster(nodes, gpus_per_node, intra, inter)` builds a hierarchical
-one, `Cluster` (below, and its guide in cluster.py); the formulas for every collective are in alphabeta.py.
+one, `Cluster` (below; its guide is cluster.py's docstring); the formulas for
+every collective are in alphabeta.py.
 On top of it: per-rank `slowdown` factors that multiply each rank's compute time
 (stragglers), seeded `jitter` (extra delay drawn uniformly in [0, jitter) s per
 message) and `loss` (each message is lost with that probability and resent after

@@ -1,7 +1,7 @@
 """The simulator's built-in collectives, run as message schedules when the last rank joins.
 
 Each rank's `comm.all_reduce(...)` (or broadcast, reduce, reduce_scatter,
-all_gather, barrier) joins a rendezvous (sim_world.py). When the last rank
+all_gather, barrier) joins a rendezvous (sim_delivery.py). When the last rank
 joins, `resolve` runs the collective's schedule, the messages of the algorithm
 that `Network.builtin_algorithm` names (network.py):
 
@@ -34,7 +34,7 @@ import torch
 
 from . import sim_fast
 from .sim_fast import chunk_sent, combine
-from .sim_messages import flat_view
+from .sim_handles import flat_view
 
 FAST = True  # use sim_fast.py where it applies (same results; tests compare)
 

@@ -1,4 +1,8 @@
-"""What the ranks of one simulated run share: mailboxes, rendezvous, a baton and a watch.
+"""Step 3 of a simulated message: delivery, and what the ranks of one run share.
+
+A message that left its sender (sim_links.py) is handed to its receiver here:
+matched to a posted receive or queued in the receiver's mailbox, and a
+receiver parked for it is made ready again. One `World` per run holds:
 
 `sim.py` runs each rank as a thread or a greenlet (sim_sched.py); this module
 holds everything those ranks share, in one `World` per run (nothing lives at
@@ -6,9 +10,11 @@ module level, so several runs can go on at once, even nested):
 
 - **mailboxes**: per receiver, the messages not yet matched and the receives
   not yet matched, keyed by (source, channel) and matched first-in first-out,
-  as MPI matches by (source, tag);
-- **rendezvous**: the built-in collectives, matched by call number; the last
-  rank to join does the whole collective (sim_collectives.py);
+  as MPI matches by (source, tag); a rendezvous send (above the network's
+  `eager_limit`) is told here when a receive matches it (`_matched`);
+- **collective rendezvous**: the built-in collectives, matched by call number;
+  the last rank to join runs the collective's message schedule
+  (sim_collectives.py), counting its messages in every rank's ledger and the trace;
 - **the baton**: only one rank runs at a time. A rank runs until it must wait
   for a message (or a collective) that is not there, then hands the baton to
   the next ready rank (first come, first served), or when it has sent
@@ -30,7 +36,7 @@ from collections import deque
 from . import rank_output
 from .errors import DeadlockError, WorkerError
 from .sim_collectives import Call, CollectiveWork, check, resolve
-from .sim_messages import Message
+from .sim_links import Message
 from .sim_sched import Cancelled, RankState
 from .trace import Trace
 
@@ -47,7 +53,7 @@ class World:
         self.n = world_size
         self.sink = sink  # where the ranks' prints go (rank_output.RankSink)
         self.sched = sched  # sim_sched: threads or greenlets
-        self.wires = wires  # sim_messages.Wires: clocks, ports, NICs
+        self.wires = wires  # sim_links.Wires: clocks, ports, NICs
         self.lock = threading.Lock()
         self.ranks = [RankState() for _ in range(world_size)]
         self.ready = deque(range(world_size))  # parked ranks that can run, in turn order
@@ -220,13 +226,10 @@ class World:
         return key
 
     # --------------------------------------------------------------- ranks
-    def launch(self, comms: list, fn, args: tuple, kwargs: dict) -> None:
-        """Start every rank (parked) running `fn(comm, *args, **kwargs)`; rank 0 goes first."""
-        def main(comm):
-            self._main(comm, fn, args, kwargs)
-
+    def launch(self, comms: list, body) -> None:
+        """Start every rank (parked) running `body(comm)`; rank 0 goes first."""
         try:
-            self.sched.start(comms, main)
+            self.sched.start(comms, lambda comm: self._main(comm, body))
         except RuntimeError as exc:  # the operating system refused another thread
             self.stop(exc)
             self.sched.join(Cancelled)
@@ -234,12 +237,12 @@ class World:
         with self.lock:
             self._pass_baton()
 
-    def _main(self, comm, fn, args: tuple, kwargs: dict) -> None:
+    def _main(self, comm, body) -> None:
         rank_output.bind(comm.rank, self.sink)  # this rank's prints: "[rank r] ..."
         try:
             self.sched.first_turn(comm.rank)
             self.check()
-            result = fn(comm, *args, **kwargs)
+            result = body(comm)
         except Cancelled:
             self.fail(comm.rank, None, "")
         except KeyboardInterrupt:  # greenlet ranks run on the caller's thread: pass it on

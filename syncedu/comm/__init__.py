@@ -19,6 +19,7 @@ from .errors import DeadlockError, TimeoutError, WorkerError
 from .ledger import Ledger, RankLedger
 from .network import PRESETS, Network
 from .result import RunResult
+from .trace import Record, Trace
 
 
 def __getattr__(name):  # TorchComm imports torch.distributed: load it on first use
@@ -29,4 +30,4 @@ def __getattr__(name):  # TorchComm imports torch.distributed: load it on first 
 
 
 __all__ = ["Comm", "Work", "TorchComm", "Network", "PRESETS", "Ledger", "RankLedger",
-           "RunResult", "WorkerError", "TimeoutError", "DeadlockError"]
+           "RunResult", "WorkerError", "TimeoutError", "DeadlockError", "Trace", "Record"]

@@ -18,6 +18,11 @@ at once by a collective's fast path, so a 1024-rank run with millions of
 messages stays fast; `trace.src` (etc.) gives a column as a numpy array and
 iterating gives `Record`s (a namedtuple, fields read by name).
 
+A trace keeps at most `limit` records (default `LIMIT`, four million: about
+200 MB; a 1024-rank all-reduce is two million); later messages are counted in
+`dropped` and `complete` turns False, so a checker can tell a cut trace from
+a quiet run.
+
 Helpers that checkers use to look at the pattern, not only at the values:
 `pairs()`, `only(op=..., src=..., dst=...)`, `neighbours_only(world_size)`,
 `ops_in_order()`, `busiest_receiver()`.
@@ -33,21 +38,34 @@ import numpy as np
 
 FIELDS = ("src", "dst", "nbytes", "tag", "op", "start", "end", "chunk")
 Record = namedtuple("Record", FIELDS)
+LIMIT = 4_000_000  # records kept per trace (module docstring)
 _DTYPES = (np.int64, np.int64, np.int64, np.int64, object, np.float64, np.float64, np.int64)
 
 
 class Trace:
     """Every message of one run, column-wise (module docstring)."""
 
-    def __init__(self):
+    def __init__(self, limit: int = LIMIT):
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"Trace: limit={limit!r} must be an int >= 0 (records kept)")
         self._cols: tuple[list, ...] = tuple([] for _ in FIELDS)  # appended per message
         self._blocks: list[tuple[np.ndarray, ...]] = []  # earlier messages, as arrays
         self._cache: tuple[np.ndarray, ...] | None = None
+        self.limit, self.dropped, self._room = limit, 0, limit
+
+    @property
+    def complete(self) -> bool:
+        """False if messages were left out because the trace was full (`dropped` of them)."""
+        return self.dropped == 0
 
     # ------------------------------------------------------------ writing
     def add(self, src: int, dst: int, nbytes: int, tag: int, op: str, start: float,
             end: float, chunk: int = -1) -> None:
         """Record one message."""
+        if self._room <= 0:
+            self.dropped += 1
+            return
+        self._room -= 1
         c = self._cols
         c[0].append(src)
         c[1].append(dst)
@@ -62,9 +80,15 @@ class Trace:
     def add_block(self, src, dst, nbytes, tag: int, op: str, start, end, chunk) -> None:
         """Record many messages at once (array-likes of equal length; tag and op shared)."""
         self._flush()
+        n = int(np.size(src))
+        keep = min(n, max(self._room, 0))
+        self.dropped += n - keep
+        self._room -= keep
+        if keep == 0:
+            return
 
         def col(a, dtype):
-            return np.asarray(a, dtype=dtype).ravel()
+            return np.asarray(a, dtype=dtype).ravel()[:keep]
 
         # tag and op stay scalars until someone reads the columns (_columns)
         self._blocks.append((col(src, np.int64), col(dst, np.int64), col(nbytes, np.int64),
@@ -76,7 +100,12 @@ class Trace:
         """Append every record of `other` (e.g. another rank's, on real ranks)."""
         self._flush()
         if len(other):
-            self._blocks.append(other._columns())
+            cols = other._columns()
+            keep = min(len(cols[0]), max(self._room, 0))
+            self._blocks.append(tuple(c[:keep] for c in cols))
+            self._room -= keep
+            self.dropped += len(cols[0]) - keep
+        self.dropped += other.dropped
         self._cache = None
 
     def _flush(self) -> None:
@@ -128,14 +157,17 @@ class Trace:
         raise AttributeError(f"Trace has no attribute {name!r}; columns are {FIELDS}")
 
     def __getstate__(self):  # (sent back from real ranks by pickle)
-        return {"cols": self._columns()}
+        return {"cols": self._columns(), "limit": self.limit, "dropped": self.dropped}
 
     def __setstate__(self, state) -> None:
-        self.__init__()
+        self.__init__(state["limit"])
         self._blocks = [state["cols"]]
+        self._room -= len(state["cols"][0])
+        self.dropped = state["dropped"]
 
     def __repr__(self) -> str:
-        return f"Trace({len(self)} messages, ops {sorted(set(self.op.tolist()))})"
+        cut = "" if self.complete else f", {self.dropped} more dropped (limit {self.limit})"
+        return f"Trace({len(self)} messages, ops {sorted(set(self.op.tolist()))}{cut})"
 
     # ----------------------------------------------------------- checkers
     def only(self, op: str | None = None, src: int | None = None,
@@ -149,8 +181,9 @@ class Trace:
             keep &= cols[0] == src
         if dst is not None:
             keep &= cols[1] == dst
-        out = Trace()
+        out = Trace(self.limit)
         out._blocks = [tuple(c[keep] for c in cols)]
+        out._room -= int(keep.sum())
         return out
 
     def pairs(self) -> Counter:

@@ -109,3 +109,17 @@ def test_draw_trace(name):
     plt.close(ax.figure)
     with pytest.raises(ValueError, match="max_messages"):
         draw_trace(res.trace, max_messages=0)
+
+
+def test_a_full_trace_says_so():
+    t = Trace(limit=3)
+    t.add(0, 1, 4, 0, "send", 0.0, 1.0)
+    t.add_block([1, 2, 3], [2, 3, 0], [8] * 3, -1, "all_reduce", [1.0] * 3, [2.0] * 3, [0] * 3)
+    t.add(2, 1, 1, 5, "send", 3.0, 4.0)
+    assert len(t) == 3 and t.dropped == 2 and not t.complete
+    assert "2 more dropped" in repr(t)
+    u = pickle.loads(pickle.dumps(t))
+    assert len(u) == 3 and u.dropped == 2
+    assert Trace().complete and sim.run(lambda comm: None, 2).trace.complete
+    with pytest.raises(ValueError, match="limit"):
+        Trace(limit=-1)

@@ -194,8 +194,10 @@ def run(fn, world_size: int, args=(), kwargs=None, *, backend: str = "auto",
     times, or the first failure; 5. stop and reap every rank, whatever happened.
 
     Returns a `RunResult`: `res[r]` is rank r's return value, plus `.ledger`
-    (bytes and messages each rank sent through its comm) and `.seconds` (time of
-    `fn` on the slowest rank). Raises `WorkerError`, `TimeoutError` (`.ranks`),
+    (bytes and messages each rank sent through its comm: point-to-point
+    `.counted`, built-ins `.modeled` by formula), `.trace` (the point-to-point
+    sends, wall-clock start and end) and `.seconds` (time of `fn` on the
+    slowest rank). Raises `WorkerError`, `TimeoutError` (`.ranks`),
     or `ValueError` for bad arguments. Keyword arguments are as for `Pool`.
     """
     check_call(fn, args, kwargs)  # before any process starts; Pool checks the rest

@@ -194,7 +194,8 @@ def run(fn, world_size: int, args=(), kwargs=None, *, network: Network | None = 
         scheduler: str = "auto", progress=None) -> RunResult:
     """Run `fn(comm, *args, **kwargs)` on `world_size` simulated ranks.
 
-    Returns a `RunResult`: the ranks' return values, `.ledger`, and `.seconds`,
+    Returns a `RunResult`: the ranks' return values, `.ledger` (all "counted":
+    `.ledger.modeled` is zeros), `.trace` (every message) and `.seconds`,
     the latest final logical clock under `network` (default `Network()`: zero
     latency, infinite bandwidth, so 0.0 unless a rank calls `comm.compute`).
     Raises `WorkerError` if a rank raised (the lowest such rank), `DeadlockError`

@@ -16,9 +16,10 @@ that `Network.builtin_algorithm` names (network.py):
    So bytes, messages, logical time and the order of every sum come from the
    messages.
 
-A ring on a flat, noiseless network takes the fast path (sim_fast.py), which
-does a whole step for all ranks at once and gives the same values, ledger,
-clocks and trace (tested); `FAST = False` turns it off.
+A ring takes a fast path (sim_fast.py): its values at once, and on a flat,
+noiseless network its clock a whole step at a time (elsewhere message by
+message, without moving data); it gives the same values, ledger, clocks and
+trace as moving every message (tested); `FAST = False` turns it off.
 
 A rank that joined with `async_op=True` went on computing meanwhile: the
 replay starts from its clock when it joined, and its handle's `wait()` moves
@@ -210,11 +211,12 @@ def _ring_results(calls, kind: str, bufs, offsets) -> None:
 
 
 def _fast(mover: Mover, nbytes, steps, sizes) -> bool:
-    """The whole ring at once (sim_fast.py), if its clock applies."""
+    """The ring's values at once (sim_fast.py); its clock at once too where that applies,
+    else message by message (any network: clusters, jitter, busy ports)."""
     calls, n = mover.calls, mover.n
     timed = sim_fast.ring_clock(mover.wires, nbytes, steps)
     if timed is None:
-        return False
+        timed = _replay(mover, nbytes, steps)
     deps, ends, chunks = timed
     kind = calls[0].kind
     if kind == "all_reduce":
@@ -236,9 +238,40 @@ def _fast(mover: Mover, nbytes, steps, sizes) -> bool:
     mover.received += received
     mover.msgs_sent += count
     mover.msgs_received += count
-    dst = np.broadcast_to(np.arange(n), deps.shape)
+    dst = np.broadcast_to(np.arange(n), np.shape(deps))
     mover.trace.add_block((dst - 1) % n, dst, nbytes[chunks], -1, kind, deps, ends, chunks)
     return True
+
+
+def _replay(mover: Mover, nbytes, steps):
+    """The ring's clock message by message, as `Mover.round` times it, without the data.
+
+    Returns (departures, arrivals, chunks) per step, indexed by the receiver.
+    """
+    wires, clocks, n = mover.wires, mover.wires.clocks, mover.n
+    depart, arrive = wires.depart, wires.arrive
+    ranks = np.arange(n)
+    deps, ends, chunks = [], [], []
+    for s in steps:
+        sent = chunk_sent(ranks, s, n).tolist()
+        size = [int(nbytes[c]) for c in sent]
+        out = []
+        for r in range(n):  # every rank sends to r + 1 (senders' order) ...
+            start, dur, end = depart(r, (r + 1) % n, size[r])
+            out.append((start, dur, end, wires.left))
+        dep, arr = [0.0] * n, [0.0] * n
+        for r in range(n):  # ... and receives from r - 1 (receivers' order)
+            src = (r - 1) % n
+            start, dur, _, left = out[src]
+            t = arrive(r, src, start, dur, size[src])
+            clocks[r].advance(t)
+            dep[r], arr[r] = left, t
+        for r in range(n):
+            clocks[r].advance(out[r][2])
+        deps.append(dep)
+        ends.append(arr)
+        chunks.append(sent[-1:] + sent[:-1])
+    return np.array(deps), np.array(ends), np.array(chunks, dtype=np.int64)
 
 
 # ------------------------------------------------------- rooted, barrier

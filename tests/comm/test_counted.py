@@ -50,8 +50,21 @@ def test_simulated_ranks_count_everything():
 
 @pytest.mark.parametrize("model", ["port", "wire"])
 @pytest.mark.parametrize("n,numel", [(2, 1), (4, 10), (5, 3), (7, 1000)])
-def test_fast_path_gives_the_messages_results(monkeypatch, n, numel, model):
-    net = Network(latency=1e-6, bandwidth=1e9, latency_model=model)
+@pytest.mark.parametrize("kind", ["flat", "jitter"])
+def test_fast_path_gives_the_messages_results(monkeypatch, n, numel, model, kind):
+    net = Network(latency=1e-6, bandwidth=1e9, latency_model=model,
+                  jitter=1e-7 if kind == "jitter" else 0.0)
+    _compare(monkeypatch, net, n, numel)
+
+
+@pytest.mark.parametrize("model", ["port", "wire"])
+@pytest.mark.parametrize("nodes,gpus,nics", [(2, 2, 1), (3, 2, 2), (2, 4, 1)])
+def test_fast_path_on_clusters(monkeypatch, nodes, gpus, nics, model):
+    net = Network.cluster(nodes, gpus, nics_per_node=nics, latency_model=model)
+    _compare(monkeypatch, net, nodes * gpus, 37)
+
+
+def _compare(monkeypatch, net, n, numel):
     fast = sim.run(_builtins, n, args=(numel,), network=net)
     monkeypatch.setattr(sim_collectives, "FAST", False)
     slow = sim.run(_builtins, n, args=(numel,), network=net)

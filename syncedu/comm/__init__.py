@@ -2,7 +2,12 @@
 
 - base.py: `Comm`, the interface every algorithm is written against;
 - torch_comm.py: `TorchComm`, real processes over torch.distributed;
-- sim.py (+ sim_world.py, sim_messages.py): `SimComm`, simulated ranks with a logical clock;
+- sim.py: `SimComm`, simulated ranks with a logical clock (its files, in the order a
+  message meets them: sim.py, sim_links.py, sim_delivery.py, sim_handles.py; built-ins
+  in sim_collectives.py and sim_fast.py; where ranks run: sim_sched.py);
+- trace.py: `Trace`, every message of a run (`res.trace`);
+- nccl_model.py: NCCL's own tuning model (predicted all-reduce times);
+- wire.py: the bytes the loopback interface really carried (a witness for the ledger);
 - network.py: `Network`, the alpha-beta model with stragglers, jitter, loss;
 - emulation.py: that model applied to real processes;
 - ledger.py: bytes and messages per rank and per op;
@@ -14,6 +19,7 @@ from .errors import DeadlockError, TimeoutError, WorkerError
 from .ledger import Ledger, RankLedger
 from .network import PRESETS, Network
 from .result import RunResult
+from .trace import Record, Trace
 
 
 def __getattr__(name):  # TorchComm imports torch.distributed: load it on first use
@@ -24,4 +30,4 @@ def __getattr__(name):  # TorchComm imports torch.distributed: load it on first 
 
 
 __all__ = ["Comm", "Work", "TorchComm", "Network", "PRESETS", "Ledger", "RankLedger",
-           "RunResult", "WorkerError", "TimeoutError", "DeadlockError"]
+           "RunResult", "WorkerError", "TimeoutError", "DeadlockError", "Trace", "Record"]

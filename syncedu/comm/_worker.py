@@ -58,12 +58,13 @@ def _run_one(comm, payload: bytes) -> tuple:
 
     fn, args, kwargs = pickle.loads(payload)
     comm.ledger.reset()
+    comm.trace = type(comm.trace)()
     dist.barrier()  # launcher traffic, not charged: aligns the ranks' start
     t0 = time.perf_counter()
     comm.start_clock()
     value = fn(comm, *args, **kwargs)
     seconds = time.perf_counter() - t0
-    return ("done", pickle.dumps(value), comm.ledger, seconds)
+    return ("done", pickle.dumps(value), comm.ledger, seconds, comm.trace)
 
 
 def main() -> None:

@@ -12,8 +12,9 @@ This base class does the parts both share, so they cannot drift apart:
 
 1. validate arguments (a wrong rank or a non-tensor gives `ValueError`/`TypeError`
    naming the parameter);
-2. charge the rank's ledger: point-to-point by payload bytes, built-in
-   collectives as a ring would send them (see ledger.py);
+2. charge the rank's ledger: point-to-point by payload bytes ("counted"),
+   built-in collectives as a ring would send them ("modeled"; the simulator
+   counts their real messages instead; see ledger.py);
 3. call the backend's `_isend`, `_irecv`, `_all_reduce`, ... to move the data.
 
 Every built-in collective takes `async_op=True` (as torch.distributed's do): it
@@ -59,6 +60,7 @@ class Comm(ABC):
     world_size: int
     device: torch.device
     backend: str
+    counts_builtins = False  # True: the backend counts its built-ins' messages (simulator)
 
     def __init__(self, rank: int, world_size: int, network=None):
         self.rank = rank
@@ -95,9 +97,18 @@ class Comm(ABC):
         return op
 
     def _charge(self, op: str, sent: int = 0, received: int = 0, msgs_sent: int = 0,
-                msgs_received: int = 0) -> None:
+                msgs_received: int = 0, kind: str = "counted") -> None:
         self.ledger.record(self._scopes[-1] if self._scopes else op, sent, received,
-                           msgs_sent, msgs_received)
+                           msgs_sent, msgs_received, kind=kind)
+
+    def _charge_builtin(self, op: str, sent: int = 0, received: int = 0, msgs_sent: int = 0,
+                        msgs_received: int = 0) -> None:
+        """Charge a built-in collective by formula, as "modeled" (ledger.py).
+
+        A backend that moves the collective's messages itself (the simulator)
+        counts them instead and charges only the call here.
+        """
+        self._charge(op, sent, received, msgs_sent, msgs_received, kind="modeled")
 
     @contextlib.contextmanager
     def scope(self, name: str) -> Iterator[None]:
@@ -125,13 +136,15 @@ class Comm(ABC):
     def isend(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> Work:
         """Start sending `tensor` to `dst`; do not modify it before `.wait()`."""
         self._check_p2p(tensor, dst, "dst")
-        self.ledger.record(self._scopes[-1] if self._scopes else "send", tensor.nbytes, 0, 1, 0)
+        self.ledger.record(self._scopes[-1] if self._scopes else "send", tensor.nbytes, 0, 1, 0,
+                           kind="counted")
         return self._isend(tensor, dst, tag)
 
     def irecv(self, tensor: torch.Tensor, src: int, tag: int = 0) -> Work:
         """Start receiving from `src` into `tensor`; valid after `.wait()`."""
         self._check_p2p(tensor, src, "src")
-        self.ledger.record(self._scopes[-1] if self._scopes else "recv", 0, tensor.nbytes, 0, 1)
+        self.ledger.record(self._scopes[-1] if self._scopes else "recv", 0, tensor.nbytes, 0, 1,
+                           kind="counted")
         return self._irecv(tensor, src, tag)
 
     def _check_p2p(self, tensor, peer, name: str) -> None:
@@ -174,8 +187,8 @@ class Comm(ABC):
         last = (src - 1) % n  # the end of the chain src -> src+1 -> ... -> src-1
         sends = int(n > 1 and self.rank != last)
         recvs = int(n > 1 and self.rank != src)
-        self._charge("broadcast", sent=sends * b, received=recvs * b,
-                     msgs_sent=sends, msgs_received=recvs)
+        self._charge_builtin("broadcast", sent=sends * b, received=recvs * b,
+                             msgs_sent=sends, msgs_received=recvs)
         work = self._broadcast(tensor, src, async_op) if n > 1 else None
         return self._done(work, async_op, tensor)
 
@@ -189,8 +202,8 @@ class Comm(ABC):
         first = (dst + 1) % n  # the chain dst+1 -> dst+2 -> ... -> dst
         sends = int(n > 1 and self.rank != dst)
         recvs = int(n > 1 and self.rank != first)
-        self._charge("reduce", sent=sends * b, received=recvs * b,
-                     msgs_sent=sends, msgs_received=recvs)
+        self._charge_builtin("reduce", sent=sends * b, received=recvs * b,
+                             msgs_sent=sends, msgs_received=recvs)
         work = self._reduce(tensor, dst, "sum" if op == "avg" else op, async_op) if n > 1 else None
         avg = op == "avg" and self.rank == dst
         return self._done(work, async_op, tensor, (lambda: tensor.div_(n)) if avg else None)
@@ -200,10 +213,13 @@ class Comm(ABC):
         _check_tensor(tensor, "tensor")
         self._op(op)
         n = self.world_size
-        sent, recv = ring_allreduce_elements(tensor.numel(), n, self.rank)
-        es = tensor.element_size()
-        self._charge("all_reduce", sent=sent * es, received=recv * es,
-                     msgs_sent=2 * (n - 1), msgs_received=2 * (n - 1))
+        if self.counts_builtins:  # (its messages will be counted: skip the formula)
+            self._charge_builtin("all_reduce")
+        else:
+            sent, recv = ring_allreduce_elements(tensor.numel(), n, self.rank)
+            es = tensor.element_size()
+            self._charge_builtin("all_reduce", sent=sent * es, received=recv * es,
+                                 msgs_sent=2 * (n - 1), msgs_received=2 * (n - 1))
         work = self._all_reduce(tensor, "sum" if op == "avg" else op, async_op) if n > 1 else None
         return self._done(work, async_op, tensor,
                           (lambda: tensor.div_(n)) if op == "avg" else None)
@@ -218,8 +234,8 @@ class Comm(ABC):
         # A ring in which rank r ends up owning chunk r: r sends all chunks but
         # its own and receives all but r - 1's (all the size of `output`).
         part = _nbytes(output)
-        self._charge("reduce_scatter", sent=(n - 1) * part, received=(n - 1) * part,
-                     msgs_sent=n - 1, msgs_received=n - 1)
+        self._charge_builtin("reduce_scatter", sent=(n - 1) * part, received=(n - 1) * part,
+                             msgs_sent=n - 1, msgs_received=n - 1)
         if n > 1:
             work = self._reduce_scatter(output, input_list, "sum" if op == "avg" else op,
                                         async_op)
@@ -237,8 +253,8 @@ class Comm(ABC):
         n = self.world_size
         # Ring: rank r forwards every chunk but (r + 1)'s and receives all but its own.
         part = _nbytes(tensor)
-        self._charge("all_gather", sent=(n - 1) * part, received=(n - 1) * part,
-                     msgs_sent=n - 1, msgs_received=n - 1)
+        self._charge_builtin("all_gather", sent=(n - 1) * part, received=(n - 1) * part,
+                             msgs_sent=n - 1, msgs_received=n - 1)
         if n > 1:
             work = self._all_gather(tensor_list, tensor, async_op)
         else:
@@ -247,8 +263,10 @@ class Comm(ABC):
         return self._done(work, async_op, tensor_list)
 
     def barrier(self, async_op: bool = False):
-        """Wait until every rank has reached the barrier."""
-        self._charge("barrier")
+        """Wait until every rank has reached the barrier (charged as a dissemination
+        barrier: ceil(log2 N) empty messages each way, Hensgen et al. 1988)."""
+        rounds = (self.world_size - 1).bit_length()
+        self._charge_builtin("barrier", msgs_sent=rounds, msgs_received=rounds)
         work = self._barrier(async_op) if self.world_size > 1 else None
         return self._done(work, async_op, None)
 

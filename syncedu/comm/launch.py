@@ -39,6 +39,7 @@ from .ledger import Ledger
 from .network import Network
 from .procs import Ranks, default_threads
 from .result import RunResult
+from .trace import Trace
 
 __all__ = ["run", "Pool", "from_env", "resolve_backend", "WorkerError", "TimeoutError",
            "RunResult", "MAX_WORLD_SIZE", "DEFAULT_TIMEOUT"]
@@ -82,7 +83,11 @@ def _payload(fn, args, kwargs) -> bytes:
 def _result(replies: list) -> RunResult:
     values = [cloudpickle.loads(rep[1]) for rep in replies]
     ledger = Ledger([rep[2] for rep in replies])
-    return RunResult(values, ledger, max(rep[3] for rep in replies))
+    trace = Trace()
+    for rep in replies:  # each rank's point-to-point sends, rank by rank
+        if len(rep) > 4:
+            trace.extend(rep[4])
+    return RunResult(values, ledger, max(rep[3] for rep in replies), trace)
 
 
 class Pool:
@@ -189,8 +194,10 @@ def run(fn, world_size: int, args=(), kwargs=None, *, backend: str = "auto",
     times, or the first failure; 5. stop and reap every rank, whatever happened.
 
     Returns a `RunResult`: `res[r]` is rank r's return value, plus `.ledger`
-    (bytes and messages each rank sent through its comm) and `.seconds` (time of
-    `fn` on the slowest rank). Raises `WorkerError`, `TimeoutError` (`.ranks`),
+    (bytes and messages each rank sent through its comm: point-to-point
+    `.counted`, built-ins `.modeled` by formula), `.trace` (the point-to-point
+    sends, wall-clock start and end) and `.seconds` (time of `fn` on the
+    slowest rank). Raises `WorkerError`, `TimeoutError` (`.ranks`),
     or `ValueError` for bad arguments. Keyword arguments are as for `Pool`.
     """
     check_call(fn, args, kwargs)  # before any process starts; Pool checks the rest

@@ -8,8 +8,20 @@ which is what `res.ledger` is:
     res.ledger.received[r]   payload bytes rank r received
     res.ledger.ops["all_reduce"].sent[r]   the same, for one op only
 
-Built-in collectives are charged as a ring would send them (`ring_chunks`), so
-a from-scratch ring and `comm.all_reduce` give the same numbers.
+Every entry is one of two kinds, kept apart (`res.ledger.counted`,
+`res.ledger.modeled`, each a `Ledger` with the same fields; `res.ledger.sent`
+is their sum):
+
+- **counted**: a message the engine really moved: every point-to-point message
+  on any `Comm`, and every message of a built-in collective on simulated ranks
+  (the simulator runs them as message schedules, sim_collectives.py);
+- **modeled**: a built-in collective on real ranks, charged by formula as a
+  ring would send it (`ring_allreduce_elements`), because the backend (Gloo,
+  NCCL) hides its messages. `syncedu.comm.wire` measures what such a call
+  really put on the loopback wire, a witness that can disagree.
+
+A comm's `RankLedger` has a default kind for entries recorded without one:
+"counted" on simulated ranks, "modeled" on real ones (`TorchComm`).
 
 Used in: notebooks/00_start_here, 01_collectives, 02_allreduce_algorithms.
 """
@@ -60,27 +72,71 @@ class OpCount:
     calls: int = 0
 
 
+KINDS = ("counted", "modeled")
+
+
+def _add(ops: dict, op: str, sent: int, received: int, msgs_sent: int, msgs_received: int,
+         calls: int) -> None:
+    c = ops.get(op)
+    if c is None:
+        c = ops[op] = OpCount()
+    c.sent += sent
+    c.received += received
+    c.msgs_sent += msgs_sent
+    c.msgs_received += msgs_received
+    c.calls += calls
+
+
 @dataclass
 class RankLedger:
-    """What one rank's comm sent and received, kept by the comm itself."""
+    """What one rank's comm sent and received, kept by the comm itself.
+
+    `ops` is the total per op; `kinds["counted"]` and `kinds["modeled"]` split it.
+    `kind` is the default kind of `record` ("counted" or "modeled").
+    """
 
     rank: int
     ops: dict[str, OpCount] = field(default_factory=dict)
+    kind: str = "counted"
+    kinds: dict[str, dict[str, OpCount]] = field(
+        default_factory=lambda: {k: {} for k in KINDS})
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"RankLedger: kind={self.kind!r} must be one of {KINDS}")
 
     def record(self, op: str, sent: int = 0, received: int = 0,
-               msgs_sent: int = 0, msgs_received: int = 0, calls: int = 1) -> None:
-        """Charge one call of `op` (payload bytes and message counts, ints)."""
-        c = self.ops.get(op)
-        if c is None:
-            c = self.ops[op] = OpCount()
-        c.sent += sent
-        c.received += received
-        c.msgs_sent += msgs_sent
-        c.msgs_received += msgs_received
-        c.calls += calls
+               msgs_sent: int = 0, msgs_received: int = 0, calls: int = 1,
+               kind: str | None = None) -> None:
+        """Charge one call of `op` (payload bytes and message counts, ints).
+
+        `kind`: "counted" (messages really moved) or "modeled" (charged by
+        formula); None: this ledger's default `kind`.
+        """
+        kind = kind or self.kind
+        if kind not in self.kinds:
+            raise ValueError(f"record: kind={kind!r} must be one of {KINDS}")
+        _add(self.ops, op, sent, received, msgs_sent, msgs_received, calls)
+        _add(self.kinds[kind], op, sent, received, msgs_sent, msgs_received, calls)
+
+    def merge(self, other: RankLedger) -> None:
+        """Add every entry of `other` to this ledger, each under its own kind."""
+        for kind, ops in other.kinds.items():
+            for name, c in ops.items():
+                self.record(name, c.sent, c.received, c.msgs_sent, c.msgs_received, c.calls,
+                            kind=kind)
+
+    def only(self, kind: str) -> RankLedger:
+        """A ledger of this rank's `kind` entries alone."""
+        out = RankLedger(self.rank, kind=kind)
+        for name, c in self.kinds[kind].items():
+            out.record(name, c.sent, c.received, c.msgs_sent, c.msgs_received, c.calls)
+        return out
 
     def reset(self) -> None:
         self.ops.clear()
+        for ops in self.kinds.values():
+            ops.clear()
 
     @property
     def sent(self) -> int:
@@ -107,11 +163,16 @@ class Ledger:
 
     `sent`, `received`, `msgs_sent`, `msgs_received` are lists of length
     `world_size`; `ops[name]` is an `OpLedger` with the same lists for one op.
+    `counted` and `modeled` are `Ledger`s of the two kinds of entry (module
+    docstring); their `sent` lists add up to this one's.
     """
 
-    def __init__(self, rank_ledgers: list[RankLedger]):
+    def __init__(self, rank_ledgers: list[RankLedger], _names: list[str] | None = None):
         self.world_size = len(rank_ledgers)
-        names = sorted({op for rl in rank_ledgers for op in rl.ops})
+        names = _names or sorted({op for rl in rank_ledgers for op in rl.ops})
+        if _names is None:  # the total: split it (the same op names, zeros where none)
+            self.counted = Ledger([rl.only("counted") for rl in rank_ledgers], names)
+            self.modeled = Ledger([rl.only("modeled") for rl in rank_ledgers], names)
         self.ops: dict[str, OpLedger] = {name: self._collect(rank_ledgers, name) for name in names}
         self._total = self._collect(rank_ledgers, None)
 

@@ -6,12 +6,46 @@ message of n bytes takes
     t(n) = alpha + n / bandwidth          (alpha = latency, 1/bandwidth = beta)
 
 `Network.cluster(nodes, gpus_per_node, intra, inter)` builds a hierarchical
-one (cluster.py); the formulas for every collective are in alphabeta.py.
+one, `Cluster` (below; its guide is cluster.py's docstring); the formulas for
+every collective are in alphabeta.py.
 On top of it: per-rank `slowdown` factors that multiply each rank's compute time
 (stragglers), seeded `jitter` (extra delay drawn uniformly in [0, jitter) s per
 message) and `loss` (each message is lost with that probability and resent after
 `retransmit` seconds). The simulator uses it for its logical clock; on real
 processes the launcher's comm waits as the model says (emulation).
+
+The simulator's assumptions are named fields, each with the real system it
+matches (they change simulated runs only):
+
+- `latency_model`: "port" (default) holds the sender's port for
+  latency + n / bandwidth per message, the lockstep accounting of Hockney (1994)
+  and of Thakur, Rabenseifner & Gropp (2005), whose formulas (alphabeta.py)
+  this reproduces: k messages in a row cost k (alpha + n beta). "wire" makes
+  latency a propagation delay that does not hold the port: the port is busy
+  n / bandwidth, the message arrives latency later, so k back-to-back
+  messages cost alpha + k n beta, as in LogGP (Alexandrov et al. 1995, where
+  L does not occupy the sender) and NCCL's tuning model, which charges a
+  pipeline's latency once per hop along the path (nccl_model.py).
+- `eager_limit` (bytes, default 64 KiB): a send of at most this many bytes is
+  eager (buffered: it completes without the receiver); a larger one is
+  rendezvous: its `wait()` (and a blocking `send`) returns only once the
+  receiver has posted the matching receive, and its clock moves on to at least
+  that moment. 64 KiB is Open MPI's TCP eager limit (`btl_tcp_eager_limit`,
+  65536); NCCL's send blocks on the receiver whenever its staging buffer is
+  full. So the unsafe exchange "both send a large message, then both receive"
+  raises `sim.DeadlockError`, as it hangs on a real system. The handshake
+  itself is not timed (no extra latency). `math.inf`: every send is eager.
+- `builtin_algorithm`: the message schedule of the simulator's built-in
+  collectives (sim_collectives.py). "ring" (default): all_reduce,
+  reduce_scatter, all_gather as rings (Patarasuk & Yuan 2009, NCCL's ring),
+  broadcast and reduce as a chain along the ring (one whole message per hop,
+  NCCL's ring broadcast without its pipelining); "binomial": the same rings,
+  but broadcast and reduce as binomial trees (ceil(log2 N) rounds, MPICH's
+  choice for short messages, Thakur et al. 2005).
+- NICs per node: `Network.cluster(..., nics_per_node=1)` is one NIC shared by
+  a node's GPUs (the default); `nics_per_node=gpus_per_node` is one NIC per GPU,
+  as rail-optimized GPU servers (DGX H100: eight 400 Gb/s NICs for eight
+  GPUs) have. `Network.cluster(..., nics="per_gpu")` says the latter by name.
 
 Presets (`Network.preset(name)`, listed in `PRESETS`) are round figures for one
 link, one direction, from public specifications:
@@ -34,6 +68,10 @@ import math
 import random
 from dataclasses import dataclass
 
+LATENCY_MODELS = ("port", "wire")
+BUILTIN_ALGORITHMS = ("ring", "binomial")
+EAGER_LIMIT = 64 * 1024  # bytes: Open MPI's btl_tcp_eager_limit (module docstring)
+
 
 @dataclass(frozen=True)
 class Network:
@@ -51,6 +89,9 @@ class Network:
     retransmit: float = 0.2
     seed: int = 0
     name: str = "custom"
+    latency_model: str = "port"
+    eager_limit: float = EAGER_LIMIT
+    builtin_algorithm: str = "ring"
 
     def __post_init__(self) -> None:
         # Accept any sequence for slowdown, store a tuple so the object stays hashable.
@@ -69,6 +110,13 @@ class Network:
         _check(0 <= self.loss < 1, "loss", self.loss, "a probability in [0, 1)")
         _check(0 <= self.retransmit < math.inf, "retransmit", self.retransmit, "seconds >= 0")
         _check(isinstance(self.seed, int), "seed", self.seed, "an int")
+        _check(self.latency_model in LATENCY_MODELS, "latency_model", self.latency_model,
+               f"one of {LATENCY_MODELS}")
+        _check(not isinstance(self.eager_limit, bool) and isinstance(self.eager_limit, (int, float))
+               and self.eager_limit >= 0, "eager_limit", self.eager_limit,
+               "a number of bytes >= 0 (math.inf: every send is eager)")
+        _check(self.builtin_algorithm in BUILTIN_ALGORITHMS, "builtin_algorithm",
+               self.builtin_algorithm, f"one of {BUILTIN_ALGORITHMS}")
 
     # ------------------------------------------------------------- model
     def transfer_time(self, nbytes: int) -> float:
@@ -93,16 +141,21 @@ class Network:
 
     @classmethod
     def cluster(cls, nodes: int, gpus_per_node: int, intra="nvlink4", inter="infiniband_ndr",
-                nics_per_node: int = 1, **changes) -> Network:
-        """A hierarchical network of `nodes` x `gpus_per_node` ranks (see cluster.py).
+                nics_per_node: int = 1, nics: str | None = None, **changes) -> Network:
+        """A hierarchical network of `nodes` x `gpus_per_node` ranks (`Cluster`, below).
 
         `intra` (inside a node) and `inter` (between nodes) are `Network`s or preset
-        names; `changes` sets the other fields (slowdown, jitter, loss, seed, name).
+        names; `nics`: None (use `nics_per_node`), "per_node" (one NIC per node) or
+        "per_gpu" (one per GPU, rail-optimized); `changes` sets the other fields
+        (slowdown, jitter, loss, seed, name, latency_model, eager_limit, ...).
         """
-        from .cluster import Cluster  # cluster.py builds on this module
-
+        if nics is not None:
+            if nics not in NIC_PRESETS:
+                raise ValueError(f"Network.cluster: nics={nics!r} must be one of "
+                                 f"{tuple(NIC_PRESETS)} or None")
+            nics_per_node = gpus_per_node if nics == "per_gpu" else 1
         return Cluster(nodes=nodes, gpus_per_node=gpus_per_node, intra=intra, inter=inter,
-                       nics_per_node=nics_per_node, **changes)
+                           nics_per_node=nics_per_node, **changes)
 
     def slowdown_of(self, rank: int) -> float:
         """Compute slowdown of `rank` (1.0 when no slowdown was given)."""
@@ -152,6 +205,10 @@ class Network:
         return f"{self.name}: latency {self.latency * 1e6:g} us, bandwidth {bw_s}"
 
 
+NIC_PRESETS = {"per_node": "one NIC per node, shared by its GPUs",
+               "per_gpu": "one NIC per GPU (rail-optimized, e.g. DGX H100)"}
+
+
 def _check(ok: bool, field: str, value, allowed: str) -> None:
     if not ok:
         raise ValueError(f"Network.{field}={value!r} is invalid: must be {allowed}")
@@ -169,3 +226,79 @@ PRESETS: dict[str, Network] = {
         Network(latency=50e-6, bandwidth=1e9, name="loopback"),
     ]
 }
+
+
+# ------------------------------------------------------------ clusters
+@dataclass(frozen=True)
+class Cluster(Network):
+    """`nodes` x `gpus_per_node` ranks; `intra` links inside a node, `inter` between nodes."""
+
+    nodes: int = 1
+    gpus_per_node: int = 1
+    intra: Network | str = "nvlink4"
+    inter: Network | str = "infiniband_ndr"
+    nics_per_node: int = 1
+
+    def __post_init__(self) -> None:
+        for field in ("nodes", "gpus_per_node", "nics_per_node"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Network.cluster: {field}={value!r} is invalid: must be an "
+                                 "int >= 1")
+        if self.nics_per_node > self.gpus_per_node:
+            raise ValueError(f"Network.cluster: nics_per_node={self.nics_per_node} must be "
+                             f"<= gpus_per_node={self.gpus_per_node}")
+        for field in ("intra", "inter"):
+            object.__setattr__(self, field, _link(field, getattr(self, field)))
+        object.__setattr__(self, "latency", self.inter.latency)
+        object.__setattr__(self, "bandwidth", self.inter.bandwidth)
+        if self.name == "custom":
+            object.__setattr__(self, "name", f"cluster {self.nodes}x{self.gpus_per_node} "
+                                             f"({self.intra.name} / {self.inter.name})")
+        super().__post_init__()
+
+    is_cluster = True
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.gpus_per_node
+
+    def local_rank_of(self, rank: int) -> int:
+        return rank % self.gpus_per_node
+
+    def local_world_size_of(self, rank: int, world_size: int) -> int:
+        return self.gpus_per_node
+
+    def nic_of(self, rank: int) -> int:
+        """The NIC (0..nics_per_node-1) this rank's messages between nodes go through."""
+        return self.local_rank_of(rank) % self.nics_per_node
+
+    def link(self, src: int, dst: int) -> Network:
+        return self.intra if self.node_of(src) == self.node_of(dst) else self.inter
+
+    def check_world_size(self, world_size: int) -> None:
+        if world_size != self.world_size:
+            raise ValueError(f"Network.cluster has nodes={self.nodes} x gpus_per_node="
+                             f"{self.gpus_per_node} = {self.world_size} ranks but world_size="
+                             f"{world_size}: nodes * gpus_per_node must equal world_size")
+        super().check_world_size(world_size)
+
+    def describe(self) -> str:
+        return (f"{self.name}: {self.nodes} nodes x {self.gpus_per_node} ranks, "
+                f"{self.nics_per_node} NIC(s) per node; inside {self.intra.describe()}; "
+                f"between {self.inter.describe()}")
+
+
+def _link(field: str, value) -> Network:
+    if isinstance(value, str):
+        if value not in PRESETS:
+            raise ValueError(f"Network.cluster: {field}={value!r} is not a known preset; "
+                             f"choose one of {sorted(PRESETS)} or pass a Network")
+        return PRESETS[value]
+    if isinstance(value, Cluster) or not isinstance(value, Network):
+        raise ValueError(f"Network.cluster: {field} must be a flat Network or a preset name "
+                         f"({sorted(PRESETS)}), got {value!r}")
+    return value

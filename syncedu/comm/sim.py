@@ -3,52 +3,61 @@
 `run(fn, world_size)` calls `fn(comm, *args, **kwargs)` on `world_size`
 `SimComm`s (threads, or greenlets for large runs: sim_sched.py) and returns a
 `RunResult` whose `.seconds` is logical time under a `Network` model, not
-wall-clock time. This is how a laptop "runs" 1024 GPUs: the values are real,
-the time is the model's, and the same call always gives the same values,
-ledger and seconds. One rank runs at a time and hands over when it must wait
-(sim_world.py), so even the order of prints repeats.
+wall-clock time, with `.ledger` (every byte counted from a message) and
+`.trace` (every message). This is how a laptop "runs" 1024 GPUs: the values
+are real, the time is the model's, and the same call always gives the same
+values, ledger, trace and seconds. One rank runs at a time and hands over
+when it must wait (sim_delivery.py), so even the order of prints repeats.
 
-The time model (alpha-beta, Hockney 1994; single-port, full-duplex, Thakur,
-Rabenseifner & Gropp 2005): every rank has a logical clock, a send port and a
-receive port. A message of n bytes sent at clock t:
+One send, in the order of the files it passes through:
 
-1. leaves when the sender's send port is free: start = max(t, port free);
-   it holds the port for d = latency + n / bandwidth (+ the network's seeded
-   jitter and loss-retransmit delay, drawn from the sender's random stream);
-2. comes in at the first free slot of d seconds at the receiver's receive port,
-   from `start` on: arrival = slot + d. Messages to one rank queue there;
-3. `recv` (or `irecv(...).wait()`) moves the receiver's clock to
-   max(clock, arrival); `send` (or `isend(...).wait()`) moves the sender's
-   clock to start + d, when its buffer could be reused. `isend` itself returns
-   at once, so compute between `isend` and `wait` overlaps the transfer;
-4. `comm.compute(seconds)` adds seconds times the rank's slowdown factor.
-
-On a cluster network (`Network.cluster`) a message inside a node takes the
-`intra` link and one between nodes the `inter` link; the latter also books its
-bytes, n / inter bandwidth, on its node's NIC when it leaves (the sender, step
-1) and on the other node's NIC when it comes in (the receiver, step 2), first
-free slot first, so flows that share a NIC split its bandwidth.
+1. the call (this file): `comm.isend(t, dst)` copies `t` (its buffer is free
+   at once) and charges the ledger ("counted", base.py);
+2. the links and the clock (sim_links.py, `Wires.depart`): it leaves when the
+   sender's send port is free, start = max(clock, port free), and holds the
+   port for d = latency + n / bandwidth under `latency_model="port"` (the
+   default: lockstep, Hockney 1994; single-port, full-duplex, Thakur,
+   Rabenseifner & Gropp 2005), or n / bandwidth under "wire", where latency is
+   time in flight that does not hold the port (LogGP, NCCL); the network's
+   seeded jitter and loss-retransmit delay come from the sender's random
+   stream. On a cluster (`Network.cluster`) a message between nodes also
+   books n / inter bandwidth on its node's NIC, so flows sharing a NIC split it;
+3. delivery (sim_delivery.py): it is matched to the receiver's posted receive
+   or queued in its mailbox, by (source, tag); a receiver parked for it is
+   made ready. A send above the network's `eager_limit` is rendezvous: its
+   sender's `wait()` (or blocking `send`) parks until the receive is posted,
+   so an unsafe exchange raises `DeadlockError` naming each rank and what it
+   waits for;
+4. the handles (sim_handles.py): `recv` (or `irecv(...).wait()`) books the
+   receiver's port (and NIC) at the first free slot from the message's start
+   (sim_links.py, `Wires.arrive`), moves its clock to max(clock, arrival),
+   copies the data into place and adds the message to the trace; `send` (or
+   `isend(...).wait()`) moves the sender's clock to when its port is free
+   again. Compute between `isend` and `wait` overlaps the transfer;
+   `comm.compute(seconds)` adds seconds times the rank's slowdown factor.
 
 So a rank sends one message and receives another at the same time, but two
 messages out of one rank (or into one) take turns, as on one NIC: a naive
 allreduce at its root pays 2(N-1)(alpha + S/bandwidth), a ring
-2(N-1)(alpha + S/(N bandwidth)), as in the textbook formulas.
+2(N-1)(alpha + S/(N bandwidth)), as in the textbook formulas (alphabeta.py).
 
-The built-in collectives of `SimComm` are charged as a ring would send them:
-the ledger by `Comm` (base.py), the time by replaying that ring's (or chain's)
-messages on the clocks once every rank has joined (sim_collectives.py); with
-`async_op=True` the rank computes on while it is in flight. The algorithms:
+The built-in collectives run as message schedules once every rank has joined
+(sim_collectives.py): each message goes through steps 2-4 above, carries its
+chunk, is counted and traced; with `async_op=True` the rank computes on while
+the collective is in flight. The schedules (`Network.builtin_algorithm`):
 
 - `all_reduce`: ring reduce-scatter then ring all-gather over `ring_chunks`
   (Patarasuk & Yuan 2009), rank r owning chunk r after the reduce-scatter;
 - `reduce_scatter`, `all_gather`: the same two rings on their own;
-- `broadcast`: a chain src -> src+1 -> ... -> src-1, one whole message each;
-- `reduce`: a chain dst+1 -> ... -> dst, each rank adding its own tensor;
+- `broadcast`: a chain src -> src+1 -> ... -> src-1, one whole message each
+  ("ring"), or a binomial tree ("binomial");
+- `reduce`: a chain dst+1 -> ... -> dst, each rank adding its own tensor
+  ("ring"), or a binomial tree ("binomial");
 - `barrier`: dissemination (Hensgen et al. 1988): ceil(log2 N) rounds of empty
   messages, so it costs ceil(log2 N) latencies and no bytes.
 
-Arithmetic is free in the model: only the wires cost time. The formulas for
-all of these are in alphabeta.py.
+A ring on a flat, noiseless network takes a fast path with the same results
+(sim_fast.py). Arithmetic is free in the model: only the wires cost time.
 
 Used in: notebooks/00_start_here, 02_allreduce_algorithms, 04_parameter_server.
 """
@@ -73,9 +82,10 @@ from .ledger import Ledger
 from .network import Network
 from .result import RunResult
 from .sim_collectives import Call
-from .sim_messages import Message, RecvWork, SendWork, Wires, flat_view
+from .sim_delivery import PROGRESS_EVERY, World
+from .sim_handles import RecvWork, RendezvousWork, SendWork, flat_view
+from .sim_links import Message, Wires
 from .sim_sched import make, pick
-from .sim_world import PROGRESS_EVERY, World
 
 __all__ = ["SimComm", "run", "MAX_WORLD_SIZE", "DEFAULT_TIMEOUT"]
 TimeoutError = RunTimeoutError  # public as sim.TimeoutError, like launch.TimeoutError
@@ -88,6 +98,7 @@ class SimComm(Comm):
     """One simulated rank; made by `run`, one per rank."""
 
     backend = "sim"
+    counts_builtins = True  # built-ins run as messages, counted as they move
     device = torch.device("cpu")
 
     def __init__(self, rank: int, world_size: int, network: Network, world: World):
@@ -95,6 +106,7 @@ class SimComm(Comm):
         self._world = world
         self._wires = world.wires
         self._clock = world.wires.clocks[rank]
+        self._eager = network.eager_limit
 
     # ------------------------------------------------------------ the clock
     def now(self) -> float:
@@ -112,31 +124,44 @@ class SimComm(Comm):
         if data.numel():  # copied now: the buffer is free at once (an empty one has no data)
             data = data.clone()
         nbytes = data.nbytes
-        start, dur, end = self._wires.depart(self.rank, dst, nbytes)  # Step 1
-        self._world.deliver(Message(data, self.rank, tag, start, dur, "send", nbytes), dst)
-        return SendWork(self._clock, end)
+        wires = self._wires
+        start, dur, end = wires.depart(self.rank, dst, nbytes)  # Step 1
+        left = wires.left
+        op = self._scopes[-1] if self._scopes else "send"
+        work = (SendWork(self._clock, end) if nbytes <= self._eager else
+                RendezvousWork(self._world, self.rank, dst, tag, nbytes, self._clock, end))
+        rdv = work if nbytes > self._eager else None
+        self._world.deliver(Message(data, self.rank, tag, start, dur, op, nbytes, left, rdv), dst)
+        return work
 
     def _irecv(self, tensor: torch.Tensor, src: int, tag: int) -> Work:
-        handle = RecvWork(self.arrive, self.rank, src, tag, tensor, "recv")
+        handle = RecvWork(self.arrive, self.rank, src, tag, tensor, "recv", self._clock.now)
         self._world.post(self.rank, handle)
         return handle
 
     def arrive(self, handle: RecvWork):
         """Wait for `handle`'s message, book the receive port, advance the clock (for handles)."""
         msg = handle.msg or self._world.wait(self.rank, handle)
-        self._clock.advance(self._wires.arrive(self.rank, msg.src, msg.start, msg.dur,
-                                               msg.nbytes))  # Steps 2 and 3
+        t = self._wires.arrive(self.rank, msg.src, msg.start, msg.dur, msg.nbytes)  # Step 2
+        self._clock.advance(t)  # Step 3
+        self._world.trace.add(msg.src, self.rank, msg.nbytes, msg.chan, msg.what, msg.left, t)
         return msg.data
 
     def _recv_any(self, tensor: torch.Tensor, tag: int) -> int:
         msg = self._world.recv_any(self.rank, tag)  # earliest in logical time
-        handle = RecvWork(self.arrive, self.rank, msg.src, msg.chan, tensor, "recv")
+        handle = RecvWork(self.arrive, self.rank, msg.src, msg.chan, tensor, "recv",
+                          self._clock.now)
         handle.msg = msg
         handle.wait()  # books the receive port, advances the clock, checks, copies
         return msg.src
 
     # --------------------------------------------------------- collectives
+    def _charge_builtin(self, op: str, **charge) -> None:
+        """Only the call: its bytes are counted from its messages (sim_collectives.py)."""
+        self.ledger.record(self._scopes[-1] if self._scopes else op, kind="counted")
+
     def _collective(self, call: Call, async_op: bool) -> Work | None:
+        call.name = self._scopes[-1] if self._scopes else call.kind
         handle = self._world.join(self.rank, call)
         if async_op:
             return handle
@@ -169,7 +194,8 @@ def run(fn, world_size: int, args=(), kwargs=None, *, network: Network | None = 
         scheduler: str = "auto", progress=None) -> RunResult:
     """Run `fn(comm, *args, **kwargs)` on `world_size` simulated ranks.
 
-    Returns a `RunResult`: the ranks' return values, `.ledger`, and `.seconds`,
+    Returns a `RunResult`: the ranks' return values, `.ledger` (all "counted":
+    `.ledger.modeled` is zeros), `.trace` (every message) and `.seconds`,
     the latest final logical clock under `network` (default `Network()`: zero
     latency, infinite bandwidth, so 0.0 unless a rank calls `comm.compute`).
     Raises `WorkerError` if a rank raised (the lowest such rank), `DeadlockError`
@@ -211,7 +237,9 @@ def _run(fn, world_size, args, kwargs, network, timeout, sink, kind, bar=None) -
     world.timeout_error = lambda ranks: RunTimeoutError(
         f"sim.run: ranks {_some(ranks)} still running after {timeout} s of real time", ranks)
     comms = [SimComm(r, world_size, network, world) for r in range(world_size)]
-    world.launch(comms, fn, tuple(args), dict(kwargs or {}))
+    world.ledgers = [c.ledger for c in comms]  # built-ins count their messages here
+    args, kwargs = tuple(args), dict(kwargs or {})
+    world.launch(comms, lambda comm: fn(comm, *args, **kwargs))  # the arguments' one stop
     try:
         if not world.sched.drive(world, timeout) and world.error is None:
             world.stop_for_timeout()
@@ -226,7 +254,7 @@ def _run(fn, world_size, args, kwargs, network, timeout, sink, kind, bar=None) -
     if bar is not None:
         bar.update(world.sent % PROGRESS_EVERY)  # the messages since the last update
     seconds = max(c.now() for c in comms)
-    return RunResult(world.results, Ledger([c.ledger for c in comms]), seconds)
+    return RunResult(world.results, Ledger([c.ledger for c in comms]), seconds, world.trace)
 
 
 def _some(ranks: list[int]) -> str:

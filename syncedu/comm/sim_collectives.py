@@ -1,18 +1,25 @@
-"""The simulator's built-in collectives, done at once when the last rank joins.
+"""The simulator's built-in collectives, run as message schedules when the last rank joins.
 
 Each rank's `comm.all_reduce(...)` (or broadcast, reduce, reduce_scatter,
-all_gather, barrier) joins a rendezvous (sim_world.py). When the last rank
-joins, `resolve` does the whole collective in one go:
+all_gather, barrier) joins a rendezvous (sim_delivery.py). When the last rank
+joins, `resolve` runs the collective's schedule, the messages of the algorithm
+that `Network.builtin_algorithm` names (network.py):
 
 1. check that every rank called the same collective with the same sizes;
-2. compute the values directly from all ranks' tensors, adding in exactly the
-   order the ring (or chain) of sim.py's docstring would, so the bits match it;
-3. replay the ring's (or chain's, or dissemination barrier's) messages on the
-   logical clocks: each rank's completion time, its send port, its receive
-   port and, on a cluster, the NICs, exactly as if the messages had been sent.
-   On a flat, noiseless network whose receive ports are free, one step of the
-   ring is a few vector operations over all ranks (numpy); otherwise messages
-   are replayed one by one (`Wires.depart`/`arrive`).
+2. build the schedule: rounds of messages (src, dst, bytes, chunk), e.g. a
+   ring's 2(N-1) steps in which rank r sends chunk (r - 1 - s) mod N to r + 1;
+3. move each message: it departs on the sender's links and arrives on the
+   receiver's (`Wires.depart`/`arrive`: ports, NICs, the latency model, as a
+   point-to-point message does), carries a copy of the sender's chunk, which
+   the receiver combines into its own (reduce) or stores (gather, broadcast);
+   it is counted in both ranks' ledgers ("counted") and added to the trace.
+   So bytes, messages, logical time and the order of every sum come from the
+   messages.
+
+A ring takes a fast path (sim_fast.py): its values at once, and on a flat,
+noiseless network its clock a whole step at a time (elsewhere message by
+message, without moving data); it gives the same values, ledger, clocks and
+trace as moving every message (tested); `FAST = False` turns it off.
 
 A rank that joined with `async_op=True` went on computing meanwhile: the
 replay starts from its clock when it joined, and its handle's `wait()` moves
@@ -26,14 +33,17 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .ledger import ring_chunks
-from .sim_messages import flat_view
+from . import sim_fast
+from .sim_fast import chunk_sent, combine
+from .sim_handles import flat_view
+
+FAST = True  # use sim_fast.py where it applies (same results; tests compare)
 
 
 class Call:
     """One rank's part in a built-in collective."""
 
-    __slots__ = ("kind", "rank", "op", "root", "tensor", "parts", "now", "end")
+    __slots__ = ("kind", "rank", "op", "root", "tensor", "parts", "now", "end", "name")
 
     def __init__(self, kind: str, rank: int, tensor=None, parts=None, op="sum", root=0):
         self.kind, self.rank, self.op, self.root = kind, rank, op, root
@@ -41,6 +51,7 @@ class Call:
         self.parts = parts  # reduce_scatter: inputs; all_gather: outputs
         self.now = 0.0  # the rank's clock when it joined
         self.end = 0.0  # when the collective is done for this rank
+        self.name = kind  # the ledger op its messages are charged to (a comm.scope's name)
 
     def signature(self) -> tuple:
         t = self.tensor
@@ -92,182 +103,221 @@ def _name(call: Call) -> str:
     return call.kind + extra.get(call.kind, "")
 
 
-def resolve(calls: list[Call], wires) -> None:
+def resolve(calls: list[Call], wires, ledgers: list, trace) -> None:
     """Steps 2 and 3 for a complete rendezvous (`calls[r]` is rank r's)."""
-    kind, n = calls[0].kind, len(calls)
-    _VALUES[kind](calls)
+    kind = calls[0].kind
     clocks = wires.clocks
     live = [c.now for c in clocks]
     for call, c in zip(calls, clocks):
-        c.now = call.now  # replay from the clock each rank had when it joined
-    if kind == "barrier":
-        _barrier(wires, n)
-    elif kind in ("broadcast", "reduce"):
-        nbytes = calls[0].tensor.numel() * calls[0].tensor.element_size()
-        first = calls[0].root if kind == "broadcast" else (calls[0].root + 1) % n
-        _chain(wires, first, n, nbytes)
+        c.now = call.now  # the messages leave from the clock each rank had when it joined
+    mover = Mover(calls, wires, ledgers, trace)
+    if kind in ("all_reduce", "reduce_scatter", "all_gather"):
+        _ring(mover)
     else:
-        _ring(wires, calls)
+        _SCHEDULES[kind, wires.net.builtin_algorithm](mover)
+    mover.charge()
     for call, c, t in zip(calls, clocks, live):
         call.end, c.now = c.now, t
 
 
-# ---------------------------------------------------------------- values
-def _combine(acc: torch.Tensor, data: torch.Tensor, op: str) -> None:
-    """acc = acc (op) data, in place and in acc's dtype."""
-    if op == "sum":
-        acc.add_(data)
-    elif op == "prod":
-        acc.mul_(data)
-    elif op == "max":
-        torch.maximum(acc, data, out=acc)
-    else:
-        torch.minimum(acc, data, out=acc)
+# -------------------------------------------------------- moving messages
+class Mover:
+    """Moves one collective's messages (Step 3), round by round, and counts them."""
+
+    def __init__(self, calls, wires, ledgers, trace):
+        self.calls, self.wires, self.ledgers, self.trace = calls, wires, ledgers, trace
+        n = self.n = len(calls)
+        self.op = calls[0].op
+        self.sent, self.received = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        self.msgs_sent, self.msgs_received = np.zeros(n, np.int64), np.zeros(n, np.int64)
+
+    def round(self, msgs: list[tuple], bufs=None, reduce: bool = False) -> None:
+        """Move `msgs`, (src, dst, nbytes, chunk, slice or None) each, sent at once.
+
+        All depart (in the senders' rank order), then all arrive (in the order
+        given: the receivers' ports and NICs are booked so); with `bufs` (one flat
+        tensor per rank), each carries a copy of bufs[src][slice], which the
+        receiver combines into (`reduce`) or copies into bufs[dst][slice].
+        """
+        wires, clocks, calls = self.wires, self.wires.clocks, self.calls
+        out: list = [None] * len(msgs)
+        for i in sorted(range(len(msgs)), key=lambda i: msgs[i][0]):
+            src, dst, nb = msgs[i][:3]
+            out[i] = (*wires.depart(src, dst, nb), wires.left)
+        data = [None if sl is None or bufs is None else bufs[src][sl].clone()
+                for src, _, _, _, sl in msgs]
+        for (src, dst, nb, chunk, sl), (start, dur, _, left), payload in zip(msgs, out, data):
+            t = wires.arrive(dst, src, start, dur, nb)
+            clocks[dst].advance(t)
+            if payload is not None:
+                if reduce:
+                    combine(bufs[dst][sl], payload, self.op)
+                else:
+                    bufs[dst][sl].copy_(payload)
+            self.trace.add(src, dst, nb, -1, calls[src].name, left, t, chunk)
+            self.sent[src] += nb
+            self.received[dst] += nb
+            self.msgs_sent[src] += 1
+            self.msgs_received[dst] += 1
+        for (src, *_), (_, _, end, _) in zip(msgs, out):
+            clocks[src].advance(end)
+
+    def charge(self) -> None:
+        """Each rank's ledger: the bytes and messages it really sent and received."""
+        for r, (c, rl) in enumerate(zip(self.calls, self.ledgers)):
+            rl.record(c.name, int(self.sent[r]), int(self.received[r]), int(self.msgs_sent[r]),
+                      int(self.msgs_received[r]), calls=0, kind="counted")
 
 
-def _ring_sum(rows: torch.Tensor, op: str) -> torch.Tensor:
-    """Reduce rows (one per rank) as the ring does: chunk k from rank k+1 on, rank k last."""
-    n, length = rows.shape
-    sizes = torch.tensor(ring_chunks(length, n))
-    chunk_of = torch.repeat_interleave(torch.arange(n), sizes)
-    cols = torch.arange(length)
-    acc = rows[(chunk_of + 1) % n, cols].clone()
-    for j in range(2, n + 1):
-        _combine(acc, rows[(chunk_of + j) % n, cols], op)
-    return acc
-
-
-def _all_reduce(calls) -> None:
-    flats = [flat_view(c.tensor) for c in calls]
-    total = _ring_sum(torch.stack(flats), calls[0].op)
-    for f in flats:
-        f.copy_(total)
-
-
-def _reduce_scatter(calls) -> None:
-    rows = torch.stack([torch.cat([flat_view(p) for p in c.parts]) for c in calls])
-    total = _ring_sum(rows, calls[0].op).view(len(calls), -1)
-    for k, c in enumerate(calls):
-        flat_view(c.tensor).copy_(total[k])
-
-
-def _all_gather(calls) -> None:
-    sources = [flat_view(c.tensor) for c in calls]
-    for c in calls:  # N^2 copies: one C++ loop per rank
-        torch._foreach_copy_([flat_view(p) for p in c.parts], sources)
-
-
-def _broadcast(calls) -> None:
-    src = flat_view(calls[calls[0].root].tensor)
-    for c in calls:
-        if c.rank != calls[0].root:
-            flat_view(c.tensor).copy_(src)
-
-
-def _reduce(calls) -> None:
-    n, dst = len(calls), calls[0].root
-    acc = flat_view(calls[(dst + 1) % n].tensor).clone()  # the chain dst+1 -> ... -> dst
-    for j in range(2, n):
-        _combine(acc, flat_view(calls[(dst + j) % n].tensor), calls[0].op)
-    _combine(flat_view(calls[dst].tensor), acc, calls[0].op)
-
-
-_VALUES = {"all_reduce": _all_reduce, "reduce_scatter": _reduce_scatter,
-           "all_gather": _all_gather, "broadcast": _broadcast, "reduce": _reduce,
-           "barrier": lambda calls: None}
-
-
-# ------------------------------------------------------------------ time
-def _ring_bytes(calls) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """(bytes of chunk k, [(first step, steps) of each phase]) of a ring collective."""
-    c, n = calls[0], len(calls)
-    if c.kind == "all_reduce":
-        es = c.tensor.element_size()
-        return np.array(ring_chunks(c.tensor.numel(), n)) * es, [(0, n - 1), (n - 1, n - 1)]
-    part = c.tensor if c.kind == "reduce_scatter" else c.parts[0]
-    nbytes = np.full(n, part.numel() * part.element_size())
-    return nbytes, [(0, n - 1)] if c.kind == "reduce_scatter" else [(n - 1, n - 1)]
-
-
-def _chunk_sent(ranks: np.ndarray, s: int, n: int) -> np.ndarray:
-    """Step s of the ring (0..n-2 reduce-scatter, n-1.. all-gather): chunk rank r sends."""
-    return (ranks - 1 - s) % n if s < n - 1 else (ranks - (s - n + 1)) % n
-
-
-def _ring(wires, calls) -> None:
-    n = len(calls)
-    nbytes, phases = _ring_bytes(calls)
-    steps = [s for first, count in phases for s in range(first, first + count)]
-    if not _fast_ring(wires, nbytes, steps):
-        ranks = np.arange(n)
-        for s in steps:
-            _round(wires, 1, nbytes[_chunk_sent(ranks, s, n)].tolist())
-
-
-def _round(wires, dist: int, sizes: list[int]) -> None:
-    """Every rank r sends sizes[r] bytes to r + dist and receives from r - dist."""
-    n = len(sizes)
-    out = [wires.depart(r, (r + dist) % n, sizes[r]) for r in range(n)]
-    for r in range(n):
-        src = (r - dist) % n
-        start, dur, _ = out[src]
-        arrival = wires.arrive(r, src, start, dur, sizes[src])
-        wires.clocks[r].advance(arrival)
-        wires.clocks[r].advance(out[r][2])
-
-
-def _fast_ring(wires, nbytes: np.ndarray, steps: list[int]) -> bool:
-    """The ring on all ranks at once (flat, noiseless, free ports); False if it does not apply."""
-    net, clocks, n = wires.net, wires.clocks, len(wires.clocks)
-    if wires.cluster or not net.deterministic:
-        return False
-    durs = net.latency + nbytes / net.bandwidth  # per chunk, as the messages would have
-    if (durs <= 0).any() and not (durs <= 0).all():
-        return False
-    now = np.array([c.now for c in clocks])
-    free = np.array([c.send_free for c in clocks])
-    first_in = np.roll(np.maximum(now, free), 1)  # step 0's message into each port
-    if any(c.port.busy_until() > t for c, t in zip(clocks, first_in.tolist())):
-        return False
+# ------------------------------------------------------------------ rings
+def _ring(mover: Mover) -> None:
+    """Ring reduce-scatter and/or all-gather (Patarasuk & Yuan 2009), rank r owning chunk r."""
+    calls, n, kind = mover.calls, mover.n, mover.calls[0].kind
+    nbytes, steps, sizes = sim_fast.ring_layout(calls[0], n)
+    if FAST and _fast(mover, nbytes, steps, sizes):
+        return
+    bufs = _ring_buffers(calls, kind)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
     ranks = np.arange(n)
-    starts, ends = np.empty((len(steps), n)), np.empty((len(steps), n))
-    for i, s in enumerate(steps):
-        d = durs[_chunk_sent(ranks, s, n)]
-        start = np.maximum(now, free)
-        free = start + d
-        arrival = np.roll(free, 1)  # from r - 1, its port being free: start + d
-        now = np.maximum(np.maximum(now, arrival), free)
-        starts[i], ends[i] = np.roll(start, 1), arrival
-    for c, t, f in zip(clocks, now.tolist(), free.tolist()):
-        c.now, c.send_free = t, f
-    if durs[0] > 0:
-        _book(clocks, starts, ends)
+    for s in steps:
+        sent = chunk_sent(ranks, s, n).tolist()
+        msgs = [((r - 1) % n, r, int(nbytes[sent[(r - 1) % n]]), sent[(r - 1) % n],
+                 slice(offsets[sent[(r - 1) % n]], offsets[sent[(r - 1) % n] + 1]))
+                for r in range(n)]  # in receiver order, as the ports are booked
+        mover.round(msgs, bufs, reduce=s < n - 1)
+    _ring_results(calls, kind, bufs, offsets)
+
+
+def _ring_buffers(calls, kind: str) -> list[torch.Tensor]:
+    if kind == "all_reduce":
+        return [flat_view(c.tensor) for c in calls]  # in place, as the ranks' own buffers
+    if kind == "reduce_scatter":
+        return [torch.cat([flat_view(p) for p in c.parts]) for c in calls]  # inputs stay
+    bufs = [torch.cat([flat_view(p) for p in c.parts]) for c in calls]
+    k = calls[0].tensor.numel()
+    for r, (c, b) in enumerate(zip(calls, bufs)):
+        b[r * k:(r + 1) * k] = flat_view(c.tensor)
+    return bufs
+
+
+def _ring_results(calls, kind: str, bufs, offsets) -> None:
+    if kind == "reduce_scatter":
+        for r, c in enumerate(calls):
+            flat_view(c.tensor).copy_(bufs[r][offsets[r]:offsets[r + 1]])
+    elif kind == "all_gather":
+        for c, b in zip(calls, bufs):
+            for k, p in enumerate(c.parts):
+                flat_view(p).copy_(b[offsets[k]:offsets[k + 1]])
+
+
+def _fast(mover: Mover, nbytes, steps, sizes) -> bool:
+    """The ring's values at once (sim_fast.py); its clock at once too where that applies,
+    else message by message (any network: clusters, jitter, busy ports)."""
+    calls, n = mover.calls, mover.n
+    timed = sim_fast.ring_clock(mover.wires, nbytes, steps)
+    if timed is None:
+        timed = _replay(mover, nbytes, steps)
+    deps, ends, chunks = timed
+    kind = calls[0].kind
+    if kind == "all_reduce":
+        flats = [flat_view(c.tensor) for c in calls]
+        total = sim_fast.ring_values(torch.stack(flats), mover.op, sizes)
+        for f in flats:
+            f.copy_(total)
+    elif kind == "reduce_scatter":
+        rows = torch.stack([torch.cat([flat_view(p) for p in c.parts]) for c in calls])
+        total = sim_fast.ring_values(rows, mover.op, sizes).view(n, -1)
+        for k, c in enumerate(calls):
+            flat_view(c.tensor).copy_(total[k])
+    else:
+        sources = [flat_view(c.tensor) for c in calls]
+        for c in calls:  # N^2 copies: one C++ loop per rank
+            torch._foreach_copy_([flat_view(p) for p in c.parts], sources)
+    sent, received, count = sim_fast.ring_counts(nbytes, steps, n)
+    mover.sent += sent
+    mover.received += received
+    mover.msgs_sent += count
+    mover.msgs_received += count
+    dst = np.broadcast_to(np.arange(n), np.shape(deps))
+    mover.trace.add_block((dst - 1) % n, dst, nbytes[chunks], -1, kind, deps, ends, chunks)
     return True
 
 
-def _book(clocks, starts: np.ndarray, ends: np.ndarray) -> None:
-    """Book each rank's receive port with its column of intervals, merging touching ones."""
-    breaks = starts[1:] != ends[:-1]
-    for r, c in enumerate(clocks):
-        cut = np.flatnonzero(breaks[:, r]).tolist()
-        lo = 0
-        for i in cut + [len(starts) - 1]:
-            c.port.append(float(starts[lo, r]), float(ends[i, r]))
-            lo = i + 1
+def _replay(mover: Mover, nbytes, steps):
+    """The ring's clock message by message, as `Mover.round` times it, without the data.
+
+    Returns (departures, arrivals, chunks) per step, indexed by the receiver.
+    """
+    wires, clocks, n = mover.wires, mover.wires.clocks, mover.n
+    depart, arrive = wires.depart, wires.arrive
+    ranks = np.arange(n)
+    deps, ends, chunks = [], [], []
+    for s in steps:
+        sent = chunk_sent(ranks, s, n).tolist()
+        size = [int(nbytes[c]) for c in sent]
+        out = []
+        for r in range(n):  # every rank sends to r + 1 (senders' order) ...
+            start, dur, end = depart(r, (r + 1) % n, size[r])
+            out.append((start, dur, end, wires.left))
+        dep, arr = [0.0] * n, [0.0] * n
+        for r in range(n):  # ... and receives from r - 1 (receivers' order)
+            src = (r - 1) % n
+            start, dur, _, left = out[src]
+            t = arrive(r, src, start, dur, size[src])
+            clocks[r].advance(t)
+            dep[r], arr[r] = left, t
+        for r in range(n):
+            clocks[r].advance(out[r][2])
+        deps.append(dep)
+        ends.append(arr)
+        chunks.append(sent[-1:] + sent[:-1])
+    return np.array(deps), np.array(ends), np.array(chunks, dtype=np.int64)
 
 
-def _chain(wires, first: int, n: int, nbytes: int) -> None:
-    """first -> first+1 -> ... : N-1 whole messages, each after the previous arrived."""
+# ------------------------------------------------------- rooted, barrier
+def _chain(mover: Mover) -> None:
+    """broadcast: src -> src+1 -> ... ; reduce: dst+1 -> ... -> dst. One whole message a hop."""
+    calls, n = mover.calls, mover.n
+    root, bcast = calls[0].root, calls[0].kind == "broadcast"
+    nb = calls[0].tensor.nbytes
+    bufs = _rooted_buffers(calls, bcast)
+    first = root if bcast else (root + 1) % n
+    whole = slice(None)
     for i in range(n - 1):
         r, nxt = (first + i) % n, (first + i + 1) % n
-        start, dur, end = wires.depart(r, nxt, nbytes)
-        wires.clocks[nxt].advance(wires.arrive(nxt, r, start, dur, nbytes))
-        wires.clocks[r].advance(end)
+        mover.round([(r, nxt, nb, -1, whole)], bufs, reduce=not bcast)
 
 
-def _barrier(wires, n: int) -> None:
+def _binomial(mover: Mover) -> None:
+    """Binomial tree: broadcast doubles the ranks that have it each round; reduce halves."""
+    calls, n = mover.calls, mover.n
+    root, bcast = calls[0].root, calls[0].kind == "broadcast"
+    nb, whole = calls[0].tensor.nbytes, slice(None)
+    bufs = _rooted_buffers(calls, bcast)
+    for mask in [1 << k for k in range((n - 1).bit_length())]:
+        pairs = [(v, v + mask) for v in range(0, n, 2 * mask) if v + mask < n] if not bcast \
+            else [(v, v + mask) for v in range(mask) if v + mask < n]
+        msgs = [((root + (a if bcast else b)) % n, (root + (b if bcast else a)) % n, nb, -1, whole)
+                for a, b in pairs]
+        mover.round(msgs, bufs, reduce=not bcast)
+
+
+def _rooted_buffers(calls, bcast: bool) -> list[torch.Tensor]:
+    """broadcast: the ranks' own tensors (written in place); reduce: scratch copies,
+    but dst's own tensor, into which the last hop combines (only dst's is set)."""
+    root = calls[0].root
+    return [flat_view(c.tensor) if bcast or r == root else flat_view(c.tensor).clone()
+            for r, c in enumerate(calls)]
+
+
+def _barrier(mover: Mover) -> None:
     """Dissemination (Hensgen et al. 1988): rounds of empty messages to r + 2^k."""
-    dist = 1
+    n, dist = mover.n, 1
     while dist < n:
-        _round(wires, dist, [0] * n)
+        mover.round([((r - dist) % n, r, 0, -1, None) for r in range(n)])
         dist *= 2
+
+
+_SCHEDULES = {("broadcast", "ring"): _chain, ("reduce", "ring"): _chain,
+              ("broadcast", "binomial"): _binomial, ("reduce", "binomial"): _binomial,
+              ("barrier", "ring"): _barrier, ("barrier", "binomial"): _barrier}

@@ -1,6 +1,6 @@
 """Where simulated ranks run: one thread each, or one greenlet each on the caller's thread.
 
-Either way exactly one rank runs at a time and hands over (sim_world.py picks
+Either way exactly one rank runs at a time and hands over (sim_delivery.py picks
 who is next), so runs repeat exactly. The two differ in cost and in what they
 share:
 

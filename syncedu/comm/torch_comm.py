@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from .base import Comm, Work
 from .emulation import Emulator
+from .trace import Trace
 
 _OPS = {
     "sum": dist.ReduceOp.SUM,
@@ -50,6 +51,23 @@ class TorchWork(Work):
             after()
 
 
+class TracedSend(Work):
+    """A send's handle that adds the message to its comm's trace when `wait()` returns.
+
+    On real ranks the trace's `end` is when the send completed on the sender
+    (torch.distributed tells us no more); a send never waited for is not traced.
+    """
+
+    def __init__(self, work, comm, dst: int, nbytes: int, tag: int, op: str, start: float):
+        self._work, self._comm, self._msg = work, comm, (dst, nbytes, tag, op, start)
+
+    def wait(self, timeout: float | None = None) -> None:
+        self._work.wait(timeout)
+        if self._msg is not None:
+            (dst, nbytes, tag, op, start), self._msg = self._msg, None
+            self._comm.trace.add(self._comm.rank, dst, nbytes, tag, op, start, self._comm.now())
+
+
 class TorchComm(Comm):
     """One real rank: torch.distributed point-to-point and collectives.
 
@@ -66,6 +84,8 @@ class TorchComm(Comm):
                                "torch.distributed.init_process_group() first, or start ranks "
                                "with syncedu.launch.run / launch.from_env()")
         super().__init__(dist.get_rank(group), dist.get_world_size(group), network)
+        self.ledger.kind = "modeled"  # a built-in's messages are Gloo's/NCCL's: charged by formula
+        self.trace = Trace()  # this rank's point-to-point sends (launch.run merges them)
         if network is not None:
             network.check_world_size(self.world_size)
         self.group = group
@@ -91,9 +111,12 @@ class TorchComm(Comm):
 
     # ------------------------------------------------------------ p2p
     def _isend(self, tensor, dst, tag):
+        start, op = self.now(), self._scopes[-1] if self._scopes else "send"
         if self._emu is not None:
-            return self._emu.isend(lambda: self._raw_isend(tensor, dst, tag), tensor, dst)
-        return TorchWork(self._raw_isend(tensor, dst, tag))
+            work = self._emu.isend(lambda: self._raw_isend(tensor, dst, tag), tensor, dst)
+        else:
+            work = TorchWork(self._raw_isend(tensor, dst, tag))
+        return TracedSend(work, self, dst, tensor.nbytes, tag, op, start)
 
     def _raw_isend(self, tensor, dst, tag):
         return dist.isend(tensor, self._global(dst), group=self.group, tag=tag)

@@ -1,8 +1,9 @@
-"""Simulated messages and their timing: ports, clocks, the message in flight, the handles.
+"""Step 2 of a simulated message: the links and the clocks (ports, NICs, latency model).
 
-See sim.py for the time model. A message's send-side times are fixed by its
-sender, in the sender's program order; the receive port is booked by the
-receiver, in its own program order. So logical time never depends on which
+See sim.py for the time model and the files in the order a message meets
+them. A message's send-side times are fixed by its sender, in the sender's
+program order; the receive port is booked by the receiver, in its own
+program order. So logical time never depends on which
 rank the scheduler happens to run first. On a cluster network (cluster.py) a
 message between nodes also books its node's NIC on the way out (by the sender)
 and the other node's NIC on the way in (by the receiver).
@@ -14,22 +15,20 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-import torch
-
-from .base import Work
-
 
 class Message:
     """One message in flight: a private copy of the data and its timing."""
 
-    __slots__ = ("data", "src", "chan", "start", "dur", "what", "nbytes")
+    __slots__ = ("data", "src", "chan", "start", "dur", "what", "nbytes", "left", "rdv")
 
     def __init__(self, data, src: int, chan, start: float, dur: float, what: str,
-                 nbytes: int = 0):
+                 nbytes: int = 0, left: float | None = None, rdv=None):
         self.data, self.src, self.chan, self.what = data, src, chan, what
-        self.start = start  # when it left the sender (and its NIC, between nodes)
-        self.dur = dur  # latency + bytes / bandwidth (+ noise)
+        self.start = start  # from when it may come in at the receiver's port (and NIC)
+        self.dur = dur  # how long it holds that port: latency + bytes / bandwidth (+ noise)
         self.nbytes = nbytes
+        self.left = start if left is None else left  # when it left the sender (the trace's)
+        self.rdv = rdv  # a rendezvous send's handle, told when a receive matches it
 
 
 class RecvPort:
@@ -113,6 +112,8 @@ class Wires:
         det = network.deterministic
         self.clocks = [Clock(None if det else network.rng(r)) for r in range(world_size)]
         self.cluster = network.is_cluster
+        self.wire = network.latency_model == "wire"
+        self.left = 0.0  # the last message's departure (depart)
         # Each rank's node and its NICs' ports, looked up once: millions of messages ask.
         self.node = [network.node_of(r) for r in range(world_size)]
         self.nics: dict[tuple, RecvPort] = {}  # (node, nic, "out" | "in") -> port
@@ -120,16 +121,29 @@ class Wires:
         self.nic_in = [self._nic(r, "in") for r in range(world_size)] if self.cluster else []
 
     def depart(self, src: int, dst: int, nbytes: int) -> tuple[float, float, float]:
-        """Step 1: book the sender's port (and NIC); return (start, dur, send end)."""
+        """Step 1: book the sender's port (and NIC); return (start, dur, send end).
+
+        "port" latency model: the port is held latency + n / B (+ noise) from the
+        departure `start`, and the message may come in from `start` on, for as long.
+        "wire": the port is held n / B only; the message may come in latency
+        (+ noise) later and holds the receiver's port n / B. Its departure time is
+        kept in `self.left` until the next call.
+        """
         c, net = self.clocks[src], self.net
         start = c.send_free if c.send_free > c.now else c.now
         across = self.cluster and self.node[src] != self.node[dst]
         link = (net.inter if across else net.intra) if self.cluster else net
-        dur = link.latency + nbytes / link.bandwidth
+        xfer = nbytes / link.bandwidth
+        if across:  # the bytes queue at the node's NIC
+            start = self.nic_out[src].reserve(start, xfer)
+        self.left = start  # when it leaves (the trace's start; one rank runs at a time)
+        if self.wire:  # latency (+ noise) is in flight, not on the port
+            delay = link.latency + net.noise(c.rng) if c.rng is not None else link.latency
+            c.send_free = start + xfer
+            return start + delay, xfer, c.send_free
+        dur = link.latency + xfer
         if c.rng is not None:
             dur += net.noise(c.rng)
-        if across:  # the bytes queue at the node's NIC
-            start = self.nic_out[src].reserve(start, nbytes / link.bandwidth)
         end = c.send_free = start + dur
         return start, dur, end
 
@@ -146,68 +160,3 @@ class Wires:
         if port is None:
             port = self.nics[key] = RecvPort()
         return port
-
-
-class SendWork(Work):
-    """Handle of an `isend`: `wait()` moves the clock to when the send port is done."""
-
-    __slots__ = ("clock", "end")
-
-    def __init__(self, clock: Clock, end: float):
-        self.clock, self.end = clock, end
-
-    def wait(self, timeout: float | None = None) -> None:
-        self.clock.advance(self.end)
-
-
-class RecvWork(Work):
-    """Handle of an `irecv`: `wait()` blocks until the message is in, then copies it.
-
-    `arrive(handle)` (the comm's) waits, books the ports and returns the data.
-    `timeout` is accepted for the `Work` interface but not needed: a simulated
-    wait either completes or is reported at once as a `DeadlockError`.
-    """
-
-    __slots__ = ("arrive", "rank", "src", "chan", "tensor", "nbytes", "what", "msg", "done")
-
-    def __init__(self, arrive, rank: int, src: int, chan, tensor, what: str):
-        self.arrive, self.rank, self.src, self.chan = arrive, rank, src, chan
-        self.tensor, self.what = tensor, what
-        self.nbytes = tensor.nbytes if tensor is not None else 0
-        self.msg: Message | None = None
-        self.done = False
-
-    def wait(self, timeout: float | None = None) -> None:
-        if self.done:
-            return
-        data = self.arrive(self)
-        t = self.tensor
-        if data.dtype != t.dtype or data.numel() != t.numel():
-            _mismatch(self, data)
-        if data.numel():  # (at 1024 ranks most ring chunks of a small tensor are empty)
-            if t.requires_grad:
-                t = t.detach()
-            (t if t.dim() == 1 else t.view(-1)).copy_(data)
-        self.done = True
-
-    def describe(self, world) -> str:
-        text = f"recv from rank {self.src} (tag {self.chan}, {self.nbytes} bytes)"
-        if world.ranks[self.src].done:
-            text += f"; rank {self.src} has already returned"
-        return text
-
-
-def _mismatch(handle: RecvWork, data: torch.Tensor) -> None:
-    t = handle.tensor
-    raise ValueError(
-        f"rank {handle.rank} posted a receive of {t.numel()} x {t.dtype} from rank "
-        f"{handle.src} (tag {handle.chan}), but rank {handle.src} sent "
-        f"{data.numel()} x {data.dtype}: sender and receiver must agree on dtype "
-        "and number of elements")
-
-
-def flat_view(t: torch.Tensor) -> torch.Tensor:
-    """A flat view of `t` outside autograd (a parameter may be received into)."""
-    if t.requires_grad:
-        t = t.detach()
-    return t if t.dim() == 1 else t.view(-1)  # the common 1-D case costs nothing

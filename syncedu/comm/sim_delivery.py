@@ -1,4 +1,8 @@
-"""What the ranks of one simulated run share: mailboxes, rendezvous, a baton and a watch.
+"""Step 3 of a simulated message: delivery, and what the ranks of one run share.
+
+A message that left its sender (sim_links.py) is handed to its receiver here:
+matched to a posted receive or queued in the receiver's mailbox, and a
+receiver parked for it is made ready again. One `World` per run holds:
 
 `sim.py` runs each rank as a thread or a greenlet (sim_sched.py); this module
 holds everything those ranks share, in one `World` per run (nothing lives at
@@ -6,9 +10,11 @@ module level, so several runs can go on at once, even nested):
 
 - **mailboxes**: per receiver, the messages not yet matched and the receives
   not yet matched, keyed by (source, channel) and matched first-in first-out,
-  as MPI matches by (source, tag);
-- **rendezvous**: the built-in collectives, matched by call number; the last
-  rank to join does the whole collective (sim_collectives.py);
+  as MPI matches by (source, tag); a rendezvous send (above the network's
+  `eager_limit`) is told here when a receive matches it (`_matched`);
+- **collective rendezvous**: the built-in collectives, matched by call number;
+  the last rank to join runs the collective's message schedule
+  (sim_collectives.py), counting its messages in every rank's ledger and the trace;
 - **the baton**: only one rank runs at a time. A rank runs until it must wait
   for a message (or a collective) that is not there, then hands the baton to
   the next ready rank (first come, first served), or when it has sent
@@ -30,8 +36,9 @@ from collections import deque
 from . import rank_output
 from .errors import DeadlockError, WorkerError
 from .sim_collectives import Call, CollectiveWork, check, resolve
-from .sim_messages import Message
+from .sim_links import Message
 from .sim_sched import Cancelled, RankState
+from .trace import Trace
 
 BACKLOG = 64  # a sender with this many unreceived messages to one rank lets others run
 PROGRESS_EVERY = 4096  # messages between two updates of a progress bar
@@ -46,7 +53,7 @@ class World:
         self.n = world_size
         self.sink = sink  # where the ranks' prints go (rank_output.RankSink)
         self.sched = sched  # sim_sched: threads or greenlets
-        self.wires = wires  # sim_messages.Wires: clocks, ports, NICs
+        self.wires = wires  # sim_links.Wires: clocks, ports, NICs
         self.lock = threading.Lock()
         self.ranks = [RankState() for _ in range(world_size)]
         self.ready = deque(range(world_size))  # parked ranks that can run, in turn order
@@ -60,6 +67,8 @@ class World:
         self.all_done = threading.Event()
         self.progress = None  # a tqdm bar (.update(n)), told every PROGRESS_EVERY messages
         self.sent = 0  # messages delivered so far (counted only with a progress bar)
+        self.trace = Trace()  # every message, as it comes in (res.trace)
+        self.ledgers: list = []  # the ranks' RankLedgers (set by sim.run)
 
     # ------------------------------------------------------------ messages
     def check(self) -> None:
@@ -91,6 +100,8 @@ class World:
                 far_ahead = False
                 handle = posted.popleft()
                 handle.msg = msg
+                if msg.rdv is not None:
+                    self._matched(msg.rdv, handle.at)
                 if st.waiting is handle:  # dst was blocked on it: it is ready to run again
                     st.waiting = None
                     self.ready.append(dst)
@@ -124,6 +135,8 @@ class World:
             queued = st.unmatched.get(key)
             if queued:
                 handle.msg = queued.popleft()
+                if handle.msg.rdv is not None:
+                    self._matched(handle.msg.rdv, handle.at)
             else:
                 waiting = st.posted.get(key)
                 if waiting is None:
@@ -158,7 +171,8 @@ class World:
             if len(pending) < self.n:
                 return handle
             del self.rendezvous[number]
-            resolve([pending[r].call for r in range(self.n)], self.wires)
+            resolve([pending[r].call for r in range(self.n)], self.wires, self.ledgers,
+                    self.trace)
             for r in range(self.n):
                 pending[r].msg = True
                 if self.ranks[r].waiting is pending[r]:
@@ -187,7 +201,18 @@ class World:
         with self.lock:
             key = self._earliest(rank)
             st.any_chan = None
-            return st.unmatched[key].popleft()
+            msg = st.unmatched[key].popleft()
+            if msg.rdv is not None:
+                self._matched(msg.rdv, self.wires.clocks[rank].now)
+            return msg
+
+    def _matched(self, rdv, posted: float) -> None:
+        """A receive matched rendezvous send `rdv` (posted at `posted`): its sender may go on."""
+        rdv.matched(posted)
+        st = self.ranks[rdv.rank]
+        if st.waiting is rdv:
+            st.waiting = None
+            self.ready.append(rdv.rank)
 
     def _earliest(self, rank: int):
         """The (src, chan) key of `rank`'s earliest-arriving message on its any_chan."""
@@ -201,13 +226,10 @@ class World:
         return key
 
     # --------------------------------------------------------------- ranks
-    def launch(self, comms: list, fn, args: tuple, kwargs: dict) -> None:
-        """Start every rank (parked) running `fn(comm, *args, **kwargs)`; rank 0 goes first."""
-        def main(comm):
-            self._main(comm, fn, args, kwargs)
-
+    def launch(self, comms: list, body) -> None:
+        """Start every rank (parked) running `body(comm)`; rank 0 goes first."""
         try:
-            self.sched.start(comms, main)
+            self.sched.start(comms, lambda comm: self._main(comm, body))
         except RuntimeError as exc:  # the operating system refused another thread
             self.stop(exc)
             self.sched.join(Cancelled)
@@ -215,12 +237,12 @@ class World:
         with self.lock:
             self._pass_baton()
 
-    def _main(self, comm, fn, args: tuple, kwargs: dict) -> None:
+    def _main(self, comm, body) -> None:
         rank_output.bind(comm.rank, self.sink)  # this rank's prints: "[rank r] ..."
         try:
             self.sched.first_turn(comm.rank)
             self.check()
-            result = fn(comm, *args, **kwargs)
+            result = body(comm)
         except Cancelled:
             self.fail(comm.rank, None, "")
         except KeyboardInterrupt:  # greenlet ranks run on the caller's thread: pass it on

@@ -1,0 +1,218 @@
+"""NCCL's own prediction of an all-reduce's time: a port of its tuning model.
+
+NCCL picks an algorithm (ring, tree, ...) and a protocol (LL, LL128, Simple)
+per call by predicting each one's time with a latency-bandwidth model,
+`ncclTopoTuneModel` and `ncclTopoGetAlgoTime` in `src/graph/tuning.cc`. This
+module re-implements that model for all-reduce (written from the source, not
+copied), from NCCL 2.30.7 (github.com/NVIDIA/nccl, commit 5067397c, June 2026),
+whose constants are in `ncclTunerConstantsDefaults` (baseLatencies,
+hwLatencies, llMaxBws, perChMaxRingLL128Bws, perChMaxTreeLL128Bws,
+perChMaxTreeBws). Times are in microseconds, bandwidths in GB/s, as there.
+
+1. Bus bandwidth of one algorithm/protocol: `n_channels` times the per-channel
+   bandwidth NCCL's topology search found (`bw_intra` inside a node, used up to
+   2 nodes; `bw_inter` beyond), then capped per protocol (LL: half, at most
+   llMaxBw; LL128: 0.92 of it, at most n_channels x perChMaxRingLL128Bw; tree:
+   0.92, at most n_channels x perChMaxTreeBw, ...).
+2. Algorithm bandwidth: a ring's busBw times nRanks / (2 (nRanks - 1)); a tree's
+   half of it.
+3. Latency: a base latency plus one hardware latency per hop along the path:
+   a ring all-reduce makes nsteps = 2 (nRanks - 1) hops, of which
+   nInterSteps = 2 (nNodes - 1) cross the network (each hwLatencies[NET] plus
+   the graph's latencyInter, twice for Simple's flush) and the rest stay
+   inside a node (hwLatencies[NVLINK or PCI], at least the network post
+   overhead, 1 us on Intel, 2 on AMD, times 3 for Simple); a tree all-reduce
+   makes 2 ((nRanks / nNodes - 1) intra hops + log2(nNodes) network hops).
+4. Time: latency + bytes / (1000 x algBw), with the ring's "plateau" (Simple,
+   several nodes, at least 64 bytes per channel and rank: latency x 1.4 from
+   Ampere on, 1.9 before) and the tree's per-size correction factors.
+
+So NCCL charges a ring's latency once per hop along the path, not once per
+message at each sender's port: this is what `Network(latency_model="wire")`
+simulates, and why lesson 02 shows both.
+
+Out of scope: NVLS and NVLS-tree (they need NVSwitch multicast, SHARP-like
+in-switch reduction, which the simulator has no model of), CollNet (in-network
+reduction), PAT (NCCL uses it only for all-gather and reduce-scatter with one
+GPU per node, never for all-reduce), pipelined multi-op latency counts
+(numPipeOps = 1 here), and NCCL's topology search itself: `bw_intra`,
+`bw_inter` and `n_channels` are inputs (`from_network` derives them from a
+simulator `Network` by the rule given there).
+
+Used in: notebooks/02_allreduce_algorithms (beside the simulator's times).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ALGORITHMS = ("ring", "tree")
+PROTOCOLS = ("LL", "LL128", "Simple")
+ARCHS = ("volta", "ampere", "hopper", "blackwell")  # NCCL's compute-capability index
+
+# tuning.cc, ncclTunerConstantsDefaults (NCCL 2.30.7), per protocol (LL, LL128, Simple):
+BASE_LATENCY = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4)}  # us
+HW_LATENCY = {  # us per hop, by hardware of the hop
+    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4)},
+    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7)},
+    "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)},
+}
+# Indexed [arch][nodes index: 1, 2, >2 nodes]; llMaxBws' first index is the arch on
+# one node and the CPU (0 Intel, 1 AMD) on several.
+LL_MAX_BW = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0),
+             (282.0, 90.0, 70.0))
+PER_CH_MAX_RING_LL128_BW = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7),
+                            (40.0, 40.0, 40.0))
+PER_CH_MAX_TREE_LL128_BW = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0),
+                            (55.6, 31.67, 20.0))
+PER_CH_MAX_TREE_BW = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0),
+                      (70.0, 42.8, 24.0))
+# ncclTopoGetAlgoTime's treeCorrectionFactor[protocol][log2(bytes / 64)], 0..22 used.
+TREE_CORRECTION = (
+    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0,
+     1.0, 1.0, 1.0),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9,
+     1.0, 1.0, 1.0),
+    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9,
+     .9, .9),
+)
+NET_OVERHEAD = {"intel": 1.0, "amd": 2.0}  # us, getNetOverhead (other CPUs: 1.0)
+
+
+@dataclass(frozen=True)
+class NcclSystem:
+    """What NCCL's tuning model reads about a system (GB/s per channel, us)."""
+
+    n_ranks: int
+    n_nodes: int = 1
+    bw_intra: float = 20.0
+    bw_inter: float = 20.0
+    n_channels: int = 2
+    arch: str = "hopper"
+    intra: str = "nvlink"  # "nvlink" or "pci": the links inside a node
+    cpu: str = "intel"  # "intel" or "amd"
+    latency_inter: float = 0.0  # the graph's latencyInter (us), 0 on plain InfiniBand
+    tree_pattern: bool = False  # NCCL_TOPO_PATTERN_TREE: tree bandwidth x 0.85
+
+    def __post_init__(self) -> None:
+        ok = {"n_ranks": isinstance(self.n_ranks, int) and self.n_ranks >= 2,
+              "n_nodes": isinstance(self.n_nodes, int) and 1 <= self.n_nodes <= self.n_ranks
+              and self.n_ranks % self.n_nodes == 0,
+              "bw_intra": self.bw_intra > 0, "bw_inter": self.bw_inter > 0,
+              "n_channels": isinstance(self.n_channels, int) and self.n_channels >= 1,
+              "arch": self.arch in ARCHS, "intra": self.intra in ("nvlink", "pci"),
+              "cpu": self.cpu in NET_OVERHEAD, "latency_inter": self.latency_inter >= 0}
+        allowed = {"n_ranks": "an int >= 2", "n_nodes": "an int dividing n_ranks",
+                   "bw_intra": "GB/s > 0", "bw_inter": "GB/s > 0", "n_channels": "an int >= 1",
+                   "arch": f"one of {ARCHS}", "intra": "'nvlink' or 'pci'",
+                   "cpu": f"one of {tuple(NET_OVERHEAD)}", "latency_inter": "us >= 0"}
+        for name, good in ok.items():
+            if not good:
+                raise ValueError(f"NcclSystem.{name}={getattr(self, name)!r} is invalid: must "
+                                 f"be {allowed[name]}")
+
+
+def _log2i(x: int) -> int:
+    return x.bit_length() - 1  # floor(log2 x); -1 for 0
+
+
+def bandwidth(sys: NcclSystem, algorithm: str, protocol: str) -> float:
+    """Steps 1-2: the algorithm bandwidth (GB/s) NCCL assumes for an all-reduce."""
+    _check(algorithm, protocol)
+    p, a = PROTOCOLS.index(protocol), ARCHS.index(sys.arch)
+    nodes_i = sys.n_nodes - 1 if sys.n_nodes <= 2 else 2
+    ll_i = a if sys.n_nodes == 1 else (1 if sys.cpu == "amd" else 0)
+    ll_max = LL_MAX_BW[ll_i][nodes_i]
+    bus = sys.n_channels * (sys.bw_intra if sys.n_nodes <= 2 else sys.bw_inter)
+    if algorithm == "ring":
+        if p == 0:
+            bus = min(ll_max, bus * 0.5)
+        elif p == 1:
+            bus = min(bus * 0.92, sys.n_channels * PER_CH_MAX_RING_LL128_BW[a][nodes_i])
+        return bus * sys.n_ranks / (2 * (sys.n_ranks - 1))
+    bus = min(bus * 0.92, sys.n_channels * PER_CH_MAX_TREE_BW[a][nodes_i])
+    if p == 0:
+        bus = min(bus / 3.8, ll_max)
+    elif p == 1:
+        bus = min(bus * (7.0 / 9.0 if sys.n_nodes == 1 else 120.0 / 128.0),
+                  sys.n_channels * PER_CH_MAX_TREE_LL128_BW[a][nodes_i])
+    if sys.tree_pattern:
+        bus *= 0.85
+    return bus * 0.5
+
+
+def latency(sys: NcclSystem, algorithm: str, protocol: str) -> float:
+    """Step 3: the latency (us) NCCL assumes for one all-reduce."""
+    _check(algorithm, protocol)
+    p = PROTOCOLS.index(protocol)
+    ppn = sys.n_ranks // sys.n_nodes
+    intra = HW_LATENCY[sys.intra][algorithm][p]
+    inter = HW_LATENCY["net"]["tree" if ppn == 1 else algorithm][p] + sys.latency_inter
+    if protocol == "Simple":
+        inter += sys.latency_inter  # the flush
+    lat = BASE_LATENCY[algorithm][p]
+    if algorithm == "tree":
+        return lat + 2 * ((ppn - 1) * intra + _log2i(sys.n_nodes) * inter)
+    if sys.n_nodes > 1:
+        overhead = NET_OVERHEAD[sys.cpu] * (3 if protocol == "Simple" else 1)
+        intra = max(intra, overhead)
+    steps = 2 * (sys.n_ranks - 1)
+    inter_steps = 0 if sys.n_nodes == 1 else 2 * (sys.n_nodes - 1)
+    return lat + (steps - inter_steps) * intra + inter_steps * inter
+
+
+def predict(sys: NcclSystem, nbytes: int, algorithm: str = "ring",
+            protocol: str = "Simple") -> float:
+    """Step 4: NCCL's predicted all-reduce time of `nbytes` bytes, in seconds."""
+    if not isinstance(nbytes, int) or nbytes < 0:
+        raise ValueError(f"nbytes={nbytes!r} must be an int >= 0")
+    bw, lat = bandwidth(sys, algorithm, protocol), latency(sys, algorithm, protocol)
+    p = PROTOCOLS.index(protocol)
+    log_size = _log2i(nbytes >> 6)
+    if algorithm == "tree" and 0 <= log_size < 23:
+        bw *= TREE_CORRECTION[p][log_size]
+    if (algorithm == "ring" and protocol == "Simple" and sys.n_nodes > 1
+            and nbytes // (sys.n_channels * sys.n_ranks) >= 64):
+        lat *= 1.4 if ARCHS.index(sys.arch) >= 1 else 1.9  # the ring's plateau
+    return (lat + nbytes / (1000 * bw)) * 1e-6
+
+
+def table(sys: NcclSystem, nbytes: int) -> dict[tuple[str, str], float]:
+    """{(algorithm, protocol): seconds} for every pair; NCCL would take the fastest."""
+    return {(a, p): predict(sys, nbytes, a, p) for a in ALGORITHMS for p in PROTOCOLS}
+
+
+def best(sys: NcclSystem, nbytes: int) -> tuple[str, str, float]:
+    """(algorithm, protocol, seconds) of the fastest prediction."""
+    (a, p), t = min(table(sys, nbytes).items(), key=lambda kv: kv[1])
+    return a, p, t
+
+
+def from_network(network, n_channels: int | None = None, **changes) -> NcclSystem:
+    """An `NcclSystem` for a simulator `Network` (our mapping, not NCCL's topology search).
+
+    A flat network is one node whose links are `network.bandwidth`; a cluster has
+    `nodes` nodes. Channels: `n_channels` or max(2, nics_per_node); each channel gets
+    intra bandwidth / n_channels inside a node and its share of the node's NICs,
+    nics_per_node x inter bandwidth / n_channels, between nodes (GB/s).
+    """
+    if network.is_cluster:
+        nodes, ppn, nics = network.nodes, network.gpus_per_node, network.nics_per_node
+        intra_bw, inter_bw = network.intra.bandwidth, network.inter.bandwidth
+    else:
+        raise ValueError("from_network needs a Network.cluster(...) (a flat Network has no "
+                         "nodes to map onto NCCL's); build an NcclSystem directly")
+    ch = n_channels or max(2, nics)
+    base = dict(n_ranks=nodes * ppn, n_nodes=nodes, bw_intra=intra_bw / 1e9 / ch,
+                bw_inter=nics * inter_bw / 1e9 / ch, n_channels=ch)
+    base.update(changes)
+    return NcclSystem(**base)
+
+
+def _check(algorithm: str, protocol: str) -> None:
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm={algorithm!r} must be one of {ALGORITHMS} (NVLS, CollNet "
+                         "and PAT are out of scope: see the module docstring)")
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol={protocol!r} must be one of {PROTOCOLS}")
+

@@ -1,0 +1,218 @@
+"""`Trace`: one record per message a run moved, stored column-wise.
+
+`res.trace` on simulated ranks lists every message, point-to-point and those
+of the built-in collectives (which the simulator runs as message schedules,
+sim_collectives.py); on real ranks (`launch.run`) it lists the point-to-point
+messages (the backend hides a built-in's). Each record has
+
+    src, dst   sender and receiver ranks
+    nbytes     payload bytes
+    tag        the point-to-point tag (-1 for a built-in collective's message)
+    op         the ledger op it was charged to ("send", a `comm.scope` name, "all_reduce", ...)
+    start      when it left the sender (logical seconds; wall seconds on real ranks)
+    end        when it was in at the receiver (on real ranks: when the send completed)
+    chunk      which chunk of the collective it carries (ring step pictures), -1 if none
+
+The columns are plain lists, appended to per message, or numpy blocks added
+at once by a collective's fast path, so a 1024-rank run with millions of
+messages stays fast; `trace.src` (etc.) gives a column as a numpy array and
+iterating gives `Record`s (a namedtuple, fields read by name).
+
+A trace keeps at most `limit` records (default `LIMIT`, four million: about
+200 MB; a 1024-rank all-reduce is two million); later messages are counted in
+`dropped` and `complete` turns False, so a checker can tell a cut trace from
+a quiet run.
+
+Helpers that checkers use to look at the pattern, not only at the values:
+`pairs()`, `only(op=..., src=..., dst=...)`, `neighbours_only(world_size)`,
+`ops_in_order()`, `busiest_receiver()`.
+
+Used in: notebooks/01_collectives, 02_allreduce_algorithms (with ui/trace.py's figure).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, namedtuple
+
+import numpy as np
+
+FIELDS = ("src", "dst", "nbytes", "tag", "op", "start", "end", "chunk")
+Record = namedtuple("Record", FIELDS)
+LIMIT = 4_000_000  # records kept per trace (module docstring)
+_DTYPES = (np.int64, np.int64, np.int64, np.int64, object, np.float64, np.float64, np.int64)
+
+
+class Trace:
+    """Every message of one run, column-wise (module docstring)."""
+
+    def __init__(self, limit: int = LIMIT):
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"Trace: limit={limit!r} must be an int >= 0 (records kept)")
+        self._cols: tuple[list, ...] = tuple([] for _ in FIELDS)  # appended per message
+        self._blocks: list[tuple[np.ndarray, ...]] = []  # earlier messages, as arrays
+        self._cache: tuple[np.ndarray, ...] | None = None
+        self.limit, self.dropped, self._room = limit, 0, limit
+
+    @property
+    def complete(self) -> bool:
+        """False if messages were left out because the trace was full (`dropped` of them)."""
+        return self.dropped == 0
+
+    # ------------------------------------------------------------ writing
+    def add(self, src: int, dst: int, nbytes: int, tag: int, op: str, start: float,
+            end: float, chunk: int = -1) -> None:
+        """Record one message."""
+        if self._room <= 0:
+            self.dropped += 1
+            return
+        self._room -= 1
+        c = self._cols
+        c[0].append(src)
+        c[1].append(dst)
+        c[2].append(nbytes)
+        c[3].append(tag)
+        c[4].append(op)
+        c[5].append(start)
+        c[6].append(end)
+        c[7].append(chunk)
+        self._cache = None
+
+    def add_block(self, src, dst, nbytes, tag: int, op: str, start, end, chunk) -> None:
+        """Record many messages at once (array-likes of equal length; tag and op shared)."""
+        self._flush()
+        n = int(np.size(src))
+        keep = min(n, max(self._room, 0))
+        self.dropped += n - keep
+        self._room -= keep
+        if keep == 0:
+            return
+
+        def col(a, dtype):
+            return np.asarray(a, dtype=dtype).ravel()[:keep]
+
+        # tag and op stay scalars until someone reads the columns (_columns)
+        self._blocks.append((col(src, np.int64), col(dst, np.int64), col(nbytes, np.int64),
+                             int(tag), str(op), col(start, np.float64), col(end, np.float64),
+                             col(chunk, np.int64)))
+        self._cache = None
+
+    def extend(self, other: Trace) -> None:
+        """Append every record of `other` (e.g. another rank's, on real ranks)."""
+        self._flush()
+        if len(other):
+            cols = other._columns()
+            keep = min(len(cols[0]), max(self._room, 0))
+            self._blocks.append(tuple(c[:keep] for c in cols))
+            self._room -= keep
+            self.dropped += len(cols[0]) - keep
+        self.dropped += other.dropped
+        self._cache = None
+
+    def _flush(self) -> None:
+        if self._cols[0]:
+            self._blocks.append(tuple(np.array(col, dtype=dt)
+                                      for col, dt in zip(self._cols, _DTYPES)))
+            for col in self._cols:
+                col.clear()
+
+    @staticmethod
+    def _full(block: tuple) -> tuple[np.ndarray, ...]:
+        """A block with its shared tag and op spelled out per record."""
+        if isinstance(block[4], np.ndarray):
+            return block
+        n = len(block[0])
+        ops = np.empty(n, dtype=object)
+        ops[:] = block[4]
+        return block[:3] + (np.full(n, block[3], np.int64), ops) + block[5:]
+
+    def _columns(self) -> tuple[np.ndarray, ...]:
+        if self._cache is None:
+            self._flush()
+            self._blocks = [self._full(b) for b in self._blocks]
+            if not self._blocks:
+                self._cache = tuple(np.array([], dtype=dt) for dt in _DTYPES)
+            elif len(self._blocks) == 1:
+                self._cache = self._blocks[0]
+            else:
+                self._cache = tuple(np.concatenate(cols) for cols in zip(*self._blocks))
+                self._blocks = [self._cache]
+        return self._cache
+
+    # ------------------------------------------------------------ reading
+    def __len__(self) -> int:
+        return len(self._cols[0]) + sum(len(b[0]) for b in self._blocks)
+
+    def __iter__(self):
+        cols = self._columns()
+        for row in zip(*(c.tolist() for c in cols)):
+            yield Record(*row)
+
+    def __getitem__(self, i: int) -> Record:
+        return Record(*(c[i].item() if hasattr(c[i], "item") else c[i]
+                        for c in self._columns()))
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        if name in FIELDS:
+            return self._columns()[FIELDS.index(name)]
+        raise AttributeError(f"Trace has no attribute {name!r}; columns are {FIELDS}")
+
+    def __getstate__(self):  # (sent back from real ranks by pickle)
+        return {"cols": self._columns(), "limit": self.limit, "dropped": self.dropped}
+
+    def __setstate__(self, state) -> None:
+        self.__init__(state["limit"])
+        self._blocks = [state["cols"]]
+        self._room -= len(state["cols"][0])
+        self.dropped = state["dropped"]
+
+    def __repr__(self) -> str:
+        cut = "" if self.complete else f", {self.dropped} more dropped (limit {self.limit})"
+        return f"Trace({len(self)} messages, ops {sorted(set(self.op.tolist()))}{cut})"
+
+    # ----------------------------------------------------------- checkers
+    def only(self, op: str | None = None, src: int | None = None,
+             dst: int | None = None) -> Trace:
+        """The records of one op (and/or one sender, one receiver), as a new Trace."""
+        cols = self._columns()
+        keep = np.ones(len(cols[0]), dtype=bool)
+        if op is not None:
+            keep &= cols[4] == op
+        if src is not None:
+            keep &= cols[0] == src
+        if dst is not None:
+            keep &= cols[1] == dst
+        out = Trace(self.limit)
+        out._blocks = [tuple(c[keep] for c in cols)]
+        out._room -= int(keep.sum())
+        return out
+
+    def pairs(self) -> Counter:
+        """Counter of (src, dst) -> number of messages."""
+        return Counter(zip(self.src.tolist(), self.dst.tolist()))
+
+    def neighbours_only(self, world_size: int) -> bool:
+        """True if every message went to the next or previous rank of a ring of `world_size`."""
+        step = (self.dst - self.src) % world_size
+        return bool(((step == 1) | (step == world_size - 1)).all())
+
+    def ops_in_order(self) -> list[str]:
+        """The ops in the order their first message left (e.g. reduce-scatter, all-gather)."""
+        firsts: dict[str, float] = {}
+        for op, t in zip(self.op.tolist(), self.start.tolist()):
+            if op not in firsts or t < firsts[op]:
+                firsts[op] = t
+        return sorted(firsts, key=lambda op: (firsts[op], op))
+
+    def busiest_receiver(self) -> tuple[int, int]:
+        """(rank, number of distinct senders) of the rank that hears from most ranks.
+
+        A root-based scheme (reduce to rank 0, then broadcast) shows one rank that
+        hears from everybody; a ring or ZeRO's reduce-scatter hears from one or two.
+        """
+        senders: dict[int, set] = {}
+        for s, d in zip(self.src.tolist(), self.dst.tolist()):
+            senders.setdefault(d, set()).add(s)
+        if not senders:
+            return -1, 0
+        rank = max(senders, key=lambda r: (len(senders[r]), -r))
+        return rank, len(senders[rank])

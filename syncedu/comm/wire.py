@@ -1,0 +1,102 @@
+"""The wire witness: bytes the loopback interface really carried around a call.
+
+The ledger charges a built-in collective on real ranks by formula ("modeled",
+ledger.py), because Gloo hides its messages. The Linux kernel does not: it
+counts every byte that leaves each network interface, and ranks on one host
+talk over loopback, `lo`, whose counter `/sys/class/net/lo/statistics/tx_bytes`
+(or the `lo` line of `/proc/net/dev`) anyone may read. So
+
+    res = launch.run(lambda comm: wire.measure(comm, lambda: comm.all_reduce(t)), 3)
+
+gives, on each rank, a `WireReading` of what `lo` carried while the call ran,
+a witness that can disagree with the ledger (lesson 00 compares the two).
+
+The steps, on every rank, `rounds` times:
+
+1. barrier (everyone finished the round before), read the counter, barrier
+   (nobody sends before the reading);
+2. run the call, barrier (everyone has sent all its bytes), read again;
+3. the same three barriers with no call, for the baseline they cost.
+
+Other programs on the machine may use loopback too; their bytes can only add
+to a reading, so the quietest round (the minimum) is kept. The readings include
+TCP/IP headers (about 0.1% at loopback's 64 KiB MTU) and the barriers' own few
+bytes (`baseline`).
+
+Used in: notebooks/00_start_here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+SYS_COUNTER = Path("/sys/class/net/lo/statistics/tx_bytes")
+PROC_NET_DEV = Path("/proc/net/dev")
+
+
+@dataclass(frozen=True)
+class WireReading:
+    """Bytes `lo` carried: `bytes` around the call (quietest round), `baseline` without it."""
+
+    bytes: int
+    baseline: int
+    rounds: int
+
+    @property
+    def payload(self) -> int:
+        """`bytes` less the barriers' baseline (what the call itself added)."""
+        return self.bytes - self.baseline
+
+
+def available() -> bool:
+    """True if this machine exposes a loopback byte counter."""
+    return loopback_tx_bytes() is not None
+
+
+def loopback_tx_bytes() -> int | None:
+    """Bytes sent through `lo` since boot, or None where there is no such counter."""
+    try:
+        return int(SYS_COUNTER.read_text())
+    except (OSError, ValueError):
+        pass
+    try:
+        for line in PROC_NET_DEV.read_text().splitlines():
+            name, _, fields = line.partition(":")
+            if name.strip() == "lo":
+                return int(fields.split()[8])  # receive: 8 fields, then transmit bytes
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def measure(comm, call, rounds: int = 5) -> WireReading:
+    """On real ranks (every rank calls it): what `lo` carried around `call()`.
+
+    `call` is a function of no arguments (e.g. `lambda: comm.all_reduce(t)`);
+    every rank must call `measure` with the same `rounds`. Raises `RuntimeError`
+    where there is no loopback counter (not Linux).
+    """
+    if not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds={rounds!r} must be an int >= 1")
+    if not callable(call):
+        raise TypeError(f"call must be a function of no arguments, got {type(call).__name__}")
+    if comm.backend == "sim":
+        raise ValueError("wire.measure reads the loopback interface: it needs real ranks "
+                         "(launch.run), not simulated ones")
+    if not available():
+        raise RuntimeError(f"no loopback byte counter here ({SYS_COUNTER} and the lo line of "
+                           f"{PROC_NET_DEV} are both missing)")
+    with_call = [_round(comm, call) for _ in range(rounds)]  # Steps 1-2
+    without = [_round(comm, None) for _ in range(rounds)]  # Step 3
+    return WireReading(min(with_call), min(without), rounds)
+
+
+def _round(comm, call) -> int:
+    comm.barrier()
+    before = loopback_tx_bytes()
+    comm.barrier()
+    if call is not None:
+        call()
+    comm.barrier()
+    return loopback_tx_bytes() - before

@@ -146,13 +146,19 @@ class Ranks:
         stream.close()
 
     # ------------------------------------------------------------ output
-    def _drain(self, held: list | None) -> None:
-        """Write waiting output lines (or hold them, in "ordered" mode)."""
+    def _drain(self, held: list | None, block: float = 0.0) -> None:
+        """Write waiting output lines (or hold them, in "ordered" mode).
+
+        `block` > 0 waits up to that long for the first line (woken by its arrival,
+        not by polling: a warm `Pool.run` is a few milliseconds in all).
+        """
         while True:
             try:
-                rank, line = self._lines.get_nowait()
+                rank, line = (self._lines.get(timeout=block) if block > 0
+                              else self._lines.get_nowait())
             except queue.Empty:
                 return
+            block = 0.0
             if line is None:
                 self._ends[rank] += 1
                 continue
@@ -166,8 +172,7 @@ class Ranks:
         # Wait (briefly) for each rank's end-of-run marker, so no line is lost.
         deadline = time.monotonic() + grace
         while any(self._ends[r] < self._runs for r in ranks) and time.monotonic() < deadline:
-            self._drain(held)
-            time.sleep(0.005)
+            self._drain(held, block=max(1e-3, deadline - time.monotonic()))
         self._drain(held)
         for rank, line in sorted(held, key=lambda x: x[0]):  # stable: keeps each rank's order
             sys.stdout.write(f"[rank {rank}] {line}\n")

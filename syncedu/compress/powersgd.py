@@ -104,15 +104,21 @@ class PowerSGD(Compressor):
 
     # ----------------------------------------------------------- the round
     def _step(self, comm, key: str) -> int:
-        """This rank's step: the most times any bucket has been averaged here.
+        """This rank's training step, counted once per step whatever the number of buckets.
 
-        A bucket first seen late (DDP rebuilds its buckets after step 0)
-        thereby follows the others instead of starting its own warm-up.
+        A step is the run of `average_` calls up to the first bucket key seen
+        twice: within one step every bucket is averaged once, so a repeated key
+        opens the next step (torch's hook counts the same way with
+        `bucket.is_last()`, which our protocol does not see). Every bucket of a
+        step thus gets the same number, and a bucket first seen late (DDP
+        rebuilds its buckets after step 0) joins the current step.
         """
-        counts = self.state(comm, ("steps",), dict)
-        step = max([counts.get(key, 0), *counts.values()])
-        counts[key] = counts.get(key, 0) + 1
-        return step
+        st = self.state(comm, ("steps",), lambda: {"step": 0, "seen": set()})
+        if key in st["seen"]:
+            st["step"] += 1
+            st["seen"] = set()
+        st["seen"].add(key)
+        return st["step"]
 
     def _fresh_q(self, key: str, step: int, m: int, r: int) -> torch.Tensor:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + zlib.crc32(key.encode())

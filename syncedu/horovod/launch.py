@@ -44,6 +44,8 @@ __all__ = ["available", "run", "horovod_log", "HorovodRunError", "FAILED_STAMP"]
 
 # Written by scripts/setup.sh when the Horovod build failed: the path of the build log.
 FAILED_STAMP = Path(sys.prefix) / ".syncedu-horovod-failed"
+# Written by scripts/setup.sh (`make lab`) while Horovod builds in the background: its pid.
+BUILDING_STAMP = Path(sys.prefix) / ".syncedu-horovod-building"
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -72,8 +74,48 @@ class HorovodRunError(RuntimeError):
         self.output = output
 
 
+def _build_running() -> int | None:
+    """The pid of the background Horovod build `make lab` started, if it is still running."""
+    try:
+        pid = int(BUILDING_STAMP.read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def wait_for_build(timeout: float = 900.0, every: float = 15.0) -> None:
+    """Wait for a background Horovod build, printing a status line every `every` seconds.
+
+    `make lab` opens the course while Horovod (which only lesson 08 needs) compiles
+    in the background; lesson 08 calls this first. Returns at once if no build runs.
+    """
+    import time
+
+    start = time.monotonic()
+    pid = _build_running()
+    if pid is not None:
+        print(f"Horovod is still building in the background (pid {pid}; log: "
+              f"{Path(sys.prefix) / 'horovod-build.log'}); waiting for it...", flush=True)
+    next_line = every
+    while (pid := _build_running()) is not None:
+        waited = time.monotonic() - start
+        if waited > timeout:
+            raise TimeoutError(f"the Horovod build (pid {pid}) still runs after {timeout:.0f} s")
+        if waited >= next_line:
+            print(f"  still building ({waited:.0f} s)", flush=True)
+            next_line += every
+        time.sleep(0.5)
+    if time.monotonic() - start > 1:
+        print("Horovod build finished.", flush=True)
+
+
 def available() -> tuple[bool, str]:
-    """(True, version) if `horovod.torch` loads, else (False, why) with the build log's path."""
+    """(True, version) if `horovod.torch` loads, else (False, why) with the build log's path.
+
+    Waits first for a background build that `make lab` started (`wait_for_build`).
+    """
+    wait_for_build()
     try:
         import horovod
         import horovod.torch  # noqa: F401  (the compiled extension is what must load)

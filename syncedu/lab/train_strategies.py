@@ -34,11 +34,11 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import torch
 from torch import nn
 
 from syncedu.strategies.dp import DataParallel
 from syncedu.strategies.local_sgd import LocalSGD
+from syncedu.zero.optimizers import make_optimizer  # noqa: F401 - re-exported, as before
 
 from .ddp_hook import wrap_ddp
 
@@ -90,13 +90,6 @@ def build(module: nn.Module, comm, cfg) -> Parts:
     if name not in FACTORIES:
         raise ValueError(f"strategy={name!r} has no factory; registered: {sorted(FACTORIES)}")
     return FACTORIES[name](module, comm, cfg)
-
-
-def make_optimizer(params, cfg) -> torch.optim.Optimizer:
-    """`cfg.optimizer` over `params`: SGD(lr, momentum) or Adam(lr), the same for every strategy."""
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr)
-    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum)
 
 
 def resolve_compression(cfg):

@@ -105,7 +105,8 @@ class ShardedOptimizer:
             raise ValueError("params has no tensor with requires_grad=True to optimize")
         kinds = {(p.dtype, p.device) for p in self.params}
         if len(kinds) > 1:
-            raise ValueError(f"params must share one dtype and device, got {sorted(map(str, kinds))}")
+            raise ValueError(f"params must share one dtype and device, "
+                             f"got {sorted(map(str, kinds))}")
         self.offsets, a = [], 0
         for p in self.params:
             self.offsets.append(a)

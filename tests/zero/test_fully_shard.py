@@ -92,7 +92,7 @@ def _close(got, want, atol):
 def test_external_sgd_matches_one_process_fp32(n):
     want = _reference(n)
     res = sim.run(_worker, n)
-    for params, norm_grads, kinds, shapes, _ in res:
+    for params, _, kinds, shapes, _ in res:
         _close(params, want, 1e-6)
         assert kinds == {(True, torch.float32)}  # every .grad: its parameter's shape, fp32
         c = -(-5 // n)  # fc1's 5 rows: ceil(5/n) per rank, the tail shorter (n=4: one rank none)
@@ -106,7 +106,7 @@ def test_external_sgd_matches_one_process_fp32(n):
 def test_fp16_compute_matches_one_process_that_casts_the_same_way():
     want = _reference(2, CastLinear)
     res = sim.run(_worker, 2, kwargs={"compute_dtype": torch.float16})
-    for params, norm_grads, kinds, *_ in res:
+    for params, _, kinds, *_ in res:
         _close(params, want, 1e-4)
         assert kinds == {(True, torch.float32)}  # masters and gradients stay fp32
     assert all(a.equal(b) for a, b in zip(res[0][1], res[1][1]))

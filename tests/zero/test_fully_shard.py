@@ -158,3 +158,17 @@ def test_bad_arguments_name_the_parameter():
             FullyShard(Net(), object(), shard=bad)
     with pytest.raises(ValueError, match="reshard_after_forward"):
         FullyShard(Net(), object(), reshard_after_forward=None)
+
+
+def test_per_parameter_spreads_each_layer_over_every_rank():
+    from syncedu.lab import zero_torch as zt
+    from syncedu.zero.sharding_compare import spread
+
+    rows = spread(zt.model(), 4)  # 64 -> 13 -> 13 -> 10: 1,167 parameters
+    assert [r["numel"] for r in rows] == [845, 182, 140]
+    assert all(sum(r["flat"]) == sum(r["per_param"]) == r["numel"] for r in rows)
+    assert rows[0]["flat"] == [292, 292, 261, 0]  # flat: rank 3 sends none of layer 1 ...
+    assert rows[2]["flat"] == [0, 0, 0, 140]  # ... and all of layer 3
+    assert rows[0]["per_param"] == [260, 260, 260, 65]  # ceil(13/4) = 4 of 13 rows each
+    assert all(r["per_param_max_share"] <= 4 / 13 + 1e-12 for r in rows)
+    assert max(r["flat_max_share"] for r in rows) == 1.0  # a layer on one rank alone

@@ -56,10 +56,13 @@ def _reference(world_size):
     return {k: p.detach().clone() for k, p in model.named_parameters()}, opt.state_dict()
 
 
-def _worker(comm, reduce_scatter, use_default_group=False):
+def _worker(comm, reduce_scatter, use_default_group=False, ddp=False):
     model = Tied()
     forward, finish = model, (lambda: None)
-    if not reduce_scatter:  # DP averages the gradients, the optimizer only shards the state
+    if ddp:  # torch's DDP averages the gradients
+        from torch.nn.parallel import DistributedDataParallel
+        forward = DistributedDataParallel(model)
+    elif not reduce_scatter:  # DP averages the gradients, the optimizer only shards the state
         wrapped = dp.DataParallel(model, comm, "flat")
         forward, finish = wrapped, wrapped.finish_gradient_synchronization
     opt = ShardedOptimizer(_groups(model), torch.optim.AdamW, None if use_default_group else comm,
@@ -117,10 +120,10 @@ def test_dp_then_sharded_sends_twice_dp_is_just_the_all_gather():
 @pytest.mark.real
 def test_equal_to_unsharded_adamw_on_real_ranks():
     want, _ = _reference(2)
-    for reduce_scatter in (True, False):
-        res = launch.run(_worker, 2, args=(reduce_scatter, True), output="quiet", timeout=120)
-        for params, *_ in res:
-            _close(params, want)
+    with launch.Pool(2, output="quiet", timeout=120) as pool:
+        for reduce_scatter, ddp in ((True, False), (False, False), (False, True)):
+            for params, *_ in pool.run(_worker, (reduce_scatter, True, ddp)):
+                _close(params, want)
 
 
 def test_load_state_dict_round_trip_and_lr_change():

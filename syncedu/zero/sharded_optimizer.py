@@ -68,8 +68,12 @@ def _groups(params) -> list[dict]:
     return [{"params": params}]
 
 
-class ShardedOptimizer:
+class ShardedOptimizer(torch.optim.Optimizer):
     """ZeRO-1 over `optimizer_cls` (see the module docstring).
+
+    A `torch.optim.Optimizer` itself (as torch's ZeroRedundancyOptimizer), so
+    learning-rate schedulers take it; its `param_groups` hold the whole
+    parameters and the hyperparameters the next `step()` uses.
 
     Args:
         params: tensors or parameter groups (dicts with "params" and their own
@@ -113,7 +117,7 @@ class ShardedOptimizer:
             a += p.numel()
         self.layout = Layout(a, comm.world_size, "uneven")
         self.optim = self._local_optimizer(groups, optimizer_cls, kwargs)
-        self.param_groups = self._full_groups(groups)
+        super().__init__(self._full_groups(groups), dict(self.optim.defaults))
         self._broadcast()
 
     # ------------------------------------------------------------ set-up

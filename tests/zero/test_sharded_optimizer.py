@@ -147,6 +147,33 @@ def test_load_state_dict_round_trip_and_lr_change():
     assert res[0][1].equal(res[2][1]) and res[0][1].shape == (4, 3)
 
 
+def test_a_scheduler_drives_the_local_optimizer():
+    def worker(comm):
+        torch.manual_seed(0)
+        lin = nn.Linear(3, 4)
+        opt = ShardedOptimizer(lin.parameters(), torch.optim.SGD, comm, reduce_scatter=True,
+                               lr=0.1)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5 ** step)
+        for _ in range(3):
+            opt.zero_grad()
+            lin(torch.ones(2, 3)).sum().backward()
+            opt.step()
+            sched.step()
+        return opt.optim.param_groups[0]["lr"], lin.weight.detach().clone()
+    res = sim.run(worker, 2)
+    assert res[0][0] == 0.1 * 0.5 ** 2  # the lr of the last step, passed to the shard's SGD
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 4)
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5 ** step)
+    for _ in range(3):
+        opt.zero_grad()
+        lin(torch.ones(2, 3)).sum().backward()
+        opt.step()
+        sched.step()
+    assert res[0][1].equal(lin.weight) and res[1][1].equal(lin.weight)
+
+
 def test_bad_arguments_name_the_parameter():
     lin = nn.Linear(2, 2)
     with pytest.raises(ValueError, match="optimizer_cls"):

@@ -19,7 +19,8 @@ sharded, one `Unit` each; all other parameters are replicated, as in DDP.
    (`torch.autograd.graph.saved_tensors_hooks`) and gathered again when
    backward needs them (FSDP's second all-gather), so only the shards stay.
    A unit whose weights backward never reads (a first layer: its input needs
-   no gradient) is not gathered again, where FSDP gathers every unit again;
+   no gradient) is not gathered again, where FSDP gathers every unit again.
+   `peak_gathered_bytes` is the most bytes of full weights held at once;
 3. backward of the unit: the full gradients, in fp32, reduce-scattered (mean)
    into gradients of the shards (autograd adds them up over micro-batches);
    inside `no_sync()` they are only added into whole fp32 gradients and
@@ -107,6 +108,7 @@ class FullyShard(nn.Module):
         self.reshard_after_forward = reshard_after_forward
         self.require_sync, self._armed = True, False
         self._live: dict[int, tuple[Unit, int, torch.Tensor]] = {}  # storage -> gathered tensor
+        self.gathered_bytes = self.peak_gathered_bytes = 0  # full weights held (see _held)
         self._broadcast()  # Step 1
         self.units = self._build_units(chosen)
         sharded = {id(s) for u in self.units for s in u.shards}
@@ -163,6 +165,7 @@ class FullyShard(nn.Module):
     def _pre_forward(self, u: Unit):
         def hook(module, args):
             fulls = _Gather.apply(self, u, *u.shards)  # Step 2
+            u.held_forward += self._held(sum(f.nbytes for f in fulls))
             for i, (name, full) in enumerate(zip(u.names, fulls)):
                 module.__dict__[name] = full
                 if self.reshard_after_forward:
@@ -175,6 +178,9 @@ class FullyShard(nn.Module):
 
     def _post_forward(self, u: Unit):
         def hook(module, _args, _output):
+            if self.reshard_after_forward:
+                self._held(-u.held_forward)
+                u.held_forward = 0
             for name in u.names:
                 full = module.__dict__.pop(name)
                 self._live.pop(full.untyped_storage().data_ptr(), None)
@@ -194,13 +200,25 @@ class FullyShard(nn.Module):
         if u.cache is None:
             with torch.no_grad():
                 u.cache = u.unshard(self.comm, self.compute_dtype)  # FSDP's backward all-gather
+                self._held(sum(f.nbytes for f in u.cache))
         full = u.cache[i]
         return full.as_strided(shape, stride, full.storage_offset() + offset)
+
+    def _held(self, delta: int) -> int:
+        """Count full weights gathered (+) or let go (-); keep the peak. Returns `delta`."""
+        self.gathered_bytes += delta
+        self.peak_gathered_bytes = max(self.peak_gathered_bytes, self.gathered_bytes)
+        return delta
 
     # ------------------------------------------------------------ backward
     def _backward(self, u: Unit, grads, sync: bool) -> list:
         """Step 3: reduce-scatter the unit's gradients (or, in no_sync, add them up)."""
+        if u.cache is not None:
+            self._held(-sum(f.nbytes for f in u.cache))
         u.cache = None
+        if u.held_forward:  # not resharded: autograd frees the forward's weights now
+            self._held(-u.held_forward)
+            u.held_forward = 0
         grads = [g.to(torch.float32) for g in grads]
         if u.accumulated is not None:
             grads = [a.add_(g) for a, g in zip(u.accumulated, grads)]

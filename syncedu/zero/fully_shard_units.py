@@ -46,6 +46,7 @@ class Unit:
         self.size = sum(self.chunk)  # one rank's padded piece of the unit, in elements
         self.cache: list[torch.Tensor] | None = None  # re-gathered for backward
         self.accumulated: list[torch.Tensor] | None = None  # no_sync: whole fp32 gradients
+        self.held_forward = 0  # bytes of the forward's gathered weights still held
 
     @property
     def shards(self) -> list[nn.Parameter]:

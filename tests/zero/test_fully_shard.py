@@ -129,6 +129,20 @@ def test_bytes_reshard_gathers_twice_and_no_sync_skips_reduce_scatters():
     assert accum[0][4]["all_gather"] == 2 * one["all_gather"]  # two micro-batches' forwards
 
 
+def test_resharding_holds_one_unit_of_full_weights_at_a_time():
+    def worker(comm, reshard):
+        fs = FullyShard(Net(), comm, reshard_after_forward=reshard)  # every layer sharded
+        for _ in range(2):
+            F.cross_entropy(fs(_batch(0, comm.rank)[0]), _batch(0, comm.rank)[1]).backward()
+            fs.finish_gradient_synchronization()
+        return fs.peak_gathered_bytes, fs.gathered_bytes, fs.param_bytes
+    kept, resharded = (sim.run(worker, 2, args=(r,))[0] for r in (False, True))
+    full = 4 * sum(p.numel() for p in Net().parameters())  # 4 * 58
+    assert kept[0] == full and resharded[0] == 4 * (5 * 6 + 5)  # all vs the largest, fc1
+    assert kept[1] == resharded[1] == 0  # nothing held between steps
+    assert resharded[2] == 4 * (3 * 6 + 3 + 3 + 2 * 5 + 2) < full  # rank 0's shards only
+
+
 def test_predicate_policy_and_no_gathers_left_behind():
     def worker(comm):
         fs = FullyShard(Net(), comm, shard=lambda m: m is not None and hasattr(m, "in_features")

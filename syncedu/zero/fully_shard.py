@@ -114,7 +114,8 @@ class FullyShard(nn.Module):
         sharded = {id(s) for u in self.units for s in u.shards}
         self.replicated = [p for p in _unique(module.parameters())
                            if p.requires_grad and id(p) not in sharded]
-        self._hooks = []
+        # Calling `.module` directly also decides whether this backward synchronizes.
+        self._hooks = [module.register_forward_pre_hook(self._arm)]
         for u in self.units:
             self._hooks.append(u.module.register_forward_pre_hook(self._pre_forward(u)))
             self._hooks.append(u.module.register_forward_hook(self._post_forward(u)))
@@ -156,11 +157,15 @@ class FullyShard(nn.Module):
 
     # ------------------------------------------------------------ forward
     def forward(self, *args, **kwargs):
-        self._armed = self.require_sync and torch.is_grad_enabled()
+        """Run the module; with `reshard_after_forward`, saved weights become tokens (Step 2)."""
         hooks = (torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
                  if self.reshard_after_forward else contextlib.nullcontext())
         with hooks:
             return self.module(*args, **kwargs)
+
+    def _arm(self, _module, _args):
+        # As DDP: the forward decides whether the coming backward synchronizes.
+        self._armed = self.require_sync and torch.is_grad_enabled()
 
     def _pre_forward(self, u: Unit):
         def hook(module, args):

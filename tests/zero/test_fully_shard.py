@@ -147,11 +147,12 @@ def test_predicate_policy_and_no_gathers_left_behind():
     def worker(comm):
         fs = FullyShard(Net(), comm, shard=lambda m: m is not None and hasattr(m, "in_features")
                         and m.in_features == 6)
-        fs(torch.ones(2, 6)).sum().backward()
+        fs.module(torch.ones(2, 6) * (1 + comm.rank)).sum().backward()  # .module directly
         fs.finish_gradient_synchronization()
         return ({k: tuple(p.shape) for k, p in fs.module.named_parameters()},
-                "weight" in fs.module.fc1.__dict__, len(fs._live))
-    shapes, leftover, live = sim.run(worker, 2)[0]
+                "weight" in fs.module.fc1.__dict__, len(fs._live), fs.module.norm.weight.grad)
+    (shapes, leftover, live, g0), (*_, g1) = sim.run(worker, 2)
+    assert g0.equal(g1)  # replicated gradients averaged even without fs(...)
     assert shapes["fc1.weight"] == (3, 6) and shapes["fc2.weight"] == (3, 5)
     assert not leftover and live == 0
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from syncedu.zero.optimizers import OPTIMIZERS, check_optimizer_options  # noqa: F401 - OPTIMIZERS re-exported
+from syncedu.zero.optimizers import OPTIMIZERS, check_optimizer_options  # noqa: F401
 
 # "zero1".."zero3" and "horovod" are reserved: their factories plug into
 # train_strategies.py (see PLUGINS there) from their own modules.

@@ -38,7 +38,7 @@ from torch import nn
 
 from syncedu.strategies.dp import DataParallel
 from syncedu.strategies.local_sgd import LocalSGD
-from syncedu.zero.optimizers import make_optimizer  # noqa: F401 - re-exported, as before
+from syncedu.zero.optimizers import make_optimizer
 
 from .ddp_hook import wrap_ddp
 

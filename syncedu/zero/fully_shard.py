@@ -71,7 +71,7 @@ class _Gather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, owner, unit, *shards):
         ctx.owner, ctx.unit, ctx.sync = owner, unit, owner.require_sync
-        return tuple(unit.unshard(owner.comm, owner.compute_dtype))
+        return tuple(unit.unshard(owner.shard_comm, owner.compute_dtype))
 
     @staticmethod
     def backward(ctx, *grads):
@@ -110,6 +110,7 @@ class FullyShard(nn.Module):
         self._live: dict[int, tuple[Unit, int, torch.Tensor]] = {}  # storage -> gathered tensor
         self.gathered_bytes = self.peak_gathered_bytes = 0  # full weights held (see _held)
         self._broadcast()  # Step 1
+        self.shard_comm = self._shard_comm(comm)  # whom the units are sharded over
         self.units = self._build_units(chosen)
         sharded = {id(s) for u in self.units for s in u.shards}
         self.replicated = [p for p in _unique(module.parameters())
@@ -133,13 +134,17 @@ class FullyShard(nn.Module):
             p.copy_(flat[a: a + p.numel()].view_as(p))
             a += p.numel()
 
+    def _shard_comm(self, comm):
+        """The ranks each parameter is cut over: all of them (HSDP: the node's)."""
+        return comm
+
     def _build_units(self, chosen) -> list[Unit]:
         count: dict[int, int] = {}
         for m in self.module.modules():  # a parameter two modules own (tied) stays replicated
             for p in m._parameters.values():
                 if p is not None:
                     count[id(p)] = count.get(id(p), 0) + 1
-        units, n, r = [], self.comm.world_size, self.comm.rank
+        units, n, r = [], self.shard_comm.world_size, self.shard_comm.rank
         for m in self.module.modules():
             names = [k for k, p in m._parameters.items()
                      if p is not None and shardable(p) and count[id(p)] == 1]
@@ -204,7 +209,7 @@ class FullyShard(nn.Module):
         u, i, shape, stride, offset = packed
         if u.cache is None:
             with torch.no_grad():
-                u.cache = u.unshard(self.comm, self.compute_dtype)  # FSDP's backward all-gather
+                u.cache = u.unshard(self.shard_comm, self.compute_dtype)  # backward all-gather
                 self._held(sum(f.nbytes for f in u.cache))
         full = u.cache[i]
         return full.as_strided(shape, stride, full.storage_offset() + offset)
@@ -231,7 +236,7 @@ class FullyShard(nn.Module):
             u.accumulated = grads
             return [None] * len(grads)
         u.accumulated = None
-        return u.reduce(self.comm, grads)
+        return u.reduce(self.shard_comm, grads)
 
     def no_sync(self):
         """Accumulate whole fp32 gradients locally; the next synced backward reduces them."""
@@ -263,7 +268,7 @@ class FullyShard(nn.Module):
         """The full fp32 parameters by the module's names (a collective: every rank calls it)."""
         fulls = {}
         for u in self.units:
-            for s, full in zip(u.shards, u.unshard(self.comm)):
+            for s, full in zip(u.shards, u.unshard(self.shard_comm)):
                 fulls[id(s)] = full.clone()
         return {name: fulls.get(id(p), p.detach().clone())
                 for name, p in self.module.named_parameters()}

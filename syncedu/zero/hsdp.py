@@ -11,11 +11,12 @@ parameters are all-gathered inside the node. Plain FSDP is the case nodes=1
 (one group of all ranks, nothing to allreduce), so both run the same code:
 
 1. `node_reduce_scatter`: ring reduce-scatter among the node's G ranks
-   (zero_shards' ring, on a `SubComm` of them): each rank gets the node's sum
-   of its 1/G piece;
+   (zero_shards' ring, on a `SubComm` of them; ledger op
+   "node_reduce_scatter"): each rank gets the node's sum of its 1/G piece;
 2. `replica_all_reduce`: ring allreduce of that piece among the ranks with the
-   same local rank (one per node): the sum over all ranks;
-3. `node_all_gather`: ring all-gather of the updated shards inside the node.
+   same local rank (one per node): the sum over all ranks ("replica_*");
+3. `node_all_gather`: ring all-gather of the updated shards inside the node
+   ("node_all_gather"). `hybrid_shard.HybridShard` trains a model this way.
 
 Gradient accumulation over M micro-batches has three flavours under HSDP
 (PyTorch pull request 126166 names them): sync every micro-batch
@@ -68,14 +69,17 @@ def check_nodes(world_size: int, nodes: int) -> int:
 
 
 class SubComm:
-    """Some of `parent`'s ranks as one ring (point-to-point only: what the rings need).
+    """Some of `parent`'s ranks as one ring: point-to-point, and the two collectives
+    FullyShard's units call (`all_gather`, `reduce_scatter`), as zero_shards' rings.
 
-    `counts` adds up the bytes this rank sends inside its node ("intra") and to
-    other nodes ("inter"), by the parent's network (one node when it is not a cluster).
+    `label` names the group in the ledger: the rings' traffic is charged to
+    "{label}_reduce_scatter" and "{label}_all_gather". `counts` adds up the bytes
+    this rank sends inside its node ("intra") and to other nodes ("inter"), by the
+    parent's network (one node when it is not a cluster).
     """
 
-    def __init__(self, parent, ranks, counts: dict | None = None):
-        self.parent, self.ranks = parent, list(ranks)
+    def __init__(self, parent, ranks, counts: dict | None = None, label: str = ""):
+        self.parent, self.ranks, self.label = parent, list(ranks), label
         self.rank, self.world_size = self.ranks.index(parent.rank), len(self.ranks)
         self.counts = counts if counts is not None else {"intra": 0, "inter": 0}
         net = parent.network
@@ -91,23 +95,37 @@ class SubComm:
         return self.parent.irecv(tensor, self.ranks[src], tag)
 
     def scope(self, name: str):
-        return self.parent.scope(name)
+        return self.parent.scope(f"{self.label}_{name.removeprefix('ring_')}"
+                                 if self.label else name)
+
+    def all_gather(self, tensor_list: list, tensor: torch.Tensor):
+        """`tensor_list[j]` = group rank j's `tensor` (a ring; equal sizes)."""
+        tensor_list[self.rank].copy_(tensor)
+        ring_all_gather_pieces(self, tensor_list)
+        return tensor_list
+
+    def reduce_scatter(self, output: torch.Tensor, input_list: list, op: str = "sum"):
+        """`output` = the group's sum (op="avg": mean) of `input_list[rank]`; the
+        inputs are used as the ring's buffers (they keep partial sums)."""
+        if op not in ("sum", "avg"):
+            raise ValueError(f"op={op!r} is not supported here; choose 'sum' or 'avg'")
+        output.copy_(ring_reduce_scatter_pieces(self, input_list))
+        return output.div_(self.world_size) if op == "avg" else output
 
 
 def groups(comm, nodes: int, counts: dict | None = None) -> tuple[SubComm, SubComm]:
     """(this rank's node, this rank's replica group): consecutive ranks share a node."""
     g = check_nodes(comm.world_size, nodes)
     node, local = divmod(comm.rank, g)
-    return (SubComm(comm, range(node * g, node * g + g), counts),
-            SubComm(comm, range(local, comm.world_size, g), counts))
+    return (SubComm(comm, range(node * g, node * g + g), counts, "node"),
+            SubComm(comm, range(local, comm.world_size, g), counts, "replica"))
 
 
 def node_reduce_scatter(comm, flat: torch.Tensor, nodes: int, counts=None) -> torch.Tensor:
     """Step 1: the node's sum of this rank's 1/G piece of `flat` (a new tensor)."""
     node, _ = groups(comm, nodes, counts)
     pieces = Layout(flat.numel(), node.world_size, "uneven").pieces(flat.clone())
-    with comm.scope("node_reduce_scatter"):
-        return ring_reduce_scatter_pieces(node, pieces).clone()
+    return ring_reduce_scatter_pieces(node, pieces).clone()
 
 
 def replica_all_reduce(comm, piece: torch.Tensor, nodes: int, counts=None) -> torch.Tensor:
@@ -115,9 +133,8 @@ def replica_all_reduce(comm, piece: torch.Tensor, nodes: int, counts=None) -> to
     _, replicas = groups(comm, nodes, counts)
     if replicas.world_size > 1:
         parts = Layout(piece.numel(), replicas.world_size, "uneven").pieces(piece)
-        with comm.scope("replica_all_reduce"):
-            ring_reduce_scatter_pieces(replicas, parts)
-            ring_all_gather_pieces(replicas, parts)
+        ring_reduce_scatter_pieces(replicas, parts)  # ledger: replica_reduce_scatter
+        ring_all_gather_pieces(replicas, parts)  # and replica_all_gather
     return piece
 
 
@@ -127,8 +144,7 @@ def node_all_gather(comm, piece: torch.Tensor, numel: int, nodes: int, counts=No
     full = piece.new_zeros(numel)
     pieces = Layout(numel, node.world_size, "uneven").pieces(full)
     pieces[node.rank].copy_(piece)
-    with comm.scope("node_all_gather"):
-        ring_all_gather_pieces(node, pieces)
+    ring_all_gather_pieces(node, pieces)
     return full
 
 

@@ -66,3 +66,81 @@ def test_cosmos_numbers_and_bad_arguments():
         hsdp.check_nodes(8, 0)
     with pytest.raises(ValueError, match="mode="):
         hsdp.accumulation_worker(None, 10, 1, "lazy")  # checked before any traffic
+
+
+# ------------------------------------------------------------ HybridShard: HSDP training
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1, self.fc2 = torch.nn.Linear(6, 5), torch.nn.Linear(5, 3)
+        self.scale = torch.nn.Parameter(torch.ones(()))  # a scalar: replicated
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc1(x))) * self.scale
+
+
+def _data(step, rank, size=4):
+    g = torch.Generator().manual_seed(10 * step + rank)
+    return torch.randn(size, 6, generator=g), torch.randint(0, 3, (size,), generator=g)
+
+
+def _one_process(n, steps=3):
+    net = _Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for step in range(steps):
+        opt.zero_grad()
+        xs, ys = zip(*[_data(step, r) for r in range(n)])
+        torch.nn.functional.cross_entropy(net(torch.cat(xs)), torch.cat(ys)).backward()
+        opt.step()
+    return {k: p.detach() for k, p in net.named_parameters()}
+
+
+def _hybrid_worker(comm, micro=1, defer=False, steps=3):
+    from syncedu.zero.hybrid_shard import HybridShard
+
+    hs = HybridShard(_Net(), comm)  # nodes from the cluster network
+    opt = torch.optim.SGD(hs.module.parameters(), lr=0.1)
+    comm.ledger.reset()
+    for step in range(steps):
+        opt.zero_grad()
+        x, y = _data(step, comm.rank)
+        for k, (xm, ym) in enumerate(zip(x.chunk(micro), y.chunk(micro))):
+            later = defer and k < micro - 1
+            with hs.no_all_reduce() if later else torch.enable_grad():
+                (torch.nn.functional.cross_entropy(hs(xm), ym) / micro).backward()
+        hs.finish_gradient_synchronization()
+        opt.step()
+    shapes = {k: tuple(p.shape) for k, p in hs.module.named_parameters()}
+    return hs.full_parameters(), shapes, {k: v.sent for k, v in comm.ledger.ops.items()}
+
+
+def test_hybrid_shard_trains_like_one_process():
+    net = Network.cluster(2, 2)
+    want = _one_process(4)
+    every = sim.run(_hybrid_worker, 4, network=net)
+    for params, *_ in every:
+        for k in want:
+            torch.testing.assert_close(params[k], want[k], atol=1e-6, rtol=0, msg=k)
+    assert every[0][1]["fc1.weight"] == (3, 6) and every[1][1]["fc1.weight"] == (2, 6)  # G=2
+    assert every[2][1] == every[0][1]  # node 1 holds the same shards as node 0
+    ops = every[0][2]
+    assert {"node_all_gather", "node_reduce_scatter", "replica_reduce_scatter",
+            "replica_all_gather", "all_reduce"} <= set(ops)
+    deferred = sim.run(_hybrid_worker, 4, network=net, kwargs={"micro": 2, "defer": True})
+    for k in want:
+        torch.testing.assert_close(deferred[0][0][k], want[k], atol=1e-6, rtol=0, msg=k)
+    plain = sim.run(_hybrid_worker, 4, network=net, kwargs={"micro": 2})[0][2]
+    d = deferred[0][2]
+    assert d["replica_reduce_scatter"] * 2 == plain["replica_reduce_scatter"]  # once a step
+    assert d["node_reduce_scatter"] == plain["node_reduce_scatter"]  # still every micro-batch
+
+
+def test_hybrid_shard_needs_nodes_that_divide_the_world():
+    from syncedu.zero.hybrid_shard import HybridShard
+
+    def worker(comm, nodes):
+        HybridShard(_Net(), comm, nodes=nodes)
+    for nodes, match in ((3, "nodes=3"), (None, "nodes=None")):
+        with pytest.raises(Exception, match=match):
+            sim.run(worker, 4, args=(nodes,))

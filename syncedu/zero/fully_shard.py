@@ -30,6 +30,9 @@ sharded, one `Unit` each; all other parameters are replicated, as in DDP.
    flat buffer, mean; the same bits on every rank), and every trainable
    parameter given a `.grad` of its own shape and dtype.
 
+`shard_comm` is whom the units are cut over: every rank here; one node's ranks
+in `hybrid_shard.HybridShard` (HSDP), which overrides `_shard_comm` and `_backward`.
+
 Used in: notebooks/10_sharded_data_parallel; tests/zero/test_fully_shard.py.
 """
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from syncedu.lab import horovod_launch
+from syncedu.horovod import launch as horovod_launch
 
 
 def test_no_build_running_returns_at_once(tmp_path, monkeypatch, capsys):

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from syncedu.train.compression import resolve
+from syncedu.train.optimizers import OPTIMIZERS, check_optimizer_options  # noqa: F401
 
 # Every name train.run accepts; each topic registers its factories (train/strategies.py).
 STRATEGIES = ("single", "naive", "flat", "bucketed", "ddp", "local_sgd",
               "zero1", "zero2", "zero3", "horovod")
-OPTIMIZERS = ("sgd", "adam")
 # Strategies whose gradient traffic a compressor can shrink.
 COMPRESSIBLE = ("naive", "flat", "bucketed", "ddp", "horovod")
 MISTAKES = (None, "sync_every", "partial_no_sync", "unscaled_loss")
@@ -27,7 +27,8 @@ def _int(name: str, value, low: int) -> None:
 class TrainConfig:
     """A seeded job: model, data, optimizer, strategy, accumulation.
 
-    `optimizer`: "sgd" (with `momentum`) or "adam" (torch.optim.Adam with `lr`),
+    `optimizer`: "sgd" (with `momentum`), "adam" or "adamw" (torch.optim.Adam /
+    AdamW with `betas`, `eps`), each with `weight_decay` (zero/optimizers.py),
     the same on every strategy. `sync_every`: local SGD's period H.
     `compression`: how gradients travel (see `syncedu.compress`);
     kept as given (a name or a picklable object) and resolved on each rank.
@@ -62,6 +63,9 @@ class TrainConfig:
     optimizer: str = "sgd"
     sync_every: int = 1  # local_sgd: average the parameters every sync_every optimizer steps
     compression: object = None  # None, "fp16", "bf16", a name or a compress object
+    weight_decay: float = 0.0
+    betas: tuple = (0.9, 0.999)  # adam / adamw only
+    eps: float = 1e-8  # adam / adamw only
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
@@ -90,8 +94,7 @@ class TrainConfig:
         self._check_compression()
 
     def _check_optimizer(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer={self.optimizer!r} is unknown; choose one of {OPTIMIZERS}")
+        check_optimizer_options(self)
         if self.optimizer != "sgd" and self.momentum:
             raise ValueError(f"momentum={self.momentum!r} applies to optimizer='sgd' only "
                              f"(Adam keeps its own moments): leave it 0")

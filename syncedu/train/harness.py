@@ -84,10 +84,11 @@ def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumu
 
     `strategy`: "single" (world size 1, in this process), "naive", "flat",
     "bucketed", "ddp", "local_sgd" (with `sync_every=H`), or one plugged into
-    `train_strategies`. Other options (`model`, `dataset`, `optimizer`,
-    `momentum`, `warmup_steps`, `bucket_cap_mb`, `compression`, `mistake`,
-    `set_epoch`, `compute_seconds`, `timeline_steps`, `model_kwargs`) are
-    `TrainConfig` fields. `pool`: a
+    `train_strategies`. Other options (`model`, `dataset`, `optimizer`
+    ("sgd", "adam", "adamw"), `momentum`, `weight_decay`, `betas`, `eps`,
+    `warmup_steps`, `bucket_cap_mb`, `compression`, `mistake`, `set_epoch`,
+    `compute_seconds`, `timeline_steps`, `model_kwargs`) are `TrainConfig`
+    fields. `pool`: a
     `launch.Pool(world_size)` to reuse; `network`: a `Network` emulated on real
     ranks (or modeled with `simulate=True`); `progress`: a tqdm bar (default: on
     when stderr is a terminal and the run has 100 steps or more).

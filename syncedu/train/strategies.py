@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from syncedu.train.optimizers import make_optimizer
+
 __all__ = ["Parts", "FACTORIES", "LAUNCHERS", "register", "register_launcher", "build",
            "make_optimizer"]
 
@@ -85,13 +87,6 @@ def build(module: nn.Module, comm, cfg) -> Parts:
         raise ValueError(f"strategy={cfg.strategy!r} has no factory; registered: "
                          f"{sorted(FACTORIES)} (import syncedu registers every topic's)")
     return FACTORIES[cfg.strategy](module, comm, cfg)
-
-
-def make_optimizer(params, cfg) -> torch.optim.Optimizer:
-    """`cfg.optimizer` over `params`: SGD(lr, momentum) or Adam(lr), the same for every strategy."""
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr)
-    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum)
 
 
 # ------------------------------------------------------------------ built-ins

@@ -25,7 +25,7 @@ gradients can leave, and parameters arrive, as each layer needs. A step:
    are complete (post-accumulate-grad hooks) and free them, keeping only this
    rank's shard; stage 1 keeps whole gradients and reduce-scatters them after
    backward (`finish_gradient_synchronization`);
-3. `step()`: each rank runs the optimizer (torch's SGD or Adam, so the arithmetic
+3. `step()`: each rank runs the optimizer (torch's SGD, Adam or AdamW, so the arithmetic
    is the one "flat" data parallelism uses) on its own shard only, so it holds
    optimizer state for 1/N of the parameters;
 4. stages 1 and 2 all-gather the updated shards into the whole parameters;
@@ -49,6 +49,7 @@ import torch
 from torch import nn
 
 from syncedu.dp.data_parallel import sync_paused
+from syncedu.train.optimizers import OPTIMIZERS, check_optimizer_options, make_optimizer
 from syncedu.zero.shards import (
     SPLITS,
     Layout,
@@ -63,7 +64,6 @@ from syncedu.zero.shards import (
 __all__ = ["ZeroConfig", "ZeroDataParallel", "MemoryMeter", "STAGES", "OPTIMIZERS", "UNITS"]
 
 STAGES = (1, 2, 3)
-OPTIMIZERS = ("sgd", "adam")
 UNITS = ("model", "layer")
 
 
@@ -78,13 +78,14 @@ class ZeroConfig:
     split: str = "uneven"  # or "padded" (see zero_shards)
     units: str = "layer"  # stages 2-3 move one "layer" at a time, or the whole "model"
     prefetch: bool = False  # stage 3: start the next layer's all-gather before computing
+    weight_decay: float = 0.0
+    betas: tuple = (0.9, 0.999)  # adam / adamw only
+    eps: float = 1e-8  # adam / adamw only
 
     def __post_init__(self):
         if self.stage not in STAGES:
             raise ValueError(f"stage={self.stage!r} is unknown; choose one of {STAGES}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer={self.optimizer!r} is unknown; choose one of "
-                             f"{OPTIMIZERS}")
+        check_optimizer_options(self)  # optimizer, weight_decay, betas, eps
         if not self.lr > 0:
             raise ValueError(f"lr={self.lr!r} must be > 0")
         if not 0 <= self.momentum < 1 or (self.momentum and self.optimizer != "sgd"):
@@ -121,8 +122,7 @@ class ZeroDataParallel(nn.Module):
         self.flat_grad: torch.Tensor | None = None
         with torch.no_grad():
             self.shard = nn.Parameter(self._shard_from(self._broadcast_flat()))
-        self.opt = (torch.optim.Adam([self.shard], lr=cfg.lr) if cfg.optimizer == "adam" else
-                    torch.optim.SGD([self.shard], lr=cfg.lr, momentum=cfg.momentum))
+        self.opt = make_optimizer([self.shard], cfg)  # Step 3's optimizer, on the shard only
         if self.stage == 1:  # stage 1 keeps whole gradients, views of one buffer
             self.flat_grad = self.shard.new_zeros(self.layout.padded_numel)
             for u in self.units:

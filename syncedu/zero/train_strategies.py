@@ -1,8 +1,9 @@
 """`train.run("zero1" | "zero2" | "zero3", ...)`: ZeRO's stages plugged into the training loop.
 
 The factory wraps the seeded model in `ZeroDataParallel` (zero/stages.py),
-which is also the optimizer: `cfg.optimizer` ("sgd" with `cfg.momentum`, or
-"adam") runs on this rank's shard only. The loop's hooks:
+which is also the optimizer: `cfg.optimizer` ("sgd" with `cfg.momentum`,
+"adam" or "adamw", with `weight_decay`, `betas`, `eps`) runs on this rank's
+shard only. The loop's hooks:
 
 1. `no_sync`: stage 1 accumulates whole gradients; stages 2-3 reduce-scatter
    every micro-batch (they hold no whole gradients to accumulate);
@@ -24,6 +25,7 @@ STAGE_OF = {"zero1": 1, "zero2": 2, "zero3": 3}
 @register(*STAGE_OF)
 def _zero(module, comm, cfg) -> Parts:
     zero = ZeroDataParallel(module, comm, stage=STAGE_OF[cfg.strategy],
-                            optimizer=cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum)
+                            optimizer=cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum,
+                            weight_decay=cfg.weight_decay, betas=cfg.betas, eps=cfg.eps)
     return Parts(zero, zero, no_sync=zero.no_sync, finish=zero.finish_gradient_synchronization,
                  close=zero.close, memory=lambda: dict(zero.memory.peak))

@@ -1,0 +1,53 @@
+"""The optimizers a config can name: "sgd", "adam", "adamw", and their options, checked once.
+
+Shared by `train.run`'s `TrainConfig` (every strategy that builds its own
+optimizer) and `ZeroConfig` (ZeroDataParallel, whose optimizer runs on a flat
+shard), so "adamw" with `weight_decay`, `betas` and `eps` means the same
+everywhere: torch.optim.AdamW, whose weight decay is decoupled from the
+gradient (Loshchilov & Hutter, "Decoupled Weight Decay Regularization", ICLR
+2019); "adam" and "sgd" add `weight_decay` * p to the gradient, as torch does.
+
+1. `check_optimizer_options(cfg)`: `optimizer` known, `weight_decay` >= 0,
+   `betas` two numbers in [0, 1) and `eps` > 0 (Adam and AdamW only);
+2. `make_optimizer(params, cfg)`: the torch optimizer over `params`.
+
+Used by the harness (train/config.py, train/strategies.py) and by ZeRO (zero/stages.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+DEFAULT_BETAS, DEFAULT_EPS = (0.9, 0.999), 1e-8
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_optimizer_options(cfg) -> None:
+    """Step 1 (a frozen dataclass with optimizer, weight_decay, betas, eps; a list of betas
+    is stored as a tuple)."""
+    if cfg.optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer={cfg.optimizer!r} is unknown; choose one of {OPTIMIZERS}")
+    if isinstance(cfg.betas, list):
+        object.__setattr__(cfg, "betas", tuple(cfg.betas))
+    if not (_number(cfg.weight_decay) and cfg.weight_decay >= 0):
+        raise ValueError(f"weight_decay={cfg.weight_decay!r} must be a number >= 0")
+    if not (isinstance(cfg.betas, tuple) and len(cfg.betas) == 2
+            and all(_number(b) and 0 <= b < 1 for b in cfg.betas)):
+        raise ValueError(f"betas={cfg.betas!r} must be two numbers in [0, 1)")
+    if not (_number(cfg.eps) and cfg.eps > 0):
+        raise ValueError(f"eps={cfg.eps!r} must be a number > 0")
+    if cfg.optimizer == "sgd" and (cfg.betas != DEFAULT_BETAS or cfg.eps != DEFAULT_EPS):
+        raise ValueError(f"betas={cfg.betas!r} and eps={cfg.eps!r} apply to optimizer='adam' "
+                         f"or 'adamw' only; leave them at their defaults for 'sgd'")
+
+
+def make_optimizer(params, cfg) -> torch.optim.Optimizer:
+    """Step 2: SGD(lr, momentum, weight_decay) or Adam / AdamW(lr, betas, eps, weight_decay)."""
+    if cfg.optimizer in ("adam", "adamw"):
+        cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+        return cls(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)

@@ -1,0 +1,304 @@
+"""`FullyShard`: ZeRO stage 3 with per-parameter sharding, as FSDP2's `fully_shard` does it.
+
+Rajbhandari et al., SC 2020 (ZeRO-3: parameters, gradients and optimizer state
+all sharded); PyTorch's FSDP2 (docs: "torch.distributed.fsdp.fully_shard")
+shards every parameter along dim 0 (fully_shard_units.py) and swaps the
+module's parameters for the rank's shards, so `module.named_parameters()` are
+the shards (fp32 masters) and any optimizer built on `.parameters()` updates
+only 1/N of the model. Modules chosen by `shard` (FSDP's wrap policy) are
+sharded, one `Unit` each; all other parameters are replicated, as in DDP.
+
+1. set-up: rank 0's parameters go to every rank (one broadcast); each sharded
+   parameter is replaced by this rank's rows of it;
+2. forward of a sharded module (forward pre-hook): one all-gather of its
+   unit, through an autograd function whose backward is step 3; the full
+   tensors (cast to `compute_dtype`, as are the module's floating inputs) are
+   put in the module's `__dict__`, where attribute lookup finds them before
+   the shards; the post-hook takes them away. With `reshard_after_forward`
+   the tensors autograd saves for backward are swapped for a token
+   (`torch.autograd.graph.saved_tensors_hooks`) and gathered again when
+   backward needs them (FSDP's second all-gather), so only the shards stay.
+   A unit whose weights backward never reads (a first layer: its input needs
+   no gradient) is not gathered again, where FSDP gathers every unit again.
+   `peak_gathered_bytes` is the most bytes of full weights held at once;
+3. backward of the unit: the full gradients, in fp32, reduce-scattered (mean)
+   into gradients of the shards (autograd adds them up over micro-batches);
+   inside `no_sync()` they are only added into whole fp32 gradients and
+   reduce-scattered at the next synchronized backward (FSDP2's
+   `set_requires_gradient_sync(False)`: memory for fewer collectives);
+4. `finish_gradient_synchronization()`: replicated gradients allreduced (one
+   flat buffer, mean; the same bits on every rank), and every trainable
+   parameter given a `.grad` of its own shape and dtype.
+
+`shard_comm` is whom the units are cut over: every rank here; one node's ranks
+in `hybrid_shard.HybridShard` (HSDP), which overrides `_shard_comm` and `_backward`.
+
+Used in: notebooks/10_sharded_data_parallel; tests/zero/test_fully_shard.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+
+from syncedu.dp.data_parallel import sync_paused
+from syncedu.zero.shards import held_bytes
+
+from .fully_shard_units import Unit, shardable
+
+__all__ = ["FullyShard", "COMPUTE_DTYPES"]
+
+COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
+
+
+def policy(shard):
+    """`shard` as a predicate on modules: None (all), a tuple of module types, or a callable."""
+    if shard is None:
+        return lambda m: True
+    if isinstance(shard, type) and issubclass(shard, nn.Module):
+        shard = (shard,)
+    if isinstance(shard, tuple):
+        if shard and all(isinstance(t, type) and issubclass(t, nn.Module) for t in shard):
+            return lambda m: isinstance(m, shard)
+    elif callable(shard):
+        return shard
+    raise ValueError(f"shard={shard!r} is unknown; give None (every module with parameters), "
+                     f"a tuple of nn.Module types, or a predicate module -> bool")
+
+
+class _Gather(torch.autograd.Function):
+    """Forward: the unit's full parameters. Backward: their gradients reduce-scattered."""
+
+    @staticmethod
+    def forward(ctx, owner, unit, *shards):
+        ctx.owner, ctx.unit, ctx.sync = owner, unit, owner.require_sync
+        return tuple(unit.unshard(owner.shard_comm, owner.compute_dtype))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, None, *ctx.owner._backward(ctx.unit, grads, ctx.sync))
+
+
+class FullyShard(nn.Module):
+    """Shard `module`'s parameters over `comm`'s ranks (see the module docstring).
+
+    Args:
+        module: the model; parameters of one dtype (fp32 masters with `compute_dtype`).
+        comm: this rank's `Comm`; None wraps torch.distributed's default group.
+        compute_dtype: None (compute in the parameters' dtype), torch.float16 or
+            torch.bfloat16: gathered weights and sharded modules' inputs are cast.
+        shard: which modules are sharded: None (every module with parameters),
+            a tuple of module types, or a predicate `module -> bool`.
+        reshard_after_forward: free the gathered weights after each module's
+            forward and all-gather them again in backward (less memory, 1.5x bytes).
+    """
+
+    def __init__(self, module: nn.Module, comm=None, *, compute_dtype=None, shard=None,
+                 reshard_after_forward: bool = True):
+        super().__init__()
+        if compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"compute_dtype={compute_dtype!r} is not supported; choose one of "
+                             f"{COMPUTE_DTYPES}")
+        chosen = policy(shard)
+        if reshard_after_forward not in (True, False):
+            raise ValueError(f"reshard_after_forward={reshard_after_forward!r} must be a bool")
+        if comm is None:
+            from syncedu.comm import TorchComm
+            comm = TorchComm()
+        self.module, self.comm, self.compute_dtype = module, comm, compute_dtype
+        self.reshard_after_forward = reshard_after_forward
+        self.require_sync, self._armed = True, False
+        self._live: dict[int, tuple[Unit, int, torch.Tensor]] = {}  # storage -> gathered tensor
+        self.gathered_bytes = self.peak_gathered_bytes = 0  # full weights held (see _held)
+        self._broadcast()  # Step 1
+        self.shard_comm = self._shard_comm(comm)  # whom the units are sharded over
+        self.units = self._build_units(chosen)
+        sharded = {id(s) for u in self.units for s in u.shards}
+        self.replicated = [p for p in _unique(module.parameters())
+                           if p.requires_grad and id(p) not in sharded]
+        # Calling `.module` directly also decides whether this backward synchronizes.
+        self._hooks = [module.register_forward_pre_hook(self._arm)]
+        for u in self.units:
+            self._hooks.append(u.module.register_forward_pre_hook(self._pre_forward(u)))
+            self._hooks.append(u.module.register_forward_hook(self._post_forward(u)))
+
+    # ------------------------------------------------------------ set-up
+    @torch.no_grad()
+    def _broadcast(self) -> None:
+        params = list(_unique(self.module.parameters()))
+        if not params:
+            raise ValueError("module has no parameters to shard")
+        flat = torch.cat([p.detach().reshape(-1) for p in params])
+        self.comm.broadcast(flat, src=0)
+        a = 0
+        for p in params:
+            p.copy_(flat[a: a + p.numel()].view_as(p))
+            a += p.numel()
+
+    def _shard_comm(self, comm):
+        """The ranks each parameter is cut over: all of them (HSDP: the node's)."""
+        return comm
+
+    def _build_units(self, chosen) -> list[Unit]:
+        count: dict[int, int] = {}
+        for m in self.module.modules():  # a parameter two modules own (tied) stays replicated
+            for p in m._parameters.values():
+                if p is not None:
+                    count[id(p)] = count.get(id(p), 0) + 1
+        units, n, r = [], self.shard_comm.world_size, self.shard_comm.rank
+        for m in self.module.modules():
+            names = [k for k, p in m._parameters.items()
+                     if p is not None and shardable(p) and count[id(p)] == 1]
+            if not names or not _chosen(chosen, m):
+                continue
+            u = Unit(m, names, [m._parameters[k].shape for k in names], n, r)
+            for i, k in enumerate(names):
+                full = m._parameters[k]
+                if full.dtype != torch.float32 and self.compute_dtype is not None:
+                    raise ValueError(f"parameter {k!r} is {full.dtype}: with compute_dtype the "
+                                     f"parameters are the fp32 masters")
+                m._parameters[k] = nn.Parameter(u.shard(i, full.detach()))
+            units.append(u)
+        return units
+
+    # ------------------------------------------------------------ forward
+    def forward(self, *args, **kwargs):
+        """Run the module; with `reshard_after_forward`, saved weights become tokens (Step 2)."""
+        hooks = (torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+                 if self.reshard_after_forward else contextlib.nullcontext())
+        with hooks:
+            return self.module(*args, **kwargs)
+
+    def _arm(self, _module, _args):
+        # As DDP: the forward decides whether the coming backward synchronizes.
+        self._armed = self.require_sync and torch.is_grad_enabled()
+
+    def _pre_forward(self, u: Unit):
+        def hook(module, args):
+            fulls = _Gather.apply(self, u, *u.shards)  # Step 2
+            u.held_forward += self._held(sum(f.nbytes for f in fulls))
+            for i, (name, full) in enumerate(zip(u.names, fulls)):
+                module.__dict__[name] = full
+                if self.reshard_after_forward:
+                    self._live[full.untyped_storage().data_ptr()] = (u, i, full)
+            if self.compute_dtype is not None:
+                return tuple(a.to(self.compute_dtype) if torch.is_tensor(a) and
+                             a.is_floating_point() else a for a in args)
+            return None
+        return hook
+
+    def _post_forward(self, u: Unit):
+        def hook(module, _args, _output):
+            if self.reshard_after_forward:
+                self._held(-u.held_forward)
+                u.held_forward = 0
+            for name in u.names:
+                full = module.__dict__.pop(name)
+                self._live.pop(full.untyped_storage().data_ptr(), None)
+        return hook
+
+    def _pack(self, t: torch.Tensor):
+        hit = self._live.get(t.untyped_storage().data_ptr()) if t.numel() else None
+        if hit is None:
+            return t
+        u, i, full = hit  # Step 2: a token instead of the gathered weight (reshard)
+        return (u, i, tuple(t.shape), t.stride(), t.storage_offset() - full.storage_offset())
+
+    def _unpack(self, packed):
+        if isinstance(packed, torch.Tensor):
+            return packed
+        u, i, shape, stride, offset = packed
+        if u.cache is None:
+            with torch.no_grad():
+                u.cache = u.unshard(self.shard_comm, self.compute_dtype)  # backward all-gather
+                self._held(sum(f.nbytes for f in u.cache))
+        full = u.cache[i]
+        return full.as_strided(shape, stride, full.storage_offset() + offset)
+
+    def _held(self, delta: int) -> int:
+        """Count full weights gathered (+) or let go (-); keep the peak. Returns `delta`."""
+        self.gathered_bytes += delta
+        self.peak_gathered_bytes = max(self.peak_gathered_bytes, self.gathered_bytes)
+        return delta
+
+    # ------------------------------------------------------------ backward
+    def _backward(self, u: Unit, grads, sync: bool) -> list:
+        """Step 3: reduce-scatter the unit's gradients (or, in no_sync, add them up)."""
+        if u.cache is not None:
+            self._held(-sum(f.nbytes for f in u.cache))
+        u.cache = None
+        if u.held_forward:  # not resharded: autograd frees the forward's weights now
+            self._held(-u.held_forward)
+            u.held_forward = 0
+        grads = [g.to(torch.float32) for g in grads]
+        if u.accumulated is not None:
+            grads = [a.add_(g) for a, g in zip(u.accumulated, grads)]
+        if not sync:
+            u.accumulated = grads
+            return [None] * len(grads)
+        u.accumulated = None
+        return u.reduce(self.shard_comm, grads)
+
+    def no_sync(self):
+        """Accumulate whole fp32 gradients locally; the next synced backward reduces them."""
+        return sync_paused(self)
+
+    @torch.no_grad()
+    def finish_gradient_synchronization(self) -> None:
+        """Step 4: allreduce the replicated gradients; give every parameter a `.grad`."""
+        if not self._armed:
+            return
+        self._armed = False
+        for u in self.units:
+            for s in u.shards:
+                if s.grad is None:
+                    s.grad = torch.zeros_like(s)
+        if self.replicated:
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p)
+                     for p in self.replicated]
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            self.comm.all_reduce(flat, op="avg")
+            a = 0
+            for p in self.replicated:
+                p.grad = flat[a: a + p.numel()].view_as(p).clone()
+                a += p.numel()
+
+    # ------------------------------------------------------------ inspection
+    @torch.no_grad()
+    def full_parameters(self) -> dict[str, torch.Tensor]:
+        """The full fp32 parameters by the module's names (a collective: every rank calls it)."""
+        fulls = {}
+        for u in self.units:
+            for s, full in zip(u.shards, u.unshard(self.shard_comm)):
+                fulls[id(s)] = full.clone()
+        return {name: fulls.get(id(p), p.detach().clone())
+                for name, p in self.module.named_parameters()}
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes of parameters this rank holds now (its shards plus the replicated ones)."""
+        return held_bytes(p.detach() for p in self.module.parameters())
+
+    def close(self) -> None:
+        """Remove the hooks (the module keeps its shards)."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+
+def _unique(params):
+    seen = set()
+    for p in params:
+        if id(p) not in seen:
+            seen.add(id(p))
+            yield p
+
+
+def _chosen(chosen, module) -> bool:
+    verdict = chosen(module)
+    if verdict not in (True, False):
+        raise ValueError(f"shard predicate returned {verdict!r} for {type(module).__name__}; "
+                         f"it must return a bool")
+    return bool(verdict)

@@ -1,0 +1,234 @@
+"""HSDP: shard inside a node, replicate across nodes; and accumulation under sharding.
+
+Hybrid sharding (PyTorch FSDP's HYBRID_SHARD; FSDP2's 2-D device mesh of
+`replicate` x `shard`; Zhao et al., VLDB 2023, sec. 3.2) cuts the parameters
+in G = world_size / nodes shards, one per rank of a node, and keeps `nodes`
+replicas of that sharded model. Consecutive ranks share a node (as torchrun
+and `Network.cluster` number them), so rank r is shard r mod G of replica
+r // G. A step's gradient traffic is FSDP's reduce-scatter, but inside the
+node only, then an allreduce of the 1/G piece across the replicas; the
+parameters are all-gathered inside the node. Plain FSDP is the case nodes=1
+(one group of all ranks, nothing to allreduce), so both run the same code:
+
+1. `node_reduce_scatter`: ring reduce-scatter among the node's G ranks
+   (zero_shards' ring, on a `SubComm` of them; ledger op
+   "node_reduce_scatter"): each rank gets the node's sum of its 1/G piece;
+2. `replica_all_reduce`: ring allreduce of that piece among the ranks with the
+   same local rank (one per node): the sum over all ranks ("replica_*");
+3. `node_all_gather`: ring all-gather of the updated shards inside the node
+   ("node_all_gather"). `hybrid_shard.HybridShard` trains a model this way.
+
+Gradient accumulation over M micro-batches has three flavours under HSDP
+(PyTorch pull request 126166 names them): sync every micro-batch
+(reduce-scatter and allreduce each time); skip the reduce-scatter (FSDP2's
+`set_requires_gradient_sync(False)`: whole gradients kept, memory Psi,
+everything reduced once); defer only the cross-replica allreduce
+(`set_requires_all_reduce(False)`: the reduce-scatter still runs, gradients
+stay sharded, the slow inter-node link is used once). `accumulation_worker`
+runs one optimizer step of each on simulated ranks; `COSMOS_162` is the
+measured run that motivated the last one.
+
+Used in: notebooks/10_sharded_data_parallel; tests/zero/test_hsdp.py.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from syncedu.zero.shards import (
+    Layout,
+    ring_all_gather_pieces,
+    ring_reduce_scatter_pieces,
+)
+
+__all__ = ["SubComm", "check_nodes", "node_reduce_scatter", "replica_all_reduce",
+           "node_all_gather", "hsdp_mean", "MODES", "accumulation_worker", "COSMOS_162"]
+
+MODES = ("every", "no_reduce_scatter", "defer_all_reduce")
+
+# NVIDIA/cosmos-framework pull request 162 (and issue 161), measured on 2 nodes of
+# 8x A100-80GB joined by Ethernet, HSDP shard=8 x replicate=2, batch 64 per rank.
+COSMOS_162 = {
+    "url": "https://github.com/NVIDIA/cosmos-framework/pull/162",
+    "setup": "2 nodes x 8 A100-80GB, Ethernet between nodes, HSDP shard=8 replicate=2, "
+             "batch 64/rank, 4 micro-batches",
+    "accum1_s": 22.2, "accum4_every_s": 88.8, "accum4_defer_s": 54.3,
+    "compute_s": 10.8, "sync_s": 11.4,  # per micro-batch, their decomposition
+}
+COSMOS_162["saving"] = 1 - COSMOS_162["accum4_defer_s"] / COSMOS_162["accum4_every_s"]  # 0.39
+
+
+def check_nodes(world_size: int, nodes: int) -> int:
+    """G, the ranks per node; ValueError unless `nodes` divides `world_size`."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ValueError(f"nodes={nodes!r} must be an int >= 1")
+    if world_size % nodes:
+        raise ValueError(f"world_size={world_size} must be a multiple of nodes={nodes}: "
+                         f"HSDP needs the same number of ranks on every node")
+    return world_size // nodes
+
+
+class SubComm:
+    """Some of `parent`'s ranks as one ring: point-to-point, and the two collectives
+    FullyShard's units call (`all_gather`, `reduce_scatter`), as zero_shards' rings.
+
+    `label` names the group in the ledger: the rings' traffic is charged to
+    "{label}_reduce_scatter" and "{label}_all_gather". `counts` adds up the bytes
+    this rank sends inside its node ("intra") and to other nodes ("inter"), by the
+    parent's network (one node when it is not a cluster).
+    """
+
+    def __init__(self, parent, ranks, counts: dict | None = None, label: str = ""):
+        self.parent, self.ranks, self.label = parent, list(ranks), label
+        self.rank, self.world_size = self.ranks.index(parent.rank), len(self.ranks)
+        self.counts = counts if counts is not None else {"intra": 0, "inter": 0}
+        net = parent.network
+        self._node = net.node_of if net is not None and net.is_cluster else (lambda r: 0)
+
+    def isend(self, tensor, dst: int, tag: int = 0):
+        peer = self.ranks[dst]
+        kind = "inter" if self._node(peer) != self._node(self.parent.rank) else "intra"
+        self.counts[kind] += tensor.nbytes
+        return self.parent.isend(tensor, peer, tag)
+
+    def irecv(self, tensor, src: int, tag: int = 0):
+        return self.parent.irecv(tensor, self.ranks[src], tag)
+
+    def scope(self, name: str):
+        return self.parent.scope(f"{self.label}_{name.removeprefix('ring_')}"
+                                 if self.label else name)
+
+    def all_gather(self, tensor_list: list, tensor: torch.Tensor):
+        """`tensor_list[j]` = group rank j's `tensor` (a ring; equal sizes)."""
+        tensor_list[self.rank].copy_(tensor)
+        ring_all_gather_pieces(self, tensor_list)
+        return tensor_list
+
+    def reduce_scatter(self, output: torch.Tensor, input_list: list, op: str = "sum"):
+        """`output` = the group's sum (op="avg": mean) of `input_list[rank]`; the
+        inputs are used as the ring's buffers (they keep partial sums)."""
+        if op not in ("sum", "avg"):
+            raise ValueError(f"op={op!r} is not supported here; choose 'sum' or 'avg'")
+        output.copy_(ring_reduce_scatter_pieces(self, input_list))
+        return output.div_(self.world_size) if op == "avg" else output
+
+
+def groups(comm, nodes: int, counts: dict | None = None) -> tuple[SubComm, SubComm]:
+    """(this rank's node, this rank's replica group): consecutive ranks share a node."""
+    g = check_nodes(comm.world_size, nodes)
+    node, local = divmod(comm.rank, g)
+    return (SubComm(comm, range(node * g, node * g + g), counts, "node"),
+            SubComm(comm, range(local, comm.world_size, g), counts, "replica"))
+
+
+def node_reduce_scatter(comm, flat: torch.Tensor, nodes: int, counts=None) -> torch.Tensor:
+    """Step 1: the node's sum of this rank's 1/G piece of `flat` (a new tensor)."""
+    node, _ = groups(comm, nodes, counts)
+    pieces = Layout(flat.numel(), node.world_size, "uneven").pieces(flat.clone())
+    return ring_reduce_scatter_pieces(node, pieces).clone()
+
+
+def replica_all_reduce(comm, piece: torch.Tensor, nodes: int, counts=None) -> torch.Tensor:
+    """Step 2: sum `piece` (in place) over the replicas: a ring allreduce across nodes."""
+    _, replicas = groups(comm, nodes, counts)
+    if replicas.world_size > 1:
+        parts = Layout(piece.numel(), replicas.world_size, "uneven").pieces(piece)
+        ring_reduce_scatter_pieces(replicas, parts)  # ledger: replica_reduce_scatter
+        ring_all_gather_pieces(replicas, parts)  # and replica_all_gather
+    return piece
+
+
+def node_all_gather(comm, piece: torch.Tensor, numel: int, nodes: int, counts=None):
+    """Step 3: the whole `numel` elements from the node's G pieces (this rank's is `piece`)."""
+    node, _ = groups(comm, nodes, counts)
+    full = piece.new_zeros(numel)
+    pieces = Layout(numel, node.world_size, "uneven").pieces(full)
+    pieces[node.rank].copy_(piece)
+    ring_all_gather_pieces(node, pieces)
+    return full
+
+
+def hsdp_mean(comm, flat: torch.Tensor, nodes: int, counts=None) -> torch.Tensor:
+    """Steps 1-2: this rank's 1/G piece of the mean of `flat` over all ranks."""
+    piece = node_reduce_scatter(comm, flat, nodes, counts)
+    return replica_all_reduce(comm, piece, nodes, counts).div_(comm.world_size)
+
+
+def accumulation_worker(comm, numel: int, nodes: int, mode: str = "every", micro: int = 1,
+                        compute_seconds: float = 0.0) -> dict:
+    """One optimizer step of M=`micro` micro-batches of sharded training, modeled.
+
+    Per micro-batch: all-gather the parameters in the node (forward), compute
+    1/3 of `compute_seconds`, all-gather again (backward, resharded after
+    forward), compute 2/3, then the gradients of `mode` (see MODES and the
+    module docstring). Gradients are seeded per rank and micro-batch, so the
+    result can be checked. Returns seconds, bytes sent ("intra", "inter"), the
+    gradient bytes kept between micro-batches, and this rank's gradient shard.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r} is unknown; choose one of {MODES}")
+    if isinstance(micro, bool) or not isinstance(micro, int) or micro < 1:
+        raise ValueError(f"micro={micro!r} must be an int >= 1")
+    g = check_nodes(comm.world_size, nodes)
+    counts = {"intra": 0, "inter": 0}
+    shard = torch.zeros(Layout(numel, g, "uneven").sizes[comm.rank % g])
+    acc_full = acc_shard = None
+    for m in range(micro):
+        for part in (1 / 3, 2 / 3):  # forward, then backward, each after its all-gather
+            node_all_gather(comm, shard, numel, nodes, counts)
+            comm.compute(compute_seconds * part)
+        grad = torch.randn(numel, generator=torch.Generator().manual_seed(97 * comm.rank + m))
+        last = m == micro - 1
+        if mode == "no_reduce_scatter":  # whole gradients kept until the last micro-batch
+            acc_full = grad if acc_full is None else acc_full.add_(grad)
+            if last:
+                acc_shard = hsdp_mean(comm, acc_full, nodes, counts).mul_(comm.world_size)
+            continue
+        piece = node_reduce_scatter(comm, grad, nodes, counts)
+        if mode == "every":
+            replica_all_reduce(comm, piece, nodes, counts)
+        acc_shard = piece if acc_shard is None else acc_shard.add_(piece)
+        if mode == "defer_all_reduce" and last:
+            replica_all_reduce(comm, acc_shard, nodes, counts)
+    kept = (numel if mode == "no_reduce_scatter" else shard.numel()) * 4
+    return {"seconds": comm.now(), "intra": counts["intra"], "inter": counts["inter"],
+            "grad_bytes_kept": kept, "grad": acc_shard.div_(comm.world_size * micro)}
+
+
+def _sim(numel, nodes, gpus_per_node, shard_nodes, mode, micro, compute_seconds, intra, inter):
+    from syncedu.comm import Network, sim
+
+    net = Network.cluster(nodes, gpus_per_node, intra=intra, inter=inter)
+    res = sim.run(accumulation_worker, nodes * gpus_per_node, network=net, output="quiet",
+                  args=(numel, shard_nodes, mode, micro, compute_seconds))
+    return {"seconds": res.seconds, "inter_bytes": sum(r["inter"] for r in res),
+            "intra_bytes": sum(r["intra"] for r in res),
+            "grad_bytes_kept": max(r["grad_bytes_kept"] for r in res),
+            "shard_elements": max(r["grad"].numel() for r in res)}
+
+
+def hsdp_vs_fsdp(nodes=(2, 4, 8), gpus_per_node: int = 4, numel: int = 2 ** 18,
+                 compute_seconds: float = 0.0, intra="nvlink4", inter="infiniband_ndr") -> list:
+    """One step (one micro-batch) of FSDP (all ranks shard) and HSDP (G ranks shard) per
+    node count, on simulated `Network.cluster` ranks: rows of seconds and bytes summed over
+    ranks, split by link (intra- or inter-node)."""
+    rows = []
+    for k in nodes:
+        for layout, shard_nodes in (("fsdp", 1), ("hsdp", k)):
+            row = _sim(numel, k, gpus_per_node, shard_nodes, "every", 1, compute_seconds,
+                       intra, inter)
+            rows.append({"nodes": k, "layout": layout, **row})
+    return rows
+
+
+def accumulation_comparison(nodes: int = 2, gpus_per_node: int = 8, micro: int = 4,
+                            numel: int = 2 ** 18, compute_seconds: float = 0.0,
+                            intra="nvlink4", inter="ethernet_100g") -> list:
+    """One optimizer step of `micro` micro-batches under HSDP (shard inside the node), per
+    mode in MODES: rows of seconds, bytes by link, and gradient bytes kept per rank;
+    `saving` is the step time saved against syncing every micro-batch."""
+    rows = [{"mode": mode, **_sim(numel, nodes, gpus_per_node, nodes, mode, micro,
+                                  compute_seconds, intra, inter)} for mode in MODES]
+    for row in rows:
+        row["saving"] = 1 - row["seconds"] / rows[0]["seconds"]
+    return rows

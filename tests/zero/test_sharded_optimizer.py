@@ -1,0 +1,184 @@
+"""zero.ShardedOptimizer (ZeRO-1 as an optimizer): equal to the unsharded AdamW on tied
+and frozen parameters, with parameter groups, on simulated ranks (2 and 3) and real
+ones; optimizer state for the shard only; reduce_scatter=True sends 1x DP's bytes."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from syncedu import launch
+from syncedu.comm import sim
+from syncedu.comm.ledger import ring_allreduce_elements
+from syncedu import dp
+from syncedu.zero.sharded_optimizer import ShardedOptimizer
+
+STEPS = 10
+KW = {"lr": 0.1, "weight_decay": 0.1}
+
+
+class Tied(nn.Module):
+    """An input layer whose weight the head reuses (tied), and a frozen layer."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.inp = nn.Linear(7, 5)
+        self.hidden = nn.Linear(5, 5)
+        self.frozen = nn.Linear(5, 5)
+        self.frozen.requires_grad_(False)
+
+    def forward(self, x):
+        h = torch.tanh(self.hidden(self.inp(x)))
+        return F.linear(self.frozen(h), self.inp.weight.t())  # the tied head
+
+
+def _batch(step, rank, size=4):
+    g = torch.Generator().manual_seed(100 * step + rank)
+    return torch.randn(size, 7, generator=g), torch.randint(0, 7, (size,), generator=g)
+
+
+def _groups(model):
+    """Two groups with different lr and weight decay (the frozen layer included, as users do)."""
+    return [{"params": [model.inp.weight, model.hidden.weight, model.frozen.weight]},
+            {"params": [model.inp.bias, model.hidden.bias, model.frozen.bias], "lr": 0.05,
+             "weight_decay": 0.0}]
+
+
+def _reference(world_size):
+    model = Tied()
+    opt = torch.optim.AdamW(_groups(model), **KW)
+    for step in range(STEPS):
+        opt.zero_grad()
+        xs, ys = zip(*[_batch(step, r) for r in range(world_size)])
+        F.cross_entropy(model(torch.cat(xs)), torch.cat(ys)).backward()
+        opt.step()
+    return {k: p.detach().clone() for k, p in model.named_parameters()}, opt.state_dict()
+
+
+def _worker(comm, reduce_scatter, use_default_group=False, ddp=False):
+    model = Tied()
+    forward, finish = model, (lambda: None)
+    if ddp:  # torch's DDP averages the gradients
+        from torch.nn.parallel import DistributedDataParallel
+        forward = DistributedDataParallel(model)
+    elif not reduce_scatter:  # DP averages the gradients, the optimizer only shards the state
+        wrapped = dp.DataParallel(model, comm, "flat")
+        forward, finish = wrapped, wrapped.finish_gradient_synchronization
+    opt = ShardedOptimizer(_groups(model), torch.optim.AdamW, None if use_default_group else comm,
+                           reduce_scatter=reduce_scatter, **KW)
+    comm.ledger.reset()
+    for step in range(STEPS):
+        opt.zero_grad()
+        x, y = _batch(step, comm.rank)
+        F.cross_entropy(forward(x), y).backward()
+        finish()
+        opt.step()
+    sent = sum(c.sent for c in comm.ledger.ops.values())
+    return ({k: p.detach().clone() for k, p in model.named_parameters()}, opt.state_bytes, sent,
+            opt.state_dict())
+
+
+def _close(got, want, atol=1e-6):
+    assert got.keys() == want.keys()
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], atol=atol, rtol=0, msg=k)
+
+
+TRAINABLE = 5 * 7 + 5 + 5 * 5 + 5  # inp (tied: once) + hidden; the frozen layer has none
+
+
+@pytest.mark.parametrize("reduce_scatter", [False, True])
+@pytest.mark.parametrize("n", [2, 3])
+def test_equal_to_unsharded_adamw_on_simulated_ranks(n, reduce_scatter):
+    want, want_state = _reference(n)
+    res = sim.run(_worker, n, args=(reduce_scatter,))
+    for params, state_bytes, _, state in res:
+        _close(params, want)
+        assert params["frozen.weight"].equal(Tied().frozen.weight)  # never stepped
+        # Two moments for ~Psi/N elements each (fp32), plus a 4-byte step per piece.
+        assert 2 * 4 * (TRAINABLE // n) <= state_bytes <= 2 * 4 * (-(-TRAINABLE // n)) + 4 * 6
+        # The consolidated state is the unsharded optimizer's.
+        assert state["state"].keys() == want_state["state"].keys()
+        for i, st in want_state["state"].items():
+            for key, v in st.items():
+                torch.testing.assert_close(state["state"][i][key], v, atol=1e-6, rtol=0)
+        assert [g["lr"] for g in state["param_groups"]] == [0.1, 0.05]
+    if reduce_scatter:  # reduce-scatter + all-gather: exactly one ring allreduce per step
+        for r, (_, _, sent, _) in enumerate(res):
+            assert sent == STEPS * 4 * sum(ring_allreduce_elements(TRAINABLE, n, r)[:1])
+
+
+def test_dp_then_sharded_sends_twice_dp_is_just_the_all_gather():
+    n = 2
+    res = sim.run(_worker, n, args=(False,))
+    for r, (_, _, sent, _) in enumerate(res):
+        dp_bytes = 4 * ring_allreduce_elements(TRAINABLE, n, r)[0]
+        assert sent == STEPS * (dp_bytes + dp_bytes // 2)  # DP's allreduce + an all-gather
+
+
+@pytest.mark.real
+def test_equal_to_unsharded_adamw_on_real_ranks():
+    want, _ = _reference(2)
+    with launch.Pool(2, output="quiet", timeout=120) as pool:
+        for reduce_scatter, ddp in ((True, False), (False, False), (False, True)):
+            for params, *_ in pool.run(_worker, (reduce_scatter, True, ddp)):
+                _close(params, want)
+
+
+def test_load_state_dict_round_trip_and_lr_change():
+    def worker(comm):
+        torch.manual_seed(0)
+        lin = nn.Linear(3, 4)
+        opt = ShardedOptimizer(lin.parameters(), torch.optim.Adam, comm, reduce_scatter=True,
+                               lr=0.1)
+        lin(torch.ones(2, 3)).sum().backward()
+        opt.step()
+        sd = opt.state_dict()
+        opt.param_groups[0]["lr"] = 0.0  # as a scheduler would: the next step moves nothing
+        before = lin.weight.detach().clone()
+        opt.load_state_dict(sd)
+        opt.param_groups[0]["lr"] = 0.0
+        lin(torch.ones(2, 3)).sum().backward()
+        opt.step()
+        return before.equal(lin.weight), opt.state_dict()["state"][0]["exp_avg"]
+    res = sim.run(worker, 3)
+    assert all(same for same, _ in res)
+    assert res[0][1].equal(res[2][1]) and res[0][1].shape == (4, 3)
+
+
+def test_a_scheduler_drives_the_local_optimizer():
+    def worker(comm):
+        torch.manual_seed(0)
+        lin = nn.Linear(3, 4)
+        opt = ShardedOptimizer(lin.parameters(), torch.optim.SGD, comm, reduce_scatter=True,
+                               lr=0.1)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5 ** step)
+        for _ in range(3):
+            opt.zero_grad()
+            lin(torch.ones(2, 3)).sum().backward()
+            opt.step()
+            sched.step()
+        return opt.optim.param_groups[0]["lr"], lin.weight.detach().clone()
+    res = sim.run(worker, 2)
+    assert res[0][0] == 0.1 * 0.5 ** 2  # the lr of the last step, passed to the shard's SGD
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 4)
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5 ** step)
+    for _ in range(3):
+        opt.zero_grad()
+        lin(torch.ones(2, 3)).sum().backward()
+        opt.step()
+        sched.step()
+    assert res[0][1].equal(lin.weight) and res[1][1].equal(lin.weight)
+
+
+def test_bad_arguments_name_the_parameter():
+    lin = nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="optimizer_cls"):
+        ShardedOptimizer(lin.parameters(), torch.optim.AdamW(lin.parameters()), comm=object())
+    with pytest.raises(ValueError, match="optimizer_cls"):
+        ShardedOptimizer(lin.parameters(), nn.Linear, comm=object())
+    with pytest.raises(ValueError, match="reduce_scatter"):
+        ShardedOptimizer(lin.parameters(), torch.optim.SGD, comm=object(), reduce_scatter="yes")

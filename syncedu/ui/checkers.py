@@ -1,0 +1,48 @@
+"""The exercise checkers' shared helpers: `checker`, `verdict`, `attempt`.
+
+Each checker takes the learner's answer, runs it where needed and prints a
+verdict (it returns None, so a notebook cell shows only the verdict); its
+`.grade(answer)` returns True/False for tests. An answer that still raises
+`NotImplementedError` (the stub the notebook ships) is reported as "not
+attempted yet", not as a failure, so the notebooks run top to bottom.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from syncedu.comm import launch
+
+__all__ = ["checker", "verdict", "attempt"]
+
+
+def checker(grade):
+    """Turn `grade(answer) -> bool` into a notebook checker that prints and returns None."""
+
+    @functools.wraps(grade)
+    def check(*args, **kwargs) -> None:
+        grade(*args, **kwargs)
+
+    check.grade = grade
+    return check
+
+
+def verdict(name: str, ok: bool, detail: str = "") -> bool:
+    mark = "correct" if ok else "not yet right"
+    print(f"{name}: {mark}{' - ' + detail if detail else ''}")
+    return ok
+
+
+def attempt(name: str, call):
+    """Run `call()`; None (and a message) if the learner has not answered yet."""
+    try:
+        return True, call()
+    except NotImplementedError:
+        print(f"{name}: not attempted yet - write your answer and re-run this cell")
+        return False, None
+    except launch.WorkerError as e:
+        if "NotImplementedError" in str(e):
+            print(f"{name}: not attempted yet - write your answer and re-run this cell")
+        else:
+            verdict(name, False, f"rank {e.rank} raised: {str(e).splitlines()[0]}")
+        return False, None

@@ -81,7 +81,8 @@ def fix_folder(folder: str, world_size: int) -> list[str]:
 
 
 def analyze(folder: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
-    """Step 3: torch's own analyzer on `folder` (its stdout and stderr are in the result)."""
+    """Step 3: torch's own analyzer on `folder`; its report (stderr included) is `.stdout`."""
     cmd = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", folder,
            "--prefix", "rank_"]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout)

@@ -1,0 +1,251 @@
+"""torchft for real: a lighthouse, two replica groups on Gloo, one SIGKILLed mid-step.
+
+torchft (meta-pytorch/torchft, 0.2.0 here) makes every step a transaction:
+`start_quorum()` asks the lighthouse who is alive, a replica behind the others
+heals from a healthy peer, gradients go through `manager.allreduce`, and
+`should_commit()` says whether every member's step succeeded. The run:
+
+1. the parent starts a `LighthouseServer` (heartbeat timeout 2 s) and two
+   replica processes (`replica_main`), one rank each;
+2. at step `kill_step` replica 1 SIGKILLs itself after `backward()`, before its
+   allreduce: replica 0's allreduce fails, `should_commit()` is False and its
+   parameters stay as they were (the step is discarded);
+3. after the heartbeat timeout the quorum shrinks to replica 0, which trains on;
+4. the parent restarts replica 1; its first quorum heals it from replica 0
+   (model and optimizer state over the checkpoint transport);
+5. both stop at the same step (a stop file) and save their weights: equal bits.
+
+Known traps, avoided here: torchft's DDP hook kills the *survivor* when the
+peer dies mid-allreduce (torchft#304, #295), so gradients go through the
+manager after `backward()`; and the lighthouse, the manager server, the
+TCPStore and the checkpoint transport listen on every interface by default.
+Here each is bound to 127.0.0.1: the lighthouse by its `bind`, the TCPStore by
+a socket we bind and pass as `master_listen_fd`, and, as a WORKAROUND (0.2.0
+has no option for them), the manager server's `bind` and the HTTP checkpoint
+server's address are patched in the replica processes; Gloo is kept on the
+loopback device with `GLOO_SOCKET_IFNAME`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import torch
+
+__all__ = ["Config", "available", "replica_main", "run", "listening"]
+
+
+@dataclass(frozen=True)
+class Config:
+    kill_step: int = 5  # replica 1 dies in this step
+    extra_steps: int = 5  # steps both train after the restarted replica healed
+    heartbeat_ms: int = 2000
+    pace: float = 0.05  # seconds slept per step (so the run is watchable)
+    timeout: float = 10.0  # every torchft wait
+    deadline: float = 90.0  # the whole run
+
+    def __post_init__(self):
+        if self.kill_step < 1 or self.extra_steps < 1:
+            raise ValueError(f"kill_step={self.kill_step} and extra_steps={self.extra_steps} "
+                             "must be >= 1")
+        if not (self.heartbeat_ms > 0 and self.timeout > 0 and self.deadline > 0):
+            raise ValueError("heartbeat_ms, timeout and deadline must be > 0")
+
+
+def available() -> str | None:
+    """None if torchft imports, else why not (its cells and tests then skip)."""
+    try:
+        import torchft  # noqa: F401
+    except Exception as e:  # ImportError, or numpy missing (torchft 0.2.0 needs it undeclared)
+        return f"torchft is not installed or does not import here: {e}"
+    return None
+
+
+def _loopback_patches() -> None:
+    """WORKAROUND (torchft 0.2.0): its manager server and checkpoint server on 127.0.0.1."""
+    import torchft.checkpointing.http_transport as http_transport
+    import torchft.manager as manager
+    from torchft._torchft import ManagerServer
+
+    def manager_server(**kwargs):
+        return ManagerServer(**{**kwargs, "bind": "127.0.0.1:0"})
+
+    class LoopbackHTTPServer(ThreadingHTTPServer):
+        def __init__(self, address, handler):
+            super().__init__(("127.0.0.1", address[1]), handler)
+
+    def address(self) -> str:
+        return f"http://127.0.0.1:{self._server.socket.getsockname()[1]}/checkpoint/"
+
+    manager.ManagerServer = manager_server
+    http_transport._IPv6HTTPServer = LoopbackHTTPServer
+    http_transport.HTTPTransport.address = address
+
+
+def _loopback_store():
+    """A TCPStore master listening on 127.0.0.1 only (its default is every interface)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    store = torch.distributed.TCPStore("127.0.0.1", sock.getsockname()[1], is_master=True,
+                                       wait_for_workers=False, master_listen_fd=sock.fileno())
+    return store, sock
+
+
+def _batch(replica: int, step: int):
+    g = torch.Generator().manual_seed(7919 * replica + step)
+    return torch.randn(16, 8, generator=g), torch.randn(16, 4, generator=g)
+
+
+def _setup(index: int, lighthouse: str, cfg: Config):
+    from torchft import Manager, ProcessGroupGloo
+    from torchft.checkpointing.http_transport import HTTPTransport
+
+    _loopback_patches()
+    store, sock = _loopback_store()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    wait = datetime.timedelta(seconds=cfg.timeout)
+    manager = Manager(
+        pg=ProcessGroupGloo(timeout=wait), min_replica_size=1, use_async_quorum=False,
+        load_state_dict=lambda sd: (model.load_state_dict(sd["model"]),
+                                    opt.load_state_dict(sd["opt"])),
+        state_dict=lambda: {"model": model.state_dict(), "opt": opt.state_dict()},
+        replica_id=f"replica_{index}", store_addr="127.0.0.1", store_port=store.port, rank=0,
+        world_size=1, lighthouse_addr=lighthouse, hostname="127.0.0.1", timeout=wait,
+        quorum_timeout=wait, connect_timeout=wait,
+        checkpoint_transport=HTTPTransport(timeout=wait, num_chunks=0))
+    return manager, model, opt, (store, sock)
+
+
+def _step(manager, model, opt, index: int, kill: bool) -> dict:
+    """One fault-tolerant step; a killed replica dies after backward, before its allreduce."""
+    t0 = time.time()
+    manager.start_quorum()
+    t_quorum, step = time.time(), manager.current_step()
+    x, y = _batch(index, step)
+    opt.zero_grad(set_to_none=True)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    if kill:
+        os.kill(os.getpid(), signal.SIGKILL)
+    before = [p.detach().clone() for p in model.parameters()]
+    for w in [manager.allreduce(p.grad) for p in model.parameters()]:
+        w.wait()
+    t_reduce = time.time()
+    committed = manager.should_commit()
+    if committed:
+        opt.step()
+    unchanged = all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+    return dict(step=step, t0=t0, t_quorum=t_quorum, t_reduce=t_reduce, committed=committed,
+                unchanged=unchanged, participants=manager.num_participants())
+
+
+def replica_main(index: int, lighthouse: str, folder: str, cfg: Config, kill_step) -> None:
+    """One replica group (one rank): train until the stop file's step, log, save."""
+    out, cfg = Path(folder), (Config(**cfg) if isinstance(cfg, dict) else cfg)
+    log_fd = os.open(out / f"replica_{index}_{os.getpid()}.log", os.O_WRONLY | os.O_CREAT)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)  # torchft's own logs go to a file, not the notebook
+    manager, model, opt, _keep = _setup(index, lighthouse, cfg)
+    log, start = [], time.time()
+    while time.time() - start < cfg.deadline:
+        stop = json.loads((out / "stop").read_text()) if (out / "stop").exists() else None
+        if stop is not None and manager.current_step() >= stop:
+            break
+        kill = kill_step is not None and manager.current_step() == kill_step
+        if kill:
+            (out / "killed").write_text(json.dumps(time.time()))
+        log.append(_step(manager, model, opt, index, kill))
+        (out / f"progress_{index}_{os.getpid()}").write_text(json.dumps(log[-1]))
+        time.sleep(cfg.pace)
+    torch.save({"log": log, "params": model.state_dict(), "step": manager.current_step()},
+               out / f"final_{index}_{os.getpid()}.pt")
+    manager.shutdown(wait=False)
+
+
+def listening(pids, ports=None) -> list[str]:
+    """"ip:port" of every listening TCP socket of `pids` (only `ports`, if given)."""
+    import psutil
+
+    found = []
+    for pid in pids:
+        try:
+            conns = psutil.Process(pid).net_connections(kind="inet")
+        except psutil.NoSuchProcess:
+            continue
+        found += [f"{c.laddr.ip}:{c.laddr.port}" for c in conns
+                  if c.status == psutil.CONN_LISTEN and (ports is None or c.laddr.port in ports)]
+    return sorted(found)
+
+
+def _wait(predicate, deadline: float, what: str) -> None:
+    while not predicate():
+        if time.time() > deadline:
+            raise TimeoutError(f"torchft run: {what} did not happen in time")
+        time.sleep(0.02)
+
+
+def _progress(folder: Path, index: int, pid: int):
+    path = folder / f"progress_{index}_{pid}"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _start(index: int, addr: str, out: Path, cfg: Config, kill_step) -> subprocess.Popen:
+    """A replica in a fresh interpreter (nothing relies on re-importing the caller's main)."""
+    spec = json.dumps([index, addr, str(out), asdict(cfg), kill_step])
+    return subprocess.Popen([sys.executable, "-m", "syncedu.faults.torchft_run", spec],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def run(cfg: Config = Config(), folder: str | None = None) -> dict:
+    """Steps 1-5 (the parent); returns both replicas' logs, weights, sockets and timings."""
+    import tempfile
+
+    from torchft._torchft import LighthouseServer
+
+    out = Path(folder or tempfile.mkdtemp(prefix="torchft_"))
+    lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=1,
+                                  heartbeat_timeout_ms=cfg.heartbeat_ms)
+    port = int(lighthouse.address().rsplit(":", 1)[1])
+    addr = f"http://127.0.0.1:{port}"
+    procs, deadline, result = [], time.time() + cfg.deadline, {"folder": str(out)}
+    try:
+        procs += [_start(0, addr, out, cfg, None), _start(1, addr, out, cfg, cfg.kill_step)]
+        _wait(lambda: all(_progress(out, i, p.pid) for i, p in enumerate(procs)), deadline,
+              "both replicas training")
+        result["listening"] = (listening([p.pid for p in procs])
+                               + listening([os.getpid()], ports={port}))
+        result["exitcode"] = procs[1].wait(max(0.0, deadline - time.time()))  # Step 2
+        reborn = _start(1, addr, out, cfg, None)  # Step 4
+        procs.append(reborn)
+        _wait(lambda: _progress(out, 1, reborn.pid), deadline, "the restarted replica's step")
+        stop = _progress(out, 1, reborn.pid)["step"] + cfg.extra_steps  # Step 5
+        (out / "stop").write_text(json.dumps(stop))
+        for p in (procs[0], reborn):
+            p.wait(max(0.0, deadline - time.time()))
+        result["survivor"] = torch.load(out / f"final_0_{procs[0].pid}.pt")
+        result["restarted"] = torch.load(out / f"final_1_{reborn.pid}.pt")
+        result["killed_at"] = json.loads((out / "killed").read_text())
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait(5)
+        lighthouse.shutdown()
+    return result
+
+
+if __name__ == "__main__":  # a replica process started by `_start`
+    replica_main(*json.loads(sys.argv[1]))

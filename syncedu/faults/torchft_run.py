@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["Config", "available", "replica_main", "run", "listening"]
+__all__ = ["Config", "available", "replica_main", "run", "listening", "verdicts"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,13 @@ def _loopback_store():
     store = torch.distributed.TCPStore("127.0.0.1", sock.getsockname()[1], is_master=True,
                                        wait_for_workers=False, master_listen_fd=sock.fileno())
     return store, sock
+
+
+def _write(path: Path, value) -> None:
+    """Write JSON atomically (a reader never sees half a file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)
 
 
 def _batch(replica: int, step: int):
@@ -165,9 +172,9 @@ def replica_main(index: int, lighthouse: str, folder: str, cfg: Config, kill_ste
             break
         kill = kill_step is not None and manager.current_step() == kill_step
         if kill:
-            (out / "killed").write_text(json.dumps(time.time()))
+            _write(out / "killed", time.time())
         log.append(_step(manager, model, opt, index, kill))
-        (out / f"progress_{index}_{os.getpid()}").write_text(json.dumps(log[-1]))
+        _write(out / f"progress_{index}_{os.getpid()}", log[-1])
         time.sleep(cfg.pace)
     torch.save({"log": log, "params": model.state_dict(), "step": manager.current_step()},
                out / f"final_{index}_{os.getpid()}.pt")
@@ -232,7 +239,7 @@ def run(cfg: Config = Config(), folder: str | None = None) -> dict:
         procs.append(reborn)
         _wait(lambda: _progress(out, 1, reborn.pid), deadline, "the restarted replica's step")
         stop = _progress(out, 1, reborn.pid)["step"] + cfg.extra_steps  # Step 5
-        (out / "stop").write_text(json.dumps(stop))
+        _write(out / "stop", stop)
         for p in (procs[0], reborn):
             p.wait(max(0.0, deadline - time.time()))
         result["survivor"] = torch.load(out / f"final_0_{procs[0].pid}.pt")
@@ -245,6 +252,28 @@ def run(cfg: Config = Config(), folder: str | None = None) -> dict:
             p.wait(5)
         lighthouse.shutdown()
     return result
+
+
+def verdicts(result: dict, cfg: Config = Config()) -> dict:
+    """What the run showed: discard, continue, recover, equal weights; and the timings (s)."""
+    killed, log = result["killed_at"], result["survivor"]["log"]
+    failed = [e for e in log if e["step"] == cfg.kill_step and not e["committed"]]
+    alone = [e for e in log if e["t0"] > killed and e["participants"] == 1 and e["committed"]]
+    first = result["restarted"]["log"][0]
+    a, b = result["survivor"]["params"], result["restarted"]["params"]
+    return {
+        "discarded, parameters unchanged": bool(failed) and all(e["unchanged"] for e in failed),
+        "quorum shrank, survivor trained on": bool(alone),
+        "restarted replica healed from its peer": first["step"] > 0 and first["participants"] == 2,
+        "final weights bit-identical": result["survivor"]["step"] == result["restarted"]["step"]
+        and all(torch.equal(a[k], b[k]) for k in a),
+        "SIGKILLed (exit code -9)": result["exitcode"] == -signal.SIGKILL,
+        "only 127.0.0.1 listening": bool(result["listening"])
+        and all(x.startswith("127.0.0.1:") for x in result["listening"]),
+        "detect_s": failed[0]["t_reduce"] - killed if failed else None,
+        "shrink_s": alone[0]["t_quorum"] - killed if alone else None,
+        "recover_s": first["t_quorum"] - first["t0"],
+    }
 
 
 if __name__ == "__main__":  # a replica process started by `_start`

@@ -7,7 +7,8 @@ heals from a healthy peer, gradients go through `manager.allreduce`, and
 
 1. the parent starts a `LighthouseServer` (heartbeat timeout 2 s) and two
    replica processes (`replica_main`), one rank each;
-2. at step `kill_step` replica 1 SIGKILLs itself after `backward()`, before its
+2. in its `kill_after + 1`-th step with both replicas in the quorum, replica 1
+   SIGKILLs itself after `backward()`, before its
    allreduce: replica 0's allreduce fails, `should_commit()` is False and its
    parameters stay as they were (the step is discarded);
 3. after the heartbeat timeout the quorum shrinks to replica 0, which trains on;
@@ -47,7 +48,7 @@ __all__ = ["Config", "available", "replica_main", "run", "listening", "verdicts"
 
 @dataclass(frozen=True)
 class Config:
-    kill_step: int = 5  # replica 1 dies in this step
+    kill_after: int = 3  # replica 1 dies in its 4th step with both replicas in the quorum
     extra_steps: int = 5  # steps both train after the restarted replica healed
     heartbeat_ms: int = 2000
     pace: float = 0.05  # seconds slept per step (so the run is watchable)
@@ -55,9 +56,9 @@ class Config:
     deadline: float = 90.0  # the whole run
 
     def __post_init__(self):
-        if self.kill_step < 1 or self.extra_steps < 1:
-            raise ValueError(f"kill_step={self.kill_step} and extra_steps={self.extra_steps} "
-                             "must be >= 1")
+        if self.kill_after < 0 or self.extra_steps < 1:
+            raise ValueError(f"kill_after={self.kill_after} must be >= 0 and "
+                             f"extra_steps={self.extra_steps} >= 1")
         if not (self.heartbeat_ms > 0 and self.timeout > 0 and self.deadline > 0):
             raise ValueError("heartbeat_ms, timeout and deadline must be > 0")
 
@@ -136,7 +137,7 @@ def _setup(index: int, lighthouse: str, cfg: Config):
     return manager, model, opt, (store, sock)
 
 
-def _step(manager, model, opt, index: int, kill: bool) -> dict:
+def _step(manager, model, opt, index: int, kill) -> dict:
     """One fault-tolerant step; a killed replica dies after backward, before its allreduce."""
     t0 = time.time()
     manager.start_quorum()
@@ -144,7 +145,7 @@ def _step(manager, model, opt, index: int, kill: bool) -> dict:
     x, y = _batch(index, step)
     opt.zero_grad(set_to_none=True)
     torch.nn.functional.mse_loss(model(x), y).backward()
-    if kill:
+    if kill(step, manager.num_participants()):
         os.kill(os.getpid(), signal.SIGKILL)
     before = [p.detach().clone() for p in model.parameters()]
     for w in [manager.allreduce(p.grad) for p in model.parameters()]:
@@ -158,7 +159,7 @@ def _step(manager, model, opt, index: int, kill: bool) -> dict:
                 unchanged=unchanged, participants=manager.num_participants())
 
 
-def replica_main(index: int, lighthouse: str, folder: str, cfg: Config, kill_step) -> None:
+def replica_main(index: int, lighthouse: str, folder: str, cfg: Config, kill: bool) -> None:
     """One replica group (one rank): train until the stop file's step, log, save."""
     out, cfg = Path(folder), (Config(**cfg) if isinstance(cfg, dict) else cfg)
     log_fd = os.open(out / f"replica_{index}_{os.getpid()}.log", os.O_WRONLY | os.O_CREAT)
@@ -166,14 +167,19 @@ def replica_main(index: int, lighthouse: str, folder: str, cfg: Config, kill_ste
     os.dup2(log_fd, 2)  # torchft's own logs go to a file, not the notebook
     manager, model, opt, _keep = _setup(index, lighthouse, cfg)
     log, start = [], time.time()
+
+    def dies_now(step: int, participants: int) -> bool:
+        together = sum(e["participants"] == 2 for e in log)
+        if kill and participants == 2 and together >= cfg.kill_after:
+            _write(out / "killed", {"time": time.time(), "step": step})
+            return True
+        return False
+
     while time.time() - start < cfg.deadline:
         stop = json.loads((out / "stop").read_text()) if (out / "stop").exists() else None
         if stop is not None and manager.current_step() >= stop:
             break
-        kill = kill_step is not None and manager.current_step() == kill_step
-        if kill:
-            _write(out / "killed", time.time())
-        log.append(_step(manager, model, opt, index, kill))
+        log.append(_step(manager, model, opt, index, dies_now))
         _write(out / f"progress_{index}_{os.getpid()}", log[-1])
         time.sleep(cfg.pace)
     torch.save({"log": log, "params": model.state_dict(), "step": manager.current_step()},
@@ -208,9 +214,9 @@ def _progress(folder: Path, index: int, pid: int):
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _start(index: int, addr: str, out: Path, cfg: Config, kill_step) -> subprocess.Popen:
+def _start(index: int, addr: str, out: Path, cfg: Config, kill: bool) -> subprocess.Popen:
     """A replica in a fresh interpreter (nothing relies on re-importing the caller's main)."""
-    spec = json.dumps([index, addr, str(out), asdict(cfg), kill_step])
+    spec = json.dumps([index, addr, str(out), asdict(cfg), kill])
     return subprocess.Popen([sys.executable, "-m", "syncedu.faults.torchft_run", spec],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -229,13 +235,13 @@ def run(cfg: Config = Config(), folder: str | None = None) -> dict:
     addr = f"http://127.0.0.1:{port}"
     procs, deadline, result = [], time.time() + cfg.deadline, {"folder": str(out)}
     try:
-        procs += [_start(0, addr, out, cfg, None), _start(1, addr, out, cfg, cfg.kill_step)]
+        procs += [_start(0, addr, out, cfg, False), _start(1, addr, out, cfg, True)]
         _wait(lambda: all(_progress(out, i, p.pid) for i, p in enumerate(procs)), deadline,
               "both replicas training")
         result["listening"] = (listening([p.pid for p in procs])
                                + listening([os.getpid()], ports={port}))
         result["exitcode"] = procs[1].wait(max(0.0, deadline - time.time()))  # Step 2
-        reborn = _start(1, addr, out, cfg, None)  # Step 4
+        reborn = _start(1, addr, out, cfg, False)  # Step 4
         procs.append(reborn)
         _wait(lambda: _progress(out, 1, reborn.pid), deadline, "the restarted replica's step")
         stop = _progress(out, 1, reborn.pid)["step"] + cfg.extra_steps  # Step 5
@@ -244,7 +250,7 @@ def run(cfg: Config = Config(), folder: str | None = None) -> dict:
             p.wait(max(0.0, deadline - time.time()))
         result["survivor"] = torch.load(out / f"final_0_{procs[0].pid}.pt")
         result["restarted"] = torch.load(out / f"final_1_{reborn.pid}.pt")
-        result["killed_at"] = json.loads((out / "killed").read_text())
+        result["killed"] = json.loads((out / "killed").read_text())
     finally:
         for p in procs:
             if p.poll() is None:
@@ -254,10 +260,10 @@ def run(cfg: Config = Config(), folder: str | None = None) -> dict:
     return result
 
 
-def verdicts(result: dict, cfg: Config = Config()) -> dict:
+def verdicts(result: dict) -> dict:
     """What the run showed: discard, continue, recover, equal weights; and the timings (s)."""
-    killed, log = result["killed_at"], result["survivor"]["log"]
-    failed = [e for e in log if e["step"] == cfg.kill_step and not e["committed"]]
+    killed, log = result["killed"]["time"], result["survivor"]["log"]
+    failed = [e for e in log if e["step"] == result["killed"]["step"] and not e["committed"]]
     alone = [e for e in log if e["t0"] > killed and e["participants"] == 1 and e["committed"]]
     first = result["restarted"]["log"][0]
     a, b = result["survivor"]["params"], result["restarted"]["params"]

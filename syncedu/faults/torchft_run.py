@@ -32,6 +32,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -222,33 +223,51 @@ def _start(index: int, addr: str, out: Path, cfg: Config, kill: bool) -> subproc
                             stderr=subprocess.DEVNULL)
 
 
+def _start_lighthouse(out: Path, cfg: Config) -> subprocess.Popen:
+    """Step 1: the lighthouse in its own process, on 127.0.0.1, its logs to a file."""
+    with open(out / "lighthouse.log", "wb") as log:
+        return subprocess.Popen([sys.executable, "-m", "syncedu.faults.torchft_run", "lighthouse",
+                                 str(cfg.heartbeat_ms), str(cfg.deadline)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                                text=True)
+
+
+def lighthouse_main(heartbeat_ms: int, lifetime: float) -> None:
+    """Serve quorums on 127.0.0.1 until killed (or `lifetime` s); print the port first."""
+    from torchft._torchft import LighthouseServer
+
+    server = LighthouseServer(bind="127.0.0.1:0", min_replicas=1, heartbeat_timeout_ms=heartbeat_ms)
+    print(server.address().rsplit(":", 1)[1], flush=True)
+    time.sleep(lifetime)
+    server.shutdown()
+
+
 def run(cfg: Config = Config(), folder: str | None = None) -> dict:
     """Steps 1-5 (the parent); returns both replicas' logs, weights, sockets and timings."""
     import tempfile
 
-    from torchft._torchft import LighthouseServer
-
     out = Path(folder or tempfile.mkdtemp(prefix="torchft_"))
-    lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=1,
-                                  heartbeat_timeout_ms=cfg.heartbeat_ms)
-    port = int(lighthouse.address().rsplit(":", 1)[1])
-    addr = f"http://127.0.0.1:{port}"
     procs, deadline, result = [], time.time() + cfg.deadline, {"folder": str(out)}
     try:
+        procs.append(_start_lighthouse(out, cfg))  # Step 1
+        ready = select.select([procs[0].stdout], [], [], 3 * cfg.timeout)[0]  # never forever
+        port = int(procs[0].stdout.readline().strip() or 0) if ready else 0  # its port
+        if not port:
+            raise RuntimeError(f"the torchft lighthouse did not start; see {out}/lighthouse.log")
+        addr = f"http://127.0.0.1:{port}"
         procs += [_start(0, addr, out, cfg, False), _start(1, addr, out, cfg, True)]
-        _wait(lambda: all(_progress(out, i, p.pid) for i, p in enumerate(procs)), deadline,
+        _wait(lambda: all(_progress(out, i, p.pid) for i, p in enumerate(procs[1:])), deadline,
               "both replicas training")
-        result["listening"] = (listening([p.pid for p in procs])
-                               + listening([os.getpid()], ports={port}))
-        result["exitcode"] = procs[1].wait(max(0.0, deadline - time.time()))  # Step 2
+        result["listening"] = listening([p.pid for p in procs])
+        result["exitcode"] = procs[2].wait(max(0.0, deadline - time.time()))  # Step 2
         reborn = _start(1, addr, out, cfg, False)  # Step 4
         procs.append(reborn)
         _wait(lambda: _progress(out, 1, reborn.pid), deadline, "the restarted replica's step")
         stop = _progress(out, 1, reborn.pid)["step"] + cfg.extra_steps  # Step 5
         _write(out / "stop", stop)
-        for p in (procs[0], reborn):
+        for p in (procs[1], reborn):
             p.wait(max(0.0, deadline - time.time()))
-        result["survivor"] = torch.load(out / f"final_0_{procs[0].pid}.pt")
+        result["survivor"] = torch.load(out / f"final_0_{procs[1].pid}.pt")
         result["restarted"] = torch.load(out / f"final_1_{reborn.pid}.pt")
         result["killed"] = json.loads((out / "killed").read_text())
     finally:
@@ -256,7 +275,8 @@ def run(cfg: Config = Config(), folder: str | None = None) -> dict:
             if p.poll() is None:
                 p.kill()
             p.wait(5)
-        lighthouse.shutdown()
+            if p.stdout is not None:
+                p.stdout.close()
     return result
 
 
@@ -282,5 +302,8 @@ def verdicts(result: dict) -> dict:
     }
 
 
-if __name__ == "__main__":  # a replica process started by `_start`
-    replica_main(*json.loads(sys.argv[1]))
+if __name__ == "__main__":  # a process started by `_start` or `_start_lighthouse`
+    if sys.argv[1] == "lighthouse":
+        lighthouse_main(int(sys.argv[2]), float(sys.argv[3]))
+    else:
+        replica_main(*json.loads(sys.argv[1]))

@@ -84,7 +84,7 @@ def commit_rule(should_commit) -> bool:
     """Exercise 2: commit iff the quorum is not empty and all its members succeeded."""
     name = "commit rule"
     for members, succeeded, want in _COMMIT_CASES:
-        ok, got = attempt(name, lambda: should_commit(list(members), set(succeeded)))
+        ok, got = attempt(name, lambda m=members, s=succeeded: should_commit(list(m), set(s)))
         if not ok:
             return False
         if bool(got) != want:
@@ -103,7 +103,7 @@ def checkpoint_interval(interval) -> bool:
     """Exercise 3: Young's optimum, tried at several checkpoint costs and MTBFs (seconds)."""
     name = "optimal checkpoint interval"
     for c, m in ((60.0, 11_000.0), (10.0, 3_600.0), (300.0, 86_400.0), (1.0, 50.0)):
-        ok, got = attempt(name, lambda: interval(c, m))
+        ok, got = attempt(name, lambda c=c, m=m: interval(c, m))
         if not ok:
             return False
         want = young_interval(c, m)

@@ -93,7 +93,7 @@ class Job:
     def mtbf(self) -> float:
         return job_mtbf(self.gpu_mtbf, self.gpus)
 
-    def with_gpus(self, gpus: int) -> "Job":
+    def with_gpus(self, gpus: int) -> Job:
         return replace(self, gpus=gpus, groups=min(self.groups, gpus))
 
 

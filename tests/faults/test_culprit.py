@@ -50,7 +50,8 @@ def test_simulator_names_deadlock_and_mismatch():
 
 def test_fix_gloo_dump_rebuilds_pg_config():
     raw = {"pg_config": {"": {"name": "", "desc": "", "ranks": "[]"}},
-           "entries": [{"process_group": ("0", "default_pg")}, {"process_group": ("2", "undefined")}]}
+           "entries": [{"process_group": ("0", "default_pg")},
+                       {"process_group": ("2", "undefined")}]}
     fixed = flight.fix_gloo_dump(raw, 3)
     assert fixed["pg_config"] == {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"},
                                   "2": {"name": "2", "desc": "undefined", "ranks": "[0, 1, 2]"}}

@@ -17,7 +17,8 @@ def _equal(a, b):
 def test_failed_steps_are_discarded_and_the_rest_equals_training_without_them():
     res = ft.run(CFG)
     leader = res[1]
-    assert [ok for _, _, ok in leader["log"]] == [True] * 3 + [False, True, True, False] + [True] * 3
+    verdicts = [ok for _, _, ok in leader["log"]]
+    assert verdicts == [True] * 3 + [False, True, True, False] + [True] * 3
     assert res[0][4] == [0, 2]  # replica 1 dropped from the quorum while down
     ref = ft.reference(CFG, ft.committed_steps(leader["log"]))
     for r in res[1:]:
@@ -40,7 +41,8 @@ def test_without_recovery_the_restarted_replica_would_differ():
 
 @pytest.mark.parametrize("bad", [dict(replicas=1), dict(iterations=0),
                                  dict(failures=(ft.Failure(5, 1),)),
-                                 dict(replicas=2, failures=(ft.Failure(0, 1, 3), ft.Failure(1, 2, 3))),
+                                 dict(replicas=2,
+                                      failures=(ft.Failure(0, 1, 3), ft.Failure(1, 2, 3))),
                                  dict(failures=(ft.Failure(0, 1), ft.Failure(1, 1)))])
 def test_config_rejects_bad_values(bad):
     with pytest.raises(ValueError):

@@ -35,7 +35,8 @@ import torch.nn.functional as F
 from syncedu import sim
 from syncedu.lab import models
 
-__all__ = ["Failure", "FTConfig", "status", "replica_batch", "run", "committed_steps", "reference",
+__all__ = ["Failure", "FTConfig", "status", "replica_batch", "run", "should_commit",
+           "committed_steps", "reference",
            "TAG_STATUS", "TAG_QUORUM", "TAG_STATE", "TAG_GRAD", "TAG_MEAN"]
 
 TAG_STATUS, TAG_QUORUM, TAG_STATE, TAG_GRAD, TAG_MEAN = 11, 12, 13, 14, 15
@@ -198,6 +199,11 @@ def _recover(comm, me, members, steps, params) -> int:
     return steps[me]
 
 
+def should_commit(members, succeeded) -> bool:
+    """Step 4's rule: a non-empty quorum, every member of which exchanged successfully."""
+    return bool(members) and set(members) <= set(succeeded)
+
+
 def _exchange(comm, cfg, me, members, step, model, state) -> bool:
     """Step 3: gradients to the leader, the mean and the verdict back; True if committed."""
     params = list(model.parameters())
@@ -209,13 +215,15 @@ def _exchange(comm, cfg, me, members, step, model, state) -> bool:
         reply = torch.zeros(grad.numel() + 1)
         comm.recv(reply, src=leader + 1, tag=TAG_MEAN)
     else:
-        total, flags = grad.clone(), [ok.item()]
+        total, succeeded = grad.clone(), {me} if ok.item() == 1.0 else set()
         for m in members[1:]:
             buf = torch.zeros(grad.numel() + 1)
             comm.recv(buf, src=m + 1, tag=TAG_GRAD)
             total += buf[:-1]
-            flags.append(buf[-1].item())
-        reply = torch.cat([total / len(members), torch.tensor([float(all(flags))])])
+            if buf[-1].item() == 1.0:
+                succeeded.add(m)
+        verdict = float(should_commit(members, succeeded))
+        reply = torch.cat([total / len(members), torch.tensor([verdict])])
         for m in members[1:]:
             comm.send(reply, m + 1, TAG_MEAN)
     if reply[-1] != 1.0 or state == "dies":

@@ -21,8 +21,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from syncedu import sim
-from syncedu.lab import models
+from syncedu import models, sim
 from syncedu.ui.checkers import attempt, checker, verdict
 
 from .goodput import young_interval

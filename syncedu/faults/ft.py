@@ -32,8 +32,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from syncedu import sim
-from syncedu.lab import models
+from syncedu import models, sim
 
 __all__ = ["Failure", "FTConfig", "status", "replica_batch", "run", "should_commit",
            "committed_steps", "reference",

@@ -28,8 +28,7 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
-from syncedu import dp
-from syncedu.lab import models
+from syncedu import dp, models
 
 from .join import train_joined
 

@@ -1,0 +1,88 @@
+"""The Flight Recorder on Gloo: record, dump, fix up, analyze.
+
+torch.distributed keeps a ring buffer of the last collectives of every
+process group (the Flight Recorder; PyTorch's "Flight Recorder for Debugging
+Stuck Jobs" tutorial). On Gloo (torch 2.13) it records by default, but dumps
+nothing by itself on a timeout, so each rank dumps on purpose:
+
+1. run the job; on a collective error, every rank calls
+   `torch._C._distributed_c10d._dump_fr_trace()` (pickled bytes) and writes
+   them to `<folder>/rank_<r>`;
+2. WORKAROUND for an upstream defect: torch 2.13's `fr_trace` raises
+   `KeyError` on raw Gloo dumps, whose `pg_config` has one entry with an empty
+   group name and no ranks. `fix_gloo_dump` rebuilds `pg_config` from the
+   groups the entries name, each over all `world_size` ranks (true for groups
+   made by `new_group()` without `ranks=`, the only kind these demos use);
+3. run `python -m torch.distributed.flight_recorder.fr_trace <folder>`, which
+   matches the ranks' entries and reports who is missing or disagrees.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+import subprocess
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["mismatch_and_dump", "fix_gloo_dump", "fix_folder", "analyze"]
+
+
+def mismatch_and_dump(comm, folder: str, kind: str = "missing", culprit: int = 1,
+                      group_timeout: float = 2.0) -> str:
+    """Step 1 (a rank's worker): one good allreduce, then `culprit` misbehaves; dump.
+
+    kind "missing": the culprit skips the second allreduce (it sleeps past the
+    timeout); kind "type": it calls `broadcast` where its peers call `all_reduce`.
+    """
+    if kind not in ("missing", "type"):
+        raise ValueError(f"kind={kind!r} must be 'missing' or 'type'")
+    group = dist.new_group(timeout=datetime.timedelta(seconds=group_timeout))
+    dist.all_reduce(torch.ones(4), group=group)
+    outcome = "ok"
+    try:
+        if comm.rank != culprit:
+            dist.all_reduce(torch.ones(4), group=group)
+        elif kind == "type":
+            dist.broadcast(torch.ones(4), src=comm.rank, group=group)
+        else:
+            time.sleep(group_timeout + 1.0)
+    except RuntimeError as e:
+        outcome = str(e).splitlines()[0][-70:]
+    raw = torch._C._distributed_c10d._dump_fr_trace()  # nothing is dumped on its own
+    with open(os.path.join(folder, f"rank_{comm.rank}"), "wb") as f:
+        f.write(raw)
+    return outcome
+
+
+def fix_gloo_dump(dump: dict, world_size: int) -> dict:
+    """Step 2 (workaround): `dump` with a `pg_config` entry for every group its entries use."""
+    groups = {tuple(e["process_group"]) for e in dump.get("entries", [])}
+    ranks = str(list(range(world_size)))
+    config = {name: {"name": name, "desc": desc, "ranks": ranks} for name, desc in sorted(groups)}
+    return {**dump, "pg_config": config}
+
+
+def fix_folder(folder: str, world_size: int) -> list[str]:
+    """Apply `fix_gloo_dump` to every `rank_<r>` file in `folder`; returns the files fixed."""
+    fixed = []
+    for r in range(world_size):
+        path = os.path.join(folder, f"rank_{r}")
+        with open(path, "rb") as f:
+            dump = pickle.load(f)
+        with open(path, "wb") as f:
+            pickle.dump(fix_gloo_dump(dump, world_size), f)
+        fixed.append(path)
+    return fixed
+
+
+def analyze(folder: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    """Step 3: torch's own analyzer on `folder`; its report (stderr included) is `.stdout`."""
+    cmd = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", folder,
+           "--prefix", "rank_"]
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout)

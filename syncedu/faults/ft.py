@@ -1,0 +1,261 @@
+"""Per-step fault tolerance from scratch: replicas, a quorum, a commit, live recovery.
+
+The idea of torchft (meta-pytorch/torchft; Rice et al., "torchft" design doc):
+instead of stopping the whole job when one replica fails and restarting all of
+it from a checkpoint, every step is a small transaction among the replicas
+that are alive *now*. Rank 0 plays the lighthouse; ranks 1..R are the replica
+groups (one rank each here). Every iteration:
+
+1. quorum: each replica reports (alive, step) to the lighthouse, which answers
+   every replica with the members (the replicas alive) and the highest step;
+   a replica that went silent is dropped after the heartbeat timeout;
+2. recovery: a member behind the highest step (it was restarted) receives the
+   parameters and step from the lowest healthy member, live, no checkpoint;
+3. exchange: every member sends its gradient (on its batch for that step)
+   and a success flag to the leader (the lowest healthy member), which sums
+   them and answers everyone with the mean and "all succeeded";
+4. commit: the step counts only if every member's exchange succeeded; then
+   every member applies the same SGD step and its step counter advances.
+   Otherwise the step is discarded (parameters unchanged) and retried with the
+   next quorum on the same batches.
+
+Failures are injected (`Failure`): a replica dies during the exchange of
+iteration `at` (its gradient never arrives), stays down `down` iterations, and
+restarts with fresh (wrong) parameters and step 0. On simulated ranks the run
+is deterministic; `reference` replays the committed steps in one process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from syncedu import models, sim
+
+__all__ = ["Failure", "FTConfig", "status", "replica_batch", "run", "should_commit",
+           "committed_steps", "reference",
+           "TAG_STATUS", "TAG_QUORUM", "TAG_STATE", "TAG_GRAD", "TAG_MEAN"]
+
+TAG_STATUS, TAG_QUORUM, TAG_STATE, TAG_GRAD, TAG_MEAN = 11, 12, 13, 14, 15
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Replica `replica` dies in iteration `at`'s exchange and is back `down` iterations later."""
+
+    replica: int
+    at: int
+    down: int = 2
+
+    def __post_init__(self):
+        if self.replica < 0 or self.at < 0:
+            raise ValueError(f"Failure(replica={self.replica}, at={self.at}): both must be >= 0")
+        if self.down < 1:
+            raise ValueError(f"Failure.down={self.down} must be >= 1 iteration")
+
+
+@dataclass(frozen=True)
+class FTConfig:
+    """One fault-tolerant run: `replicas` replicas for `iterations` iterations."""
+
+    replicas: int = 3
+    iterations: int = 10
+    failures: tuple[Failure, ...] = ()
+    lr: float = 0.1
+    batch: int = 8
+    seed: int = 0
+    heartbeat_timeout: float = 2.0  # logical seconds before a silent replica is dropped
+    step_seconds: float = 0.05  # modeled forward+backward per iteration
+
+    def __post_init__(self):
+        if self.replicas < 2:
+            raise ValueError(f"replicas={self.replicas} must be >= 2")
+        if self.iterations < 1 or self.batch < 1:
+            raise ValueError(f"iterations={self.iterations} and batch={self.batch} must be >= 1")
+        for f in self.failures:
+            if not (f.replica < self.replicas and f.at < self.iterations):
+                raise ValueError(f"{f} is outside replicas 0..{self.replicas - 1} "
+                                 f"or iterations 0..{self.iterations - 1}")
+        for t in range(self.iterations):
+            if all(status(self, r, t) == "down" for r in range(self.replicas)):
+                raise ValueError(f"failures={self.failures} leave no replica up at iteration {t}")
+            if sum(status(self, r, t) == "dies" for r in range(self.replicas)) > 1:
+                raise ValueError(f"failures={self.failures}: at most one death per iteration")
+
+
+def status(cfg: FTConfig, replica: int, t: int) -> str:
+    """"up", "dies" (in this iteration's exchange), "down", or "back" (restarted now)."""
+    for f in cfg.failures:
+        if f.replica == replica:
+            if t == f.at:
+                return "dies"
+            if f.at < t < f.at + f.down:
+                return "down"
+            if t == f.at + f.down:
+                return "back"
+    return "up"
+
+
+def replica_batch(cfg: FTConfig, step: int, replica: int):
+    """The batch replica `replica` trains on at committed step `step` (same on any retry)."""
+    g = torch.Generator().manual_seed(cfg.seed * 100_003 + step * 101 + replica)
+    return torch.randn(cfg.batch, 64, generator=g), torch.randint(0, 10, (cfg.batch,), generator=g)
+
+
+def _flat(tensors) -> torch.Tensor:
+    return torch.cat([t.reshape(-1) for t in tensors])
+
+
+def _unflat(flat: torch.Tensor, like) -> list[torch.Tensor]:
+    out, off = [], 0
+    for p in like:
+        out.append(flat[off:off + p.numel()].view_as(p))
+        off += p.numel()
+    return out
+
+
+def _grad(model, cfg, step, replica) -> torch.Tensor:
+    model.zero_grad(set_to_none=True)
+    x, y = replica_batch(cfg, step, replica)
+    F.cross_entropy(model(x), y).backward()
+    return _flat([p.grad for p in model.parameters()])
+
+
+def _lighthouse(comm, cfg: FTConfig) -> list[list[int]]:
+    """Step 1, rank 0: one quorum per iteration (members, and every replica's step)."""
+    quorums, known_dead, n = [], set(), cfg.replicas
+    for _ in range(cfg.iterations):
+        reports = torch.zeros(n, 2, dtype=torch.float64)
+        for r in range(n):
+            comm.recv(reports[r], src=r + 1, tag=TAG_STATUS)
+        alive = [r for r in range(n) if reports[r, 0] == 1]
+        if set(range(n)) - set(alive) - known_dead:  # newly silent: wait out the heartbeat
+            comm.compute(cfg.heartbeat_timeout)
+        known_dead = set(range(n)) - set(alive)
+        answer = torch.zeros(2 * n, dtype=torch.float64)
+        answer[alive] = 1.0
+        answer[n:] = reports[:, 1]
+        for r in range(n):
+            comm.send(answer, dst=r + 1, tag=TAG_QUORUM)
+        quorums.append(alive)
+    return quorums
+
+
+def _fresh(seed: int):
+    model = models.make("mlp", seed=seed)
+    return model, list(model.parameters())
+
+
+def _replica(comm, cfg: FTConfig) -> dict:
+    """Steps 1-4 on replica `comm.rank - 1`."""
+    me, n = comm.rank - 1, cfg.replicas
+    model, params = _fresh(cfg.seed)
+    step, log = 0, []
+    for t in range(cfg.iterations):
+        state = status(cfg, me, t)
+        if state == "back":  # restarted: fresh (wrong) weights, no progress
+            model, params = _fresh(cfg.seed + 1000 + t)
+            step = 0
+        up = state != "down"
+        comm.send(torch.tensor([float(up), float(step)], dtype=torch.float64), 0, TAG_STATUS)
+        answer = torch.zeros(2 * n, dtype=torch.float64)
+        comm.recv(answer, src=0, tag=TAG_QUORUM)  # Step 1
+        if not up:
+            continue
+        members = [r for r in range(n) if answer[r] == 1]
+        steps = {r: int(answer[n + r]) for r in members}
+        step = _recover(comm, me, members, steps, params)  # Step 2
+        comm.compute(cfg.step_seconds)
+        committed = _exchange(comm, cfg, me, members, step, model, state)  # Step 3
+        if committed:  # Step 4
+            with torch.no_grad():
+                for p in params:
+                    p -= cfg.lr * p.grad
+            step += 1
+        log.append((t, tuple(members), committed))
+    return {"alive": status(cfg, me, cfg.iterations - 1) in ("up", "back"), "step": step,
+            "log": log, "params": {k: v.detach().clone() for k, v in model.named_parameters()}}
+
+
+def _recover(comm, me, members, steps, params) -> int:
+    """Step 2: members behind the top step get parameters and step from the lowest healthy one."""
+    top = max(steps.values())
+    behind = [m for m in members if steps[m] < top]
+    source = min(m for m in members if steps[m] == top)
+    if me == source:
+        state = torch.cat([_flat(params).detach(), torch.tensor([float(top)])])
+        for m in behind:
+            comm.send(state, m + 1, TAG_STATE)
+    elif me in behind:
+        buf = torch.zeros(sum(p.numel() for p in params) + 1)
+        comm.recv(buf, src=source + 1, tag=TAG_STATE)
+        with torch.no_grad():
+            for p, v in zip(params, _unflat(buf[:-1], params)):
+                p.copy_(v)
+        return int(buf[-1].item())
+    return steps[me]
+
+
+def should_commit(members, succeeded) -> bool:
+    """Step 4's rule: a non-empty quorum, every member of which exchanged successfully."""
+    return bool(members) and set(members) <= set(succeeded)
+
+
+def _exchange(comm, cfg, me, members, step, model, state) -> bool:
+    """Step 3: gradients to the leader, the mean and the verdict back; True if committed."""
+    params = list(model.parameters())
+    grad = _grad(model, cfg, step, me)
+    ok = torch.tensor([0.0 if state == "dies" else 1.0])
+    leader = members[0]
+    if me != leader:
+        comm.send(torch.cat([grad, ok]), leader + 1, TAG_GRAD)
+        reply = torch.zeros(grad.numel() + 1)
+        comm.recv(reply, src=leader + 1, tag=TAG_MEAN)
+    else:
+        total, succeeded = grad.clone(), {me} if ok.item() == 1.0 else set()
+        for m in members[1:]:
+            buf = torch.zeros(grad.numel() + 1)
+            comm.recv(buf, src=m + 1, tag=TAG_GRAD)
+            total += buf[:-1]
+            if buf[-1].item() == 1.0:
+                succeeded.add(m)
+        verdict = float(should_commit(members, succeeded))
+        reply = torch.cat([total / len(members), torch.tensor([verdict])])
+        for m in members[1:]:
+            comm.send(reply, m + 1, TAG_MEAN)
+    if reply[-1] != 1.0 or state == "dies":
+        return False  # discarded: the parameters stay as they were
+    for p, g in zip(params, _unflat(reply[:-1], params)):
+        p.grad = g.clone()
+    return True
+
+
+def _worker(comm, cfg: FTConfig):
+    return _lighthouse(comm, cfg) if comm.rank == 0 else _replica(comm, cfg)
+
+
+def run(cfg: FTConfig, network=None):
+    """Run `cfg` on `cfg.replicas + 1` simulated ranks; `res[0]` the quorums, `res[1:]` replicas."""
+    return sim.run(_worker, cfg.replicas + 1, args=(cfg,), network=network)
+
+
+def committed_steps(log) -> list[tuple[int, tuple[int, ...]]]:
+    """(step, members) of each committed iteration in a replica's `log`, in order."""
+    done = [members for _, members, ok in log if ok]
+    return list(enumerate(done))
+
+
+def reference(cfg: FTConfig, committed: list[tuple[int, tuple[int, ...]]]) -> dict:
+    """One process, no failures: SGD over `committed` (step, members), the mean in member order."""
+    model, params = _fresh(cfg.seed)
+    for step, members in committed:
+        total = None
+        for m in members:
+            g = _grad(model, cfg, step, m)
+            total = g.clone() if total is None else total + g
+        with torch.no_grad():
+            for p, g in zip(params, _unflat(total / len(members), params)):
+                p -= cfg.lr * g.clone()
+    return {k: v.detach().clone() for k, v in model.named_parameters()}

@@ -1,0 +1,117 @@
+"""Goodput at scale: checkpoint-restart against live per-step recovery.
+
+A job on N GPUs fails N times as often as one GPU: its mean time between
+failures is M = m / N, for a per-GPU MTBF m. Two ways to survive:
+
+1. checkpoint-restart (torchrun `--max-restarts`, lesson 08's elastic run):
+   write a checkpoint every tau seconds of work (cost C each); on a failure,
+   restart everything (cost R) and redo the work since the last checkpoint
+   (tau / 2 on average). To first order (Young, "A first order approximation
+   to the optimum checkpoint interval", CACM 17(9), 1974) the share of time
+   lost is C / tau + (R + tau / 2) / M, smallest at tau* = sqrt(2 C M);
+   Daly ("A higher order estimate of the optimum checkpoint interval for
+   restart dumps", FGCS 22(3), 2006) refines tau* for C not small against M;
+2. live per-step recovery (torchft; ft.py): a failure costs the heartbeat
+   timeout (detection), one discarded step and the peer-to-peer recovery;
+   meanwhile the other G - 1 replica groups train on, so the restart time R
+   of the failed group costs R / G of the job's throughput.
+
+Goodput = useful steps per hour = (1 - lost share) * 3600 / step_seconds.
+Published figures to set the scale (cited in the notebook): Llama 3 405B,
+419 unexpected interruptions in 54 days on 16,384 GPUs (Dubey et al., "The
+Llama 3 Herd of Models", arXiv 2407.21783, 2024, Table 5; read here
+secondhand, via DatacenterDynamics' report of that table).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+__all__ = ["Job", "job_mtbf", "young_interval", "daly_interval", "restart_lost_share",
+           "live_lost_share", "goodput", "LLAMA3", "llama3_gpu_mtbf_hours"]
+
+LLAMA3 = {"interruptions": 419, "days": 54, "gpus": 16_384}  # unexpected interruptions
+
+
+def llama3_gpu_mtbf_hours() -> float:
+    """Per-GPU MTBF implied by Llama 3's figures: job MTBF times the number of GPUs."""
+    job = LLAMA3["days"] * 24 / LLAMA3["interruptions"]
+    return job * LLAMA3["gpus"]
+
+
+def _positive(**values) -> None:
+    for name, v in values.items():
+        if not v > 0:
+            raise ValueError(f"{name}={v!r} must be > 0")
+
+
+def job_mtbf(gpu_mtbf: float, gpus: int) -> float:
+    """M = m / N: failures of independent GPUs add up."""
+    _positive(gpu_mtbf=gpu_mtbf, gpus=gpus)
+    return gpu_mtbf / gpus
+
+
+def young_interval(checkpoint: float, mtbf: float) -> float:
+    """Young 1974: tau* = sqrt(2 C M) (same unit as C and M)."""
+    _positive(checkpoint=checkpoint, mtbf=mtbf)
+    return math.sqrt(2 * checkpoint * mtbf)
+
+
+def daly_interval(checkpoint: float, mtbf: float) -> float:
+    """Daly 2006, eq. (37): sqrt(2CM)(1 + sqrt(C/2M)/3 + C/(18M)) - C for C < 2M, else M."""
+    _positive(checkpoint=checkpoint, mtbf=mtbf)
+    if checkpoint >= 2 * mtbf:
+        return mtbf
+    r = checkpoint / (2 * mtbf)
+    return math.sqrt(2 * checkpoint * mtbf) * (1 + math.sqrt(r) / 3 + r / 9) - checkpoint
+
+
+@dataclass(frozen=True)
+class Job:
+    """A training job; times in seconds, `gpu_mtbf` in seconds too."""
+
+    gpus: int
+    gpu_mtbf: float = llama3_gpu_mtbf_hours() * 3600
+    step: float = 10.0  # seconds per training step
+    checkpoint: float = 60.0  # C: seconds to write one checkpoint
+    restart: float = 600.0  # R: seconds from a failure until the job trains again
+    detect: float = 2.0  # live: heartbeat timeout before the quorum drops a replica
+    recover: float = 5.0  # live: seconds to copy the state from a healthy peer
+    groups: int = 8  # live: replica groups the job is split into
+
+    def __post_init__(self):
+        _positive(gpus=self.gpus, gpu_mtbf=self.gpu_mtbf, step=self.step,
+                  checkpoint=self.checkpoint, groups=self.groups)
+        for name in ("restart", "detect", "recover"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be >= 0 seconds")
+        if self.groups > self.gpus:
+            raise ValueError(f"groups={self.groups} must be <= gpus={self.gpus}")
+
+    @property
+    def mtbf(self) -> float:
+        return job_mtbf(self.gpu_mtbf, self.gpus)
+
+    def with_gpus(self, gpus: int) -> Job:
+        return replace(self, gpus=gpus, groups=min(self.groups, gpus))
+
+
+def restart_lost_share(job: Job, interval: float | None = None) -> float:
+    """Step 1: C / tau + (R + tau / 2) / M, at tau = `interval` (default Young's), capped at 1."""
+    tau = young_interval(job.checkpoint, job.mtbf) if interval is None else interval
+    _positive(interval=tau)
+    return min(1.0, job.checkpoint / tau + (job.restart + tau / 2) / job.mtbf)
+
+
+def live_lost_share(job: Job) -> float:
+    """Step 2: (detect + one step + recover + R / G) / M, capped at 1."""
+    return min(1.0, (job.detect + job.step + job.recover + job.restart / job.groups) / job.mtbf)
+
+
+def goodput(job: Job, how: str = "restart") -> float:
+    """Useful steps per hour under "restart" (checkpoint-restart) or "live" recovery."""
+    if how not in ("restart", "live"):
+        raise ValueError(f"how={how!r} must be 'restart' or 'live'")
+    lost = restart_lost_share(job) if how == "restart" else live_lost_share(job)
+    return (1.0 - lost) * 3600.0 / job.step

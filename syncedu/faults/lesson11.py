@@ -1,0 +1,46 @@
+"""Notebook helpers for notebooks/11_when_ranks_fail: tables and the goodput figure."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+from . import goodput
+
+__all__ = ["ft_table", "goodput_rows", "plot_goodput", "WORLD_SIZES"]
+
+WORLD_SIZES = (256, 1024, 4096, 16_384, 65_536, 131_072)
+
+
+def ft_table(quorums, log) -> str:
+    """One line per iteration: the lighthouse's quorum and what the leader did with the step."""
+    lines = ["iter  quorum     step"]
+    done = {t: ok for t, _, ok in log}
+    for t, members in enumerate(quorums):
+        verdict = {True: "committed", False: "DISCARDED"}.get(done.get(t), "-")
+        lines.append(f"{t:>4}  {str(members):<9}  {verdict}")
+    return "\n".join(lines)
+
+
+def goodput_rows(job: goodput.Job, sizes=WORLD_SIZES) -> list[tuple]:
+    """(gpus, job MTBF h, Young interval min, restart steps/h, live steps/h) per world size."""
+    rows = []
+    for n in sizes:
+        j = job.with_gpus(n)
+        rows.append((n, j.mtbf / 3600, goodput.young_interval(j.checkpoint, j.mtbf) / 60,
+                     goodput.goodput(j, "restart"), goodput.goodput(j, "live")))
+    return rows
+
+
+def plot_goodput(job: goodput.Job, sizes=WORLD_SIZES):
+    """Goodput (useful steps per hour) against world size, both ways of surviving."""
+    rows = goodput_rows(job, sizes)
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    ax.plot([r[0] for r in rows], [r[3] for r in rows], "o-", label="checkpoint-restart (Young)")
+    ax.plot([r[0] for r in rows], [r[4] for r in rows], "s-", label="live per-step recovery")
+    ax.axhline(3600 / job.step, color="grey", lw=0.8, ls=":", label="no failures")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("useful steps per hour")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,309 @@
+"""torchft for real: a lighthouse, two replica groups on Gloo, one SIGKILLed mid-step.
+
+torchft (meta-pytorch/torchft, 0.2.0 here) makes every step a transaction:
+`start_quorum()` asks the lighthouse who is alive, a replica behind the others
+heals from a healthy peer, gradients go through `manager.allreduce`, and
+`should_commit()` says whether every member's step succeeded. The run:
+
+1. the parent starts a `LighthouseServer` (heartbeat timeout 2 s) and two
+   replica processes (`replica_main`), one rank each;
+2. in its `kill_after + 1`-th step with both replicas in the quorum, replica 1
+   SIGKILLs itself after `backward()`, before its
+   allreduce: replica 0's allreduce fails, `should_commit()` is False and its
+   parameters stay as they were (the step is discarded);
+3. after the heartbeat timeout the quorum shrinks to replica 0, which trains on;
+4. the parent restarts replica 1; its first quorum heals it from replica 0
+   (model and optimizer state over the checkpoint transport);
+5. both stop at the same step (a stop file) and save their weights: equal bits.
+
+Known traps, avoided here: torchft's DDP hook kills the *survivor* when the
+peer dies mid-allreduce (torchft#304, #295), so gradients go through the
+manager after `backward()`; and the lighthouse, the manager server, the
+TCPStore and the checkpoint transport listen on every interface by default.
+Here each is bound to 127.0.0.1: the lighthouse by its `bind`, the TCPStore by
+a socket we bind and pass as `master_listen_fd`, and, as a WORKAROUND (0.2.0
+has no option for them), the manager server's `bind` and the HTTP checkpoint
+server's address are patched in the replica processes; Gloo is kept on the
+loopback device with `GLOO_SOCKET_IFNAME`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import torch
+
+__all__ = ["Config", "available", "replica_main", "run", "listening", "verdicts"]
+
+
+@dataclass(frozen=True)
+class Config:
+    kill_after: int = 3  # replica 1 dies in its 4th step with both replicas in the quorum
+    extra_steps: int = 5  # steps both train after the restarted replica healed
+    heartbeat_ms: int = 2000
+    pace: float = 0.05  # seconds slept per step (so the run is watchable)
+    timeout: float = 10.0  # every torchft wait
+    deadline: float = 90.0  # the whole run
+
+    def __post_init__(self):
+        if self.kill_after < 0 or self.extra_steps < 1:
+            raise ValueError(f"kill_after={self.kill_after} must be >= 0 and "
+                             f"extra_steps={self.extra_steps} >= 1")
+        if not (self.heartbeat_ms > 0 and self.timeout > 0 and self.deadline > 0):
+            raise ValueError("heartbeat_ms, timeout and deadline must be > 0")
+
+
+def available() -> str | None:
+    """None if torchft imports, else why not (its cells and tests then skip)."""
+    try:
+        import torchft  # noqa: F401
+    except Exception as e:  # ImportError, or numpy missing (torchft 0.2.0 needs it undeclared)
+        return f"torchft is not installed or does not import here: {e}"
+    return None
+
+
+def _loopback_patches() -> None:
+    """WORKAROUND (torchft 0.2.0): its manager server and checkpoint server on 127.0.0.1."""
+    import torchft.checkpointing.http_transport as http_transport
+    import torchft.manager as manager
+    from torchft._torchft import ManagerServer
+
+    def manager_server(**kwargs):
+        return ManagerServer(**{**kwargs, "bind": "127.0.0.1:0"})
+
+    class LoopbackHTTPServer(ThreadingHTTPServer):
+        def __init__(self, address, handler):
+            super().__init__(("127.0.0.1", address[1]), handler)
+
+    def address(self) -> str:
+        return f"http://127.0.0.1:{self._server.socket.getsockname()[1]}/checkpoint/"
+
+    manager.ManagerServer = manager_server
+    http_transport._IPv6HTTPServer = LoopbackHTTPServer
+    http_transport.HTTPTransport.address = address
+
+
+def _loopback_store():
+    """A TCPStore master listening on 127.0.0.1 only (its default is every interface)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    store = torch.distributed.TCPStore("127.0.0.1", sock.getsockname()[1], is_master=True,
+                                       wait_for_workers=False, master_listen_fd=sock.fileno())
+    return store, sock
+
+
+def _write(path: Path, value) -> None:
+    """Write JSON atomically (a reader never sees half a file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)
+
+
+def _batch(replica: int, step: int):
+    g = torch.Generator().manual_seed(7919 * replica + step)
+    return torch.randn(16, 8, generator=g), torch.randn(16, 4, generator=g)
+
+
+def _setup(index: int, lighthouse: str, cfg: Config):
+    from torchft import Manager, ProcessGroupGloo
+    from torchft.checkpointing.http_transport import HTTPTransport
+
+    _loopback_patches()
+    store, sock = _loopback_store()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    wait = datetime.timedelta(seconds=cfg.timeout)
+    manager = Manager(
+        pg=ProcessGroupGloo(timeout=wait), min_replica_size=1, use_async_quorum=False,
+        load_state_dict=lambda sd: (model.load_state_dict(sd["model"]),
+                                    opt.load_state_dict(sd["opt"])),
+        state_dict=lambda: {"model": model.state_dict(), "opt": opt.state_dict()},
+        replica_id=f"replica_{index}", store_addr="127.0.0.1", store_port=store.port, rank=0,
+        world_size=1, lighthouse_addr=lighthouse, hostname="127.0.0.1", timeout=wait,
+        quorum_timeout=wait, connect_timeout=wait,
+        checkpoint_transport=HTTPTransport(timeout=wait, num_chunks=0))
+    return manager, model, opt, (store, sock)
+
+
+def _step(manager, model, opt, index: int, kill) -> dict:
+    """One fault-tolerant step; a killed replica dies after backward, before its allreduce."""
+    t0 = time.time()
+    manager.start_quorum()
+    t_quorum, step = time.time(), manager.current_step()
+    x, y = _batch(index, step)
+    opt.zero_grad(set_to_none=True)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    if kill(step, manager.num_participants()):
+        os.kill(os.getpid(), signal.SIGKILL)
+    before = [p.detach().clone() for p in model.parameters()]
+    for w in [manager.allreduce(p.grad) for p in model.parameters()]:
+        w.wait()
+    t_reduce = time.time()
+    committed = manager.should_commit()
+    if committed:
+        opt.step()
+    unchanged = all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+    return dict(step=step, t0=t0, t_quorum=t_quorum, t_reduce=t_reduce, committed=committed,
+                unchanged=unchanged, participants=manager.num_participants())
+
+
+def replica_main(index: int, lighthouse: str, folder: str, cfg: Config, kill: bool) -> None:
+    """One replica group (one rank): train until the stop file's step, log, save."""
+    out, cfg = Path(folder), (Config(**cfg) if isinstance(cfg, dict) else cfg)
+    log_fd = os.open(out / f"replica_{index}_{os.getpid()}.log", os.O_WRONLY | os.O_CREAT)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)  # torchft's own logs go to a file, not the notebook
+    manager, model, opt, _keep = _setup(index, lighthouse, cfg)
+    log, start = [], time.time()
+
+    def dies_now(step: int, participants: int) -> bool:
+        together = sum(e["participants"] == 2 for e in log)
+        if kill and participants == 2 and together >= cfg.kill_after:
+            _write(out / "killed", {"time": time.time(), "step": step})
+            return True
+        return False
+
+    while time.time() - start < cfg.deadline:
+        stop = json.loads((out / "stop").read_text()) if (out / "stop").exists() else None
+        if stop is not None and manager.current_step() >= stop:
+            break
+        log.append(_step(manager, model, opt, index, dies_now))
+        _write(out / f"progress_{index}_{os.getpid()}", log[-1])
+        time.sleep(cfg.pace)
+    torch.save({"log": log, "params": model.state_dict(), "step": manager.current_step()},
+               out / f"final_{index}_{os.getpid()}.pt")
+    manager.shutdown(wait=False)
+
+
+def listening(pids, ports=None) -> list[str]:
+    """"ip:port" of every listening TCP socket of `pids` (only `ports`, if given)."""
+    import psutil
+
+    found = []
+    for pid in pids:
+        try:
+            conns = psutil.Process(pid).net_connections(kind="inet")
+        except psutil.NoSuchProcess:
+            continue
+        found += [f"{c.laddr.ip}:{c.laddr.port}" for c in conns
+                  if c.status == psutil.CONN_LISTEN and (ports is None or c.laddr.port in ports)]
+    return sorted(found)
+
+
+def _wait(predicate, deadline: float, what: str) -> None:
+    while not predicate():
+        if time.time() > deadline:
+            raise TimeoutError(f"torchft run: {what} did not happen in time")
+        time.sleep(0.02)
+
+
+def _progress(folder: Path, index: int, pid: int):
+    path = folder / f"progress_{index}_{pid}"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _start(index: int, addr: str, out: Path, cfg: Config, kill: bool) -> subprocess.Popen:
+    """A replica in a fresh interpreter (nothing relies on re-importing the caller's main)."""
+    spec = json.dumps([index, addr, str(out), asdict(cfg), kill])
+    return subprocess.Popen([sys.executable, "-m", "syncedu.faults.torchft_run", spec],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def _start_lighthouse(out: Path, cfg: Config) -> subprocess.Popen:
+    """Step 1: the lighthouse in its own process, on 127.0.0.1, its logs to a file."""
+    with open(out / "lighthouse.log", "wb") as log:
+        return subprocess.Popen([sys.executable, "-m", "syncedu.faults.torchft_run", "lighthouse",
+                                 str(cfg.heartbeat_ms), str(cfg.deadline)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                                text=True)
+
+
+def lighthouse_main(heartbeat_ms: int, lifetime: float) -> None:
+    """Serve quorums on 127.0.0.1 until killed (or `lifetime` s); print the port first."""
+    from torchft._torchft import LighthouseServer
+
+    server = LighthouseServer(bind="127.0.0.1:0", min_replicas=1, heartbeat_timeout_ms=heartbeat_ms)
+    print(server.address().rsplit(":", 1)[1], flush=True)
+    time.sleep(lifetime)
+    server.shutdown()
+
+
+def run(cfg: Config = Config(), folder: str | None = None) -> dict:
+    """Steps 1-5 (the parent); returns both replicas' logs, weights, sockets and timings."""
+    import tempfile
+
+    out = Path(folder or tempfile.mkdtemp(prefix="torchft_"))
+    procs, deadline, result = [], time.time() + cfg.deadline, {"folder": str(out)}
+    try:
+        procs.append(_start_lighthouse(out, cfg))  # Step 1
+        ready = select.select([procs[0].stdout], [], [], 3 * cfg.timeout)[0]  # never forever
+        port = int(procs[0].stdout.readline().strip() or 0) if ready else 0  # its port
+        if not port:
+            raise RuntimeError(f"the torchft lighthouse did not start; see {out}/lighthouse.log")
+        addr = f"http://127.0.0.1:{port}"
+        procs += [_start(0, addr, out, cfg, False), _start(1, addr, out, cfg, True)]
+        _wait(lambda: all(_progress(out, i, p.pid) for i, p in enumerate(procs[1:])), deadline,
+              "both replicas training")
+        result["listening"] = listening([p.pid for p in procs])
+        result["exitcode"] = procs[2].wait(max(0.0, deadline - time.time()))  # Step 2
+        reborn = _start(1, addr, out, cfg, False)  # Step 4
+        procs.append(reborn)
+        _wait(lambda: _progress(out, 1, reborn.pid), deadline, "the restarted replica's step")
+        stop = _progress(out, 1, reborn.pid)["step"] + cfg.extra_steps  # Step 5
+        _write(out / "stop", stop)
+        for p in (procs[1], reborn):
+            p.wait(max(0.0, deadline - time.time()))
+        result["survivor"] = torch.load(out / f"final_0_{procs[1].pid}.pt")
+        result["restarted"] = torch.load(out / f"final_1_{reborn.pid}.pt")
+        result["killed"] = json.loads((out / "killed").read_text())
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait(5)
+            if p.stdout is not None:
+                p.stdout.close()
+    return result
+
+
+def verdicts(result: dict) -> dict:
+    """What the run showed: discard, continue, recover, equal weights; and the timings (s)."""
+    killed, log = result["killed"]["time"], result["survivor"]["log"]
+    failed = [e for e in log if e["step"] == result["killed"]["step"] and not e["committed"]]
+    alone = [e for e in log if e["t0"] > killed and e["participants"] == 1 and e["committed"]]
+    first = result["restarted"]["log"][0]
+    a, b = result["survivor"]["params"], result["restarted"]["params"]
+    return {
+        "discarded, parameters unchanged": bool(failed) and all(e["unchanged"] for e in failed),
+        "quorum shrank, survivor trained on": bool(alone),
+        "restarted replica healed from its peer": first["step"] > 0 and first["participants"] == 2,
+        "final weights bit-identical": result["survivor"]["step"] == result["restarted"]["step"]
+        and all(torch.equal(a[k], b[k]) for k in a),
+        "SIGKILLed (exit code -9)": result["exitcode"] == -signal.SIGKILL,
+        "only 127.0.0.1 listening": bool(result["listening"])
+        and all(x.startswith("127.0.0.1:") for x in result["listening"]),
+        "detect_s": failed[0]["t_reduce"] - killed if failed else None,
+        "shrink_s": alone[0]["t_quorum"] - killed if alone else None,
+        "recover_s": first["t_quorum"] - first["t0"],
+    }
+
+
+if __name__ == "__main__":  # a process started by `_start` or `_start_lighthouse`
+    if sys.argv[1] == "lighthouse":
+        lighthouse_main(int(sys.argv[2]), float(sys.argv[3]))
+    else:
+        replica_main(*json.loads(sys.argv[1]))

@@ -1,0 +1,107 @@
+"""Uneven inputs on real ranks: the hang, DDP's join, ours, and even sharding.
+
+Runs inside `launch.run` ranks (Gloo on CPU). Each rank r trains on
+`counts[r]` batches, e.g. 3 ranks with 4, 7 and 5:
+
+1. `hang`: plain DDP. Once rank 0 runs out, ranks 1 and 2 wait in
+   `backward()`'s gradient allreduce for a peer that never comes, until the
+   process group's timeout (short here: a group made with `new_group(timeout=)`);
+2. `joined`: the same data three ways that do not hang, `with model.join()`,
+   `with Join([model])` (both `divide_by_initial_world_size=False`) and our
+   `train_joined` over `dp.DataParallel`, plus `throw_on_early_termination=True`,
+   which stops every rank as soon as one runs out;
+3. `shards`: the other answer, `DistributedSampler` shards of equal length,
+   by dropping the tail (`drop_last=True`) or padding with repeated samples.
+
+Sources: pytorch#33148 and #38174 (the hang); the DDP `join` docs and the
+"Distributed Training with Uneven Inputs Using the Join Context Manager" tutorial.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+from syncedu import dp, models
+
+from .join import train_joined
+
+__all__ = ["batches", "hang", "joined", "shards", "COUNTS"]
+
+COUNTS = (4, 7, 5)  # batches per rank: rank 0 runs out first
+
+
+def batches(rank: int, count: int, size: int = 8) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Rank `rank`'s `count` batches of `size` digits-like samples, the same on every run."""
+    g = torch.Generator().manual_seed(1000 + rank)
+    return [(torch.randn(size, 64, generator=g), torch.randint(0, 10, (size,), generator=g))
+            for _ in range(count)]
+
+
+def _ddp_steps(model, optimizer, data) -> int:
+    for x, y in data:
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    return len(data)
+
+
+def hang(comm, counts=COUNTS, group_timeout: float = 2.0) -> int:
+    """Step 1: plain DDP on uneven data; a rank with more batches fails after `group_timeout` s."""
+    group = dist.new_group(timeout=datetime.timedelta(seconds=group_timeout))
+    model = DDP(models.make("mlp", seed=0), process_group=group)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    return _ddp_steps(model, optimizer, batches(comm.rank, counts[comm.rank]))
+
+
+def _params(module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.named_parameters()}
+
+
+def joined(comm, counts=COUNTS, lr: float = 0.1) -> dict:
+    """Step 2: DDP's join, the generic Join, ours, and throw_on_early_termination."""
+    data = batches(comm.rank, counts[comm.rank])
+    out = {}
+    for name in ("model.join", "Join"):
+        model = DDP(models.make("mlp", seed=0))
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        ctx = (model.join(divide_by_initial_world_size=False) if name == "model.join"
+               else Join([model], divide_by_initial_world_size=False))
+        with ctx:
+            _ddp_steps(model, optimizer, data)
+        out[name] = _params(model.module)
+    ours = dp.DataParallel(models.make("mlp", seed=0), comm, strategy="flat")
+    optimizer = torch.optim.SGD(ours.parameters(), lr=lr)
+    out["steps"] = train_joined(ours, optimizer, data, F.cross_entropy)
+    out["ours"] = _params(ours.module)
+    out["thrown"] = _thrown(comm, data, lr)
+    return out
+
+
+def _thrown(comm, data, lr) -> str:
+    """How many batches this rank ran before `throw_on_early_termination` stopped it."""
+    model = DDP(models.make("mlp", seed=0))
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    done = 0
+    try:
+        with Join([model], throw_on_early_termination=True):
+            for x, y in data:
+                optimizer.zero_grad(set_to_none=True)
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+                done += 1
+    except RuntimeError as e:
+        return f"stopped after {done} batches: {type(e).__name__}: {str(e).splitlines()[0]}"
+    return f"finished its {done} batches"
+
+
+def shards(n: int, world_size: int, drop_last: bool) -> list[list[int]]:
+    """Step 3: each rank's sample indices under `DistributedSampler` (no shuffle)."""
+    return [list(DistributedSampler(range(n), num_replicas=world_size, rank=r, shuffle=False,
+                                    drop_last=drop_last)) for r in range(world_size)]

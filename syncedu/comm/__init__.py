@@ -1,6 +1,7 @@
 """Layer 1, comm: the `Comm` interface, its two implementations, the ledger, the launcher.
 
 - base.py: `Comm`, the interface every algorithm is written against;
+- local.py: `LocalComm`, world size 1 in this process (the one-process reference);
 - torch_comm.py: `TorchComm`, real processes over torch.distributed;
 - sim.py: `SimComm`, simulated ranks with a logical clock (its files, in the order a
   message meets them: sim.py, sim_links.py, sim_delivery.py, sim_handles.py; built-ins
@@ -17,17 +18,11 @@
 from .base import Comm, Work
 from .errors import DeadlockError, TimeoutError, WorkerError
 from .ledger import Ledger, RankLedger
+from .local import LocalComm
 from .network import PRESETS, Network
 from .result import RunResult
+from .torch_comm import TorchComm
 from .trace import Record, Trace
 
-
-def __getattr__(name):  # TorchComm imports torch.distributed: load it on first use
-    if name == "TorchComm":
-        from .torch_comm import TorchComm
-        return TorchComm
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["Comm", "Work", "TorchComm", "Network", "PRESETS", "Ledger", "RankLedger",
+__all__ = ["Comm", "Work", "TorchComm", "LocalComm", "Network", "PRESETS", "Ledger", "RankLedger",
            "RunResult", "WorkerError", "TimeoutError", "DeadlockError", "Trace", "Record"]

@@ -140,8 +140,7 @@ class Session:
         self._merge_ledger()
 
     def _merge_ledger(self) -> None:
-        for name, c in self.comm.ledger.ops.items():
-            self.ledger.record(name, c.sent, c.received, c.msgs_sent, c.msgs_received, c.calls)
+        self.ledger.merge(self.comm.ledger)  # each entry keeps its kind (counted / modeled)
         self.comm.ledger.reset()
 
     def _close(self) -> None:

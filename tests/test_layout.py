@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "syncedu"
 # The topics in course order; a topic may import the algorithms of the ones before it.
 TOPICS = ("collectives", "dp", "ps", "syncbn", "compress", "horovod", "tuning", "zero", "faults")
-HELPER = re.compile(r"^(lesson\d\d|exercises\d\d|plots)$")  # a topic's notebook helpers
+HELPER = re.compile(r"^(lesson\d\d|exercises(\d\d|_\w+)?|plots)$")  # a topic's notebook helpers
 
 LIGHT = """
 import sys

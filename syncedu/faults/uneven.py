@@ -21,6 +21,7 @@ Sources: pytorch#33148 and #38174 (the hang); the DDP `join` docs and the
 from __future__ import annotations
 
 import datetime
+import re
 import time
 
 import torch
@@ -72,8 +73,9 @@ def hang(comm, counts=COUNTS, group_timeout: float = 2.0) -> str:
             _ddp_steps(model, optimizer, [batch])
         except RuntimeError as e:
             waited = time.perf_counter() - t0
+            said = re.search(r"Timed out waiting \d+ms", str(e))  # Gloo's words, no path
             return (f"backward() of batch {i + 1} failed after {waited:.1f} s: "
-                    f"{str(e).strip().splitlines()[0][-60:]}")
+                    f"{said.group(0) if said else str(e).strip().splitlines()[0][-60:]}")
     return f"finished its {len(data)} batches"
 
 
@@ -84,7 +86,7 @@ def _params(module) -> dict[str, torch.Tensor]:
 def joined(comm, counts=COUNTS, lr: float = 0.1) -> dict:
     """Step 2: DDP's join, the generic Join, ours, and throw_on_early_termination."""
     data = batches(comm.rank, counts[comm.rank])
-    out = {}
+    out = {"init": _params(models.make("mlp", seed=0))}  # where every copy starts
     for name in ("model.join", "Join"):
         model = DDP(models.make("mlp", seed=0))
         optimizer = torch.optim.SGD(model.parameters(), lr=lr)

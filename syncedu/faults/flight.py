@@ -13,8 +13,9 @@ nothing by itself on a timeout, so each rank dumps on purpose:
    group name and no ranks. `fix_gloo_dump` rebuilds `pg_config` from the
    groups the entries name, each over all `world_size` ranks (true for groups
    made by `new_group()` without `ranks=`, the only kind these demos use);
-3. run `python -m torch.distributed.flight_recorder.fr_trace <folder>`, which
-   matches the ranks' entries and reports who is missing or disagrees.
+3. run torch's analyzer, `python -m torch.distributed.flight_recorder.fr_trace
+   <folder>` (here its `main`, in this process), which matches the ranks'
+   entries and reports who is missing or disagrees.
 """
 
 from __future__ import annotations

@@ -19,10 +19,11 @@ heals from a healthy peer, gradients go through `manager.allreduce`, and
    (model and optimizer state over the checkpoint transport);
 5. both stop at the same step (a stop file) and save their weights: equal bits.
 
-Known traps, avoided here: torchft's DDP hook kills the *survivor* when the
-peer dies mid-allreduce (torchft#304, #295), so gradients go through the
-manager after `backward()`; and the lighthouse, the manager server, the
-TCPStore and the checkpoint transport listen on every interface by default.
+Known traps, avoided here: torchft's DDP hook is reported to kill the
+*survivor* when the peer dies mid-allreduce (torchft#304, #295; not
+reproduced), so gradients go through the manager after `backward()`; and
+the lighthouse, the manager server, the TCPStore and the checkpoint
+transport listen on every interface by default.
 Here each is bound to 127.0.0.1: the lighthouse by its `bind`, the TCPStore by
 a socket we bind and pass as `master_listen_fd`, and, as a WORKAROUND (0.2.0
 has no option for them), the manager server's `bind` and the HTTP checkpoint

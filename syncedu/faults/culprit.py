@@ -9,7 +9,8 @@ Side by side (real ranks unless said; every wait a few seconds at most):
 2. `monitored_barrier`: rank 0 checks in every rank within a timeout and names
    the absent one ("Ranks 1 failed to pass monitoredBarrier");
 3. `detail_mismatch`: under `TORCH_DISTRIBUTED_DEBUG=DETAIL` (set before the
-   process group exists: `with debug_detail():` around the launch), a
+   process group exists: `with debug_detail():` around the launch; or, as
+   here, `dist.set_debug_level` before `new_group()`), a
    collective whose shape or op differs between ranks is refused at once, with
    both ranks' calls in the message; without it, mismatched order hangs;
 4. `group_timeouts`: the trap that `new_group()` does not inherit the default
@@ -41,12 +42,16 @@ def first_line(error: BaseException, width: int = 140) -> str:
 
 
 def monitored_barrier(comm, culprit: int = 1, wait: float = 2.0) -> str:
-    """Step 2: the culprit never reaches the barrier; rank 0 names it after `wait` s."""
+    """Step 2: the culprit never reaches the barrier; rank 0 names it after `wait` s.
+
+    On a group of its own, so that the default group stays clean for later runs.
+    """
+    group = dist.new_group()
     if comm.rank == culprit:
-        time.sleep(wait + 1.0)
+        time.sleep(wait + 0.5)
         return "(the culprit: never reached the barrier)"
     try:
-        dist.monitored_barrier(timeout=datetime.timedelta(seconds=wait))
+        dist.monitored_barrier(group, timeout=datetime.timedelta(seconds=wait))
     except RuntimeError as e:
         return first_line(e, 200)
     return "passed"
@@ -67,10 +72,20 @@ def debug_detail(level: str = "DETAIL"):
 
 
 def detail_mismatch(comm, culprit: int = 1) -> dict[str, tuple[str, float]]:
-    """Step 3: the culprit's shape differs, then its op order; kind -> (who ran what, seconds)."""
-    bad = comm.rank == culprit
-    a, b = (lambda: dist.broadcast(torch.ones(4), 0)), (lambda: dist.all_reduce(torch.ones(4)))
-    cases = {"shape": [lambda: dist.all_reduce(torch.ones(5 if bad else 4))],
+    """Step 3: the culprit's shape differs, then its op order; kind -> (who ran what, seconds).
+
+    Runs on a group made under the DETAIL level (`dist.set_debug_level`, what
+    `TORCH_DISTRIBUTED_DEBUG=DETAIL` sets at start-up), so it needs no fresh ranks.
+    """
+    bad, old = comm.rank == culprit, dist.get_debug_level()
+    dist.set_debug_level(dist.DebugLevel.DETAIL)
+    try:
+        g = dist.new_group()  # wrapped: every collective's fingerprint is checked first
+    finally:
+        dist.set_debug_level(old)
+    a = lambda: dist.broadcast(torch.ones(4), 0, group=g)  # noqa: E731
+    b = lambda: dist.all_reduce(torch.ones(4), group=g)  # noqa: E731
+    cases = {"shape": [lambda: dist.all_reduce(torch.ones(5 if bad else 4), group=g)],
              "order": [b, a] if bad else [a, b]}
     out = {}
     for kind, calls in cases.items():

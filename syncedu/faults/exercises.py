@@ -2,13 +2,15 @@
 
 1. `join_shadow`: the learner writes `my_join_allreduce(comm, params, has_data)
    -> int`, Join's shadow allreduce (join.py's `join_allreduce`). The checker
-   trains 3 simulated ranks on 2, 4 and 3 batches with it and compares, step by
-   step, the active-rank counts it returns and the final parameters with ours;
-   a rank out of data that stops answering shows as the simulator's deadlock.
+   trains simulated ranks with it, 3 ranks on 2, 4 and 3 batches, then 4 on
+   3, 1, 4 and 2 (a hard-coded world size fails), and compares, step by step,
+   the active-rank counts it returns and the final parameters with ours; a rank
+   out of data that stops answering shows as the simulator's deadlock, and the
+   known slips (dividing by the world size, not dividing) are named.
 2. `commit_rule`: `should_commit(members, succeeded) -> bool`, ft.py's Step 4:
    commit only if the quorum is not empty and every member's exchange
-   succeeded; tried on cases that separate it from "any", "a majority", "as
-   many as the members" and "always".
+   succeeded; tried on cases that separate it from "any", "a majority", "the
+   leader's alone", "an empty quorum commits" and "always", each with its reason.
 3. `checkpoint_interval`: `interval(checkpoint, mtbf) -> seconds`, Young's
    optimum sqrt(2 C M), tried at several (C, M) against goodput.py's, with the
    usual slips named (missing factor 2, no square root, C / M).
@@ -24,77 +26,119 @@ import torch.nn.functional as F
 from syncedu import models, sim
 from syncedu.ui.checkers import attempt, checker, verdict
 
-from .goodput import young_interval
+from .goodput import daly_interval, young_interval
 from .join import join_allreduce
 from .uneven import batches
 
-COUNTS = (2, 4, 3)
-ACTIVE = [3, 3, 2, 1, 0]  # ranks that trained at each step, then "all done"
+WORLDS = ((2, 4, 3), (3, 1, 4, 2))  # batches per rank, at two world sizes
 _MODEL = dict(seed=0, hidden=9, depth=2)
 
 
-def _join_worker(comm, fn, counts=COUNTS, lr=0.5):
+def _active(counts) -> list[int]:
+    """The ranks with a batch at each step, then 0 ("all done"): what a right answer returns."""
+    return [sum(c > i for c in counts) for i in range(max(counts))] + [0]
+
+
+def _join_worker(comm, fn, counts, lr=0.5):
+    """Train with the learner's `fn` (plain SGD by hand: no optimizer object to hide a bug)."""
     model = models.make("mlp", **_MODEL)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     params, data, actives = list(model.parameters()), batches(comm.rank, counts[comm.rank]), []
     for i in range(max(counts) + 2):  # a correct answer stops after max(counts) + 1 calls
         batch = data[i] if i < len(data) else None
-        optimizer.zero_grad(set_to_none=True)
+        for p in params:
+            p.grad = None
         if batch is not None:
             F.cross_entropy(model(batch[0]), batch[1]).backward()
         actives.append(int(fn(comm, params, batch is not None)))
         if actives[-1] == 0:
             break
-        optimizer.step()
+        with torch.no_grad():
+            for p in params:
+                if p.grad is not None:
+                    p -= lr * p.grad
     return actives, [p.detach().clone() for p in params]
+
+
+def _scaled(factor):
+    """A known slip: ours, then every gradient times `factor(comm, active)`."""
+    def fn(comm, params, has_data):
+        n = join_allreduce(comm, params, has_data)
+        for p in params:
+            if n and p.grad is not None:
+                p.grad *= factor(comm, n)
+        return n
+    return fn
+
+
+_JOIN_SLIPS = {"divided by the world size, not by the ranks that trained":
+               _scaled(lambda comm, n: n / comm.world_size),
+               "summed without dividing by the ranks that trained": _scaled(lambda comm, n: n)}
+
+
+def _same(a, b) -> bool:
+    return all(torch.allclose(x, y, atol=1e-6) for x, y in zip(a, b))
 
 
 @checker
 def join_shadow(my_join_allreduce) -> bool:
-    """Exercise 1: the shadow allreduce, on 3 simulated ranks with 2, 4, 3 batches."""
+    """Exercise 1: the shadow allreduce, on simulated ranks at two world sizes."""
     name = "Join shadow allreduce"
-    try:
-        ok, res = attempt(name, lambda: sim.run(_join_worker, 3, args=(my_join_allreduce,)))
-    except sim.DeadlockError as e:
-        return verdict(name, False, "the ranks deadlocked: a rank out of data must still call "
-                       f"the same all_reduce as its peers ({str(e).splitlines()[1].strip()})")
-    if not ok:
-        return False
-    want = sim.run(_join_worker, 3, args=(join_allreduce,))
-    for r in range(3):
-        if res[r][0] != ACTIVE:
-            return verdict(name, False, f"rank {r} saw active-rank counts {res[r][0]}, "
-                           f"expected {ACTIVE} (the count travels with the gradients)")
-    for r in range(3):
-        if not all(torch.allclose(a, b, atol=1e-6) for a, b in zip(res[r][1], want[0][1])):
-            return verdict(name, False, f"rank {r}'s parameters differ from Join's: divide the "
-                           "summed gradients by the ranks that trained, on every rank")
-    return verdict(name, True, "counts 3, 3, 2, 1, 0 and the same parameters as Join")
+    for counts in WORLDS:
+        n = len(counts)
+        try:
+            ok, res = attempt(name, lambda c=counts: sim.run(_join_worker, len(c),
+                                                              args=(my_join_allreduce, c)))
+        except sim.DeadlockError as e:
+            where = str(e).splitlines()[1].strip()
+            return verdict(name, False, f"{n} ranks deadlocked: a rank out of data must still "
+                           f"call the same all_reduce as its peers ({where})")
+        if not ok:
+            return False
+        want = sim.run(_join_worker, n, args=(join_allreduce, counts))
+        for r in range(n):
+            if res[r][0] != _active(counts):
+                return verdict(name, False, f"{n} ranks with {counts} batches: rank {r} saw "
+                               f"active-rank counts {res[r][0]}, expected {_active(counts)} "
+                               "(the count travels with the gradients; use comm.world_size)")
+        for r in range(n):
+            if not _same(res[r][1], want[0][1]):
+                slip = next((s for s, fn in _JOIN_SLIPS.items() if _same(
+                    res[r][1], sim.run(_join_worker, n, args=(fn, counts))[r][1])),
+                    "divide the summed gradients by the ranks that trained and put them in "
+                    ".grad on every rank, done or not")
+                return verdict(name, False, f"{n} ranks: rank {r}'s parameters differ from "
+                               f"Join's: {slip}")
+    return verdict(name, True, "at 3 and 4 ranks: the active counts and the same parameters "
+                   "as Join")
 
 
-_COMMIT_CASES = [  # (members, succeeded, commit?)
-    ([0, 1, 2], {0, 1, 2}, True), ([0, 1, 2], {0, 1}, False), ([0, 2], {0, 2}, True),
-    ([0, 1], {0, 3}, False), ([0, 1, 2, 3], {1, 2, 3}, False), ([], set(), False),
-    ([1], {1}, True), ([0, 1, 2], {0, 1, 2, 3}, True)]
+_COMMIT_CASES = [  # (members, succeeded, commit?, why)
+    ([0, 1, 2], {0, 1, 2}, True, "every member succeeded"),
+    ([0, 1, 2], {0, 1}, False, "replica 2 failed: one failed member discards the step"),
+    ([0, 2], {0, 2}, True, "replica 1 is not in this quorum, so the step does not wait for it"),
+    ([0, 1, 2, 3], {1, 2, 3}, False, "a majority is not enough: replica 0 failed"),
+    ([0, 1], {1}, False, "replica 0 failed"),
+    ([], set(), False, "an empty quorum commits nothing"),
+    ([1], {1}, True, "a quorum of one that succeeded commits")]
 
 
 @checker
 def commit_rule(should_commit) -> bool:
     """Exercise 2: commit iff the quorum is not empty and all its members succeeded."""
     name = "commit rule"
-    for members, succeeded, want in _COMMIT_CASES:
+    for members, succeeded, want, why in _COMMIT_CASES:
         ok, got = attempt(name, lambda m=members, s=succeeded: should_commit(list(m), set(s)))
         if not ok:
             return False
         if bool(got) != want:
             return verdict(name, False, f"members={members}, succeeded={sorted(succeeded)}: "
                            f"you said {bool(got)}, the step must be "
-                           f"{'committed' if want else 'discarded'}")
+                           f"{'committed' if want else 'discarded'} ({why})")
     return verdict(name, True, f"all {len(_COMMIT_CASES)} cases")
 
 
 _SLIPS = {math.sqrt(0.5): "missing the factor 2 under the root",
-          math.sqrt(2.0): "an extra factor 2"}
+          math.sqrt(2.0): "an extra factor 2", 1 / 60: "minutes, not seconds"}
 
 
 @checker
@@ -111,5 +155,7 @@ def checkpoint_interval(interval) -> bool:
         if abs(got / want - 1) > 1e-3:
             slip = next((s for k, s in _SLIPS.items() if abs(got / want - k) < 1e-3),
                         "the interval grows with the square root of C x M")
+            if abs(got / daly_interval(c, m) - 1) < 1e-3:
+                slip = "that is Daly's higher-order interval; the first-order one is asked"
             return verdict(name, False, f"C={c:g} s, M={m:g} s: you gave {got:.4g} s ({slip})")
     return verdict(name, True, "tau* = sqrt(2 C M) at every (C, M) tried")

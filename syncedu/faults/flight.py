@@ -13,18 +13,21 @@ nothing by itself on a timeout, so each rank dumps on purpose:
    group name and no ranks. `fix_gloo_dump` rebuilds `pg_config` from the
    groups the entries name, each over all `world_size` ranks (true for groups
    made by `new_group()` without `ranks=`, the only kind these demos use);
-3. run `python -m torch.distributed.flight_recorder.fr_trace <folder>`, which
-   matches the ranks' entries and reports who is missing or disagrees.
+3. run torch's analyzer, `python -m torch.distributed.flight_recorder.fr_trace
+   <folder>` (here its `main`, in this process), which matches the ranks'
+   entries and reports who is missing or disagrees.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import io
+import logging
 import os
 import pickle
 import subprocess
-import sys
-import time
+import traceback
 
 import torch
 import torch.distributed as dist
@@ -36,8 +39,8 @@ def mismatch_and_dump(comm, folder: str, kind: str = "missing", culprit: int = 1
                       group_timeout: float = 2.0) -> str:
     """Step 1 (a rank's worker): one good allreduce, then `culprit` misbehaves; dump.
 
-    kind "missing": the culprit skips the second allreduce (it sleeps past the
-    timeout); kind "type": it calls `broadcast` where its peers call `all_reduce`.
+    kind "missing": the culprit skips the second allreduce; kind "type": it
+    calls `broadcast` where its peers call `all_reduce`.
     """
     if kind not in ("missing", "type"):
         raise ValueError(f"kind={kind!r} must be 'missing' or 'type'")
@@ -49,8 +52,6 @@ def mismatch_and_dump(comm, folder: str, kind: str = "missing", culprit: int = 1
             dist.all_reduce(torch.ones(4), group=group)
         elif kind == "type":
             dist.broadcast(torch.ones(4), src=comm.rank, group=group)
-        else:
-            time.sleep(group_timeout + 1.0)
     except RuntimeError as e:
         outcome = str(e).splitlines()[0][-70:]
     raw = torch._C._distributed_c10d._dump_fr_trace()  # nothing is dumped on its own
@@ -80,9 +81,30 @@ def fix_folder(folder: str, world_size: int) -> list[str]:
     return fixed
 
 
-def analyze(folder: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
-    """Step 3: torch's own analyzer on `folder`; its report (stderr included) is `.stdout`."""
-    cmd = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", folder,
-           "--prefix", "rank_"]
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout)
+def analyze(folder: str) -> subprocess.CompletedProcess:
+    """Step 3: torch's own analyzer on `folder`; its report (log and traceback too) is `.stdout`.
+
+    The same as `python -m torch.distributed.flight_recorder.fr_trace <folder>
+    --prefix rank_` (its `main`), run in this process to spare a second import
+    of torch; returncode 1 if it raised.
+    """
+    args = [folder, "--prefix", "rank_"]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        from torch.distributed.flight_recorder import fr_trace
+
+        handlers = [h for h in logging.getLogger("Flight Recorder").handlers
+                    if isinstance(h, logging.StreamHandler)]  # its log, bound at import
+        old = [h.stream for h in handlers]
+        for h in handlers:
+            h.setStream(buf)
+        try:
+            fr_trace.main(args)
+            code = 0
+        except Exception:
+            traceback.print_exc(file=buf)
+            code = 1
+        finally:
+            for h, stream in zip(handlers, old):
+                h.setStream(stream)
+    return subprocess.CompletedProcess(["fr_trace", *args], code, stdout=buf.getvalue())

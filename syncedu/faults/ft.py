@@ -20,7 +20,7 @@ groups (one rank each here). Every iteration:
    next quorum on the same batches.
 
 Failures are injected (`Failure`): a replica dies during the exchange of
-iteration `at` (its gradient never arrives), stays down `down` iterations, and
+iteration `at` (its exchange fails), stays down `down` iterations, and
 restarts with fresh (wrong) parameters and step 0. On simulated ranks the run
 is deterministic; `reference` replays the committed steps in one process.
 """
@@ -43,7 +43,12 @@ TAG_STATUS, TAG_QUORUM, TAG_STATE, TAG_GRAD, TAG_MEAN = 11, 12, 13, 14, 15
 
 @dataclass(frozen=True)
 class Failure:
-    """Replica `replica` dies in iteration `at`'s exchange and is back `down` iterations later."""
+    """Replica `replica` dies in iteration `at`'s exchange and is back `down` iterations later.
+
+    Modeled as a failed exchange: the dying replica's message carries a failure
+    flag, so the leader counts it as not succeeded (a real death shows as an
+    error or a timeout in the allreduce; torchft_run shows that for real).
+    """
 
     replica: int
     at: int

@@ -6,20 +6,24 @@ heals from a healthy peer, gradients go through `manager.allreduce`, and
 `should_commit()` says whether every member's step succeeded. The run:
 
 1. the parent starts a `LighthouseServer` (heartbeat timeout 2 s) and two
-   replica processes (`replica_main`), one rank each;
+   replica processes (`replica_main`, forked after one import of torch), one
+   rank each;
 2. in its `kill_after + 1`-th step with both replicas in the quorum, replica 1
    SIGKILLs itself after `backward()`, before its
    allreduce: replica 0's allreduce fails, `should_commit()` is False and its
    parameters stay as they were (the step is discarded);
 3. after the heartbeat timeout the quorum shrinks to replica 0, which trains on;
-4. the parent restarts replica 1; its first quorum heals it from replica 0
+4. a replacement replica 1 starts (a standby, started with the others so that
+   it has imported torch already; it waits for the `go` file the parent writes
+   after the kill); its first quorum heals it from replica 0
    (model and optimizer state over the checkpoint transport);
 5. both stop at the same step (a stop file) and save their weights: equal bits.
 
-Known traps, avoided here: torchft's DDP hook kills the *survivor* when the
-peer dies mid-allreduce (torchft#304, #295), so gradients go through the
-manager after `backward()`; and the lighthouse, the manager server, the
-TCPStore and the checkpoint transport listen on every interface by default.
+Known traps, avoided here: torchft's DDP hook is reported to kill the
+*survivor* when the peer dies mid-allreduce (torchft#304, #295; not
+reproduced), so gradients go through the manager after `backward()`; and
+the lighthouse, the manager server, the TCPStore and the checkpoint
+transport listen on every interface by default.
 Here each is bound to 127.0.0.1: the lighthouse by its `bind`, the TCPStore by
 a socket we bind and pass as `master_listen_fd`, and, as a WORKAROUND (0.2.0
 has no option for them), the manager server's `bind` and the HTTP checkpoint
@@ -35,14 +39,14 @@ import os
 import select
 import signal
 import socket
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import torch
+
+from .tft_procs import _start_lighthouse, _start_replicas, _wait, _write, listening
 
 __all__ = ["Config", "available", "replica_main", "run", "listening", "verdicts"]
 
@@ -104,13 +108,6 @@ def _loopback_store():
     return store, sock
 
 
-def _write(path: Path, value) -> None:
-    """Write JSON atomically (a reader never sees half a file)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value))
-    os.replace(tmp, path)
-
-
 def _batch(replica: int, step: int):
     g = torch.Generator().manual_seed(7919 * replica + step)
     return torch.randn(16, 8, generator=g), torch.randn(16, 4, generator=g)
@@ -160,12 +157,21 @@ def _step(manager, model, opt, index: int, kill) -> dict:
                 unchanged=unchanged, participants=manager.num_participants())
 
 
-def replica_main(index: int, lighthouse: str, folder: str, cfg: Config, kill: bool) -> None:
-    """One replica group (one rank): train until the stop file's step, log, save."""
+def replica_main(index: int, lighthouse: str, folder: str, cfg: Config, kill: bool,
+                 standby: bool = False) -> None:
+    """One replica group (one rank): train until the stop file's step, log, save.
+
+    A `standby` replica imports torch and torchft, then waits for the `go` file
+    before it joins: the replacement for a killed one, ready without the seconds
+    an import takes (a scheduler would start it after the failure).
+    """
     out, cfg = Path(folder), (Config(**cfg) if isinstance(cfg, dict) else cfg)
     log_fd = os.open(out / f"replica_{index}_{os.getpid()}.log", os.O_WRONLY | os.O_CREAT)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)  # torchft's own logs go to a file, not the notebook
+    import torchft  # noqa: F401  (the slow part of a start, done before the wait)
+    if standby:
+        _wait(lambda: (out / "go").exists(), time.time() + cfg.deadline, "the go file")
     manager, model, opt, _keep = _setup(index, lighthouse, cfg)
     log, start = [], time.time()
 
@@ -186,60 +192,17 @@ def replica_main(index: int, lighthouse: str, folder: str, cfg: Config, kill: bo
     torch.save({"log": log, "params": model.state_dict(), "step": manager.current_step()},
                out / f"final_{index}_{os.getpid()}.pt")
     manager.shutdown(wait=False)
+    os._exit(0)  # skip the interpreter's teardown of torchft's threads (seconds, nothing to save)
 
 
-def listening(pids, ports=None) -> list[str]:
-    """"ip:port" of every listening TCP socket of `pids` (only `ports`, if given)."""
-    import psutil
-
-    found = []
-    for pid in pids:
-        try:
-            conns = psutil.Process(pid).net_connections(kind="inet")
-        except psutil.NoSuchProcess:
-            continue
-        found += [f"{c.laddr.ip}:{c.laddr.port}" for c in conns
-                  if c.status == psutil.CONN_LISTEN and (ports is None or c.laddr.port in ports)]
-    return sorted(found)
-
-
-def _wait(predicate, deadline: float, what: str) -> None:
-    while not predicate():
-        if time.time() > deadline:
-            raise TimeoutError(f"torchft run: {what} did not happen in time")
-        time.sleep(0.02)
+def _alone(entry) -> bool:
+    """Step 3 seen: the survivor committed a step in a quorum of one."""
+    return bool(entry) and entry["participants"] == 1 and entry["committed"]
 
 
 def _progress(folder: Path, index: int, pid: int):
     path = folder / f"progress_{index}_{pid}"
     return json.loads(path.read_text()) if path.exists() else None
-
-
-def _start(index: int, addr: str, out: Path, cfg: Config, kill: bool) -> subprocess.Popen:
-    """A replica in a fresh interpreter (nothing relies on re-importing the caller's main)."""
-    spec = json.dumps([index, addr, str(out), asdict(cfg), kill])
-    return subprocess.Popen([sys.executable, "-m", "syncedu.faults.torchft_run", spec],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-
-
-def _start_lighthouse(out: Path, cfg: Config) -> subprocess.Popen:
-    """Step 1: the lighthouse in its own process, on 127.0.0.1, its logs to a file."""
-    with open(out / "lighthouse.log", "wb") as log:
-        return subprocess.Popen([sys.executable, "-m", "syncedu.faults.torchft_run", "lighthouse",
-                                 str(cfg.heartbeat_ms), str(cfg.deadline)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-                                text=True)
-
-
-def lighthouse_main(heartbeat_ms: int, lifetime: float) -> None:
-    """Serve quorums on 127.0.0.1 until killed (or `lifetime` s); print the port first."""
-    from torchft._torchft import LighthouseServer
-
-    server = LighthouseServer(bind="127.0.0.1:0", min_replicas=1, heartbeat_timeout_ms=heartbeat_ms)
-    print(server.address().rsplit(":", 1)[1], flush=True)
-    time.sleep(lifetime)
-    server.shutdown()
 
 
 def run(cfg: Config = Config(), folder: str | None = None) -> dict:
@@ -254,29 +217,32 @@ def run(cfg: Config = Config(), folder: str | None = None) -> dict:
         port = int(procs[0].stdout.readline().strip() or 0) if ready else 0  # its port
         if not port:
             raise RuntimeError(f"the torchft lighthouse did not start; see {out}/lighthouse.log")
-        addr = f"http://127.0.0.1:{port}"
-        procs += [_start(0, addr, out, cfg, False), _start(1, addr, out, cfg, True)]
-        _wait(lambda: all(_progress(out, i, p.pid) for i, p in enumerate(procs[1:])), deadline,
+        spec = [f"http://127.0.0.1:{port}", str(out), asdict(cfg)]
+        forker, (first, doomed, reborn) = _start_replicas(
+            [[0, *spec, False, False], [1, *spec, True, False], [1, *spec, False, True]], out)
+        procs.append(forker)
+        _wait(lambda: _progress(out, 0, first) and _progress(out, 1, doomed), deadline,
               "both replicas training")
-        result["listening"] = listening([p.pid for p in procs])
-        result["exitcode"] = procs[2].wait(max(0.0, deadline - time.time()))  # Step 2
-        reborn = _start(1, addr, out, cfg, False)  # Step 4
-        procs.append(reborn)
-        _wait(lambda: _progress(out, 1, reborn.pid), deadline, "the restarted replica's step")
-        stop = _progress(out, 1, reborn.pid)["step"] + cfg.extra_steps  # Step 5
+        result["listening"] = listening([procs[0].pid, first, doomed, reborn])
+        _wait(lambda: (out / f"exit_{doomed}").exists(), deadline, "the kill")  # Step 2
+        result["exitcode"] = json.loads((out / f"exit_{doomed}").read_text())
+        _wait(lambda: _alone(_progress(out, 0, first)), deadline, "a step without the dead one")
+        _write(out / "go", True)  # Step 4: the standby replaces the killed replica
+        _wait(lambda: _progress(out, 1, reborn), deadline, "the restarted replica's step")
+        stop = _progress(out, 1, reborn)["step"] + cfg.extra_steps  # Step 5
         _write(out / "stop", stop)
-        for p in (procs[1], reborn):
-            p.wait(max(0.0, deadline - time.time()))
-        result["survivor"] = torch.load(out / f"final_0_{procs[1].pid}.pt")
-        result["restarted"] = torch.load(out / f"final_1_{reborn.pid}.pt")
+        forker.wait(max(0.0, deadline - time.time()))
+        result["survivor"] = torch.load(out / f"final_0_{first}.pt")
+        result["restarted"] = torch.load(out / f"final_1_{reborn}.pt")
         result["killed"] = json.loads((out / "killed").read_text())
     finally:
         for p in procs:
             if p.poll() is None:
+                if p is not procs[0]:
+                    os.killpg(p.pid, signal.SIGKILL)  # the forker and every replica it forked
                 p.kill()
             p.wait(5)
-            if p.stdout is not None:
-                p.stdout.close()
+            p.stdout.close()
     return result
 
 
@@ -300,10 +266,3 @@ def verdicts(result: dict) -> dict:
         "shrink_s": alone[0]["t_quorum"] - killed if alone else None,
         "recover_s": first["t_quorum"] - first["t0"],
     }
-
-
-if __name__ == "__main__":  # a process started by `_start` or `_start_lighthouse`
-    if sys.argv[1] == "lighthouse":
-        lighthouse_main(int(sys.argv[2]), float(sys.argv[3]))
-    else:
-        replica_main(*json.loads(sys.argv[1]))

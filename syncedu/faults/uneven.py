@@ -6,6 +6,7 @@ Runs inside `launch.run` ranks (Gloo on CPU). Each rank r trains on
 1. `hang`: plain DDP. Once rank 0 runs out, ranks 1 and 2 wait in
    `backward()`'s gradient allreduce for a peer that never comes, until the
    process group's timeout (short here: a group made with `new_group(timeout=)`);
+   each rank reports what happened to it;
 2. `joined`: the same data three ways that do not hang, `with model.join()`,
    `with Join([model])` (both `divide_by_initial_world_size=False`) and our
    `train_joined` over `dp.DataParallel`, plus `throw_on_early_termination=True`,
@@ -20,6 +21,8 @@ Sources: pytorch#33148 and #38174 (the hang); the DDP `join` docs and the
 from __future__ import annotations
 
 import datetime
+import re
+import time
 
 import torch
 import torch.distributed as dist
@@ -52,12 +55,28 @@ def _ddp_steps(model, optimizer, data) -> int:
     return len(data)
 
 
-def hang(comm, counts=COUNTS, group_timeout: float = 2.0) -> int:
-    """Step 1: plain DDP on uneven data; a rank with more batches fails after `group_timeout` s."""
+def hang(comm, counts=COUNTS, group_timeout: float = 2.0) -> str:
+    """Step 1: plain DDP on uneven data; a rank with more batches fails after `group_timeout` s.
+
+    Returns what happened on this rank: "finished its 4 batches", or the batch
+    whose `backward()` failed, the seconds it waited and Gloo's message. The
+    error is caught here, in the rank, so that the ranks (a `launch.Pool`'s)
+    live on: only the short-timeout group is broken, the default one is not.
+    """
     group = dist.new_group(timeout=datetime.timedelta(seconds=group_timeout))
     model = DDP(models.make("mlp", seed=0), process_group=group)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    return _ddp_steps(model, optimizer, batches(comm.rank, counts[comm.rank]))
+    data = batches(comm.rank, counts[comm.rank])
+    for i, batch in enumerate(data):
+        t0 = time.perf_counter()
+        try:
+            _ddp_steps(model, optimizer, [batch])
+        except RuntimeError as e:
+            waited = time.perf_counter() - t0
+            said = re.search(r"Timed out waiting \d+ms", str(e))  # Gloo's words, no path
+            return (f"backward() of batch {i + 1} failed after {waited:.1f} s: "
+                    f"{said.group(0) if said else str(e).strip().splitlines()[0][-60:]}")
+    return f"finished its {len(data)} batches"
 
 
 def _params(module) -> dict[str, torch.Tensor]:
@@ -67,7 +86,7 @@ def _params(module) -> dict[str, torch.Tensor]:
 def joined(comm, counts=COUNTS, lr: float = 0.1) -> dict:
     """Step 2: DDP's join, the generic Join, ours, and throw_on_early_termination."""
     data = batches(comm.rank, counts[comm.rank])
-    out = {}
+    out = {"init": _params(models.make("mlp", seed=0))}  # where every copy starts
     for name in ("model.join", "Join"):
         model = DDP(models.make("mlp", seed=0))
         optimizer = torch.optim.SGD(model.parameters(), lr=lr)

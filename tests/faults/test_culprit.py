@@ -27,8 +27,12 @@ def test_monitored_barrier_names_rank_1_and_new_group_timeout_trap():
     assert _children() <= before
 
 
-def test_detail_names_both_ranks_fast():
-    with culprit.debug_detail():
+@pytest.mark.parametrize("env", [False, True])
+def test_detail_names_both_ranks_fast(env):
+    if env:  # TORCH_DISTRIBUTED_DEBUG=DETAIL from the start
+        with culprit.debug_detail():
+            res = launch.run(culprit.detail_mismatch, 2, timeout=60, output="quiet")
+    else:  # dist.set_debug_level inside detail_mismatch alone
         res = launch.run(culprit.detail_mismatch, 2, timeout=60, output="quiet")
     assert res[0]["shape"][0] == "rank 0: ALLREDUCE [4] | rank 1: ALLREDUCE [5]"
     assert res[0]["order"][0] == "rank 0: BROADCAST [4] | rank 1: ALLREDUCE [4]"

@@ -8,6 +8,7 @@ import torch
 
 from syncedu.faults import exercises as ex
 from syncedu.faults import ft
+from syncedu.faults import goodput as g
 from syncedu.faults.join import join_allreduce
 
 
@@ -35,13 +36,69 @@ def _no_count(comm, params, has_data):
     return comm.world_size
 
 
+def _sum_only(comm, params, has_data):
+    n = join_allreduce(comm, params, has_data)
+    for p in params:
+        if n and p.grad is not None:
+            p.grad *= n  # forgot to divide
+    return n
+
+
+def _local_grads(comm, params, has_data):  # the collective carries only the count
+    flag = torch.tensor([1.0 if has_data else 0.0])
+    comm.all_reduce(flag)
+    return int(flag.item())
+
+
+def _done_rank_leaves_grad(comm, params, has_data):
+    saved = [p.grad for p in params]
+    n = join_allreduce(comm, params, has_data)
+    if not has_data:
+        for p, g in zip(params, saved):
+            p.grad = g  # a done rank keeps no gradient: its copy drifts from the others
+    return n
+
+
+def _hardcoded_three(comm, params, has_data):  # counts the done ranks, assumes 3 ranks
+    grads = [p.grad if has_data else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads] + [torch.tensor([0.0 if has_data else 1.0])])
+    comm.all_reduce(flat)
+    active = 3 - int(round(flat[-1].item()))
+    if active:
+        off = 0
+        for p in params:
+            p.grad = (flat[off:off + p.numel()] / active).view_as(p).clone()
+            off += p.numel()
+    return active
+
+
+def _two_collectives(comm, params, has_data):  # right, in two all_reduces: accepted
+    flag = torch.tensor([1.0 if has_data else 0.0])
+    comm.all_reduce(flag)
+    n = int(flag.item())
+    for p in params:
+        g = p.grad.clone() if has_data else torch.zeros_like(p)
+        comm.all_reduce(g)
+        if n:
+            p.grad = g / n
+    return n
+
+
+def test_join_shadow_accepts_a_different_right_answer(capsys):
+    assert ex.join_shadow.grade(_two_collectives)
+
+
 def test_join_shadow_rejects_wrong_answers(capsys):
-    assert not ex.join_shadow.grade(_divide_by_world)
-    assert "differ" in capsys.readouterr().out
-    assert not ex.join_shadow.grade(_skip_when_done)
-    assert "deadlock" in capsys.readouterr().out
-    assert not ex.join_shadow.grade(_no_count)
-    assert "active-rank counts" in capsys.readouterr().out
+    for wrong, says in ((_divide_by_world, "divided by the world size"),
+                        (_sum_only, "summed without dividing"),
+                        (_skip_when_done, "deadlock"),
+                        (_no_count, "active-rank counts"),
+                        (_local_grads, "differ from Join's"),
+                        (_done_rank_leaves_grad, "on every rank, done or not"),
+                        (_hardcoded_three, "4 ranks with (3, 1, 4, 2) batches")):
+        capsys.readouterr()
+        assert not ex.join_shadow.grade(wrong), wrong.__name__
+        assert says in capsys.readouterr().out, wrong.__name__
 
 
 def test_join_shadow_not_attempted(capsys):
@@ -51,13 +108,18 @@ def test_join_shadow_not_attempted(capsys):
     assert "not attempted" in capsys.readouterr().out
 
 
-def test_commit_rule():
+def test_commit_rule(capsys):
     assert ex.commit_rule.grade(ft.should_commit)  # the rule ft.py's leader applies
-    assert not ex.commit_rule.grade(lambda m, s: bool(s))  # any success
-    assert not ex.commit_rule.grade(lambda m, s: len(s & set(m)) > len(m) / 2)  # majority
-    assert not ex.commit_rule.grade(lambda m, s: len(s) >= len(m))  # as many as members
-    assert not ex.commit_rule.grade(lambda m, s: set(m) <= s)  # commits an empty quorum
-    assert not ex.commit_rule.grade(lambda m, s: True)
+    assert ex.commit_rule.grade(lambda m, s: len(m) > 0 and all(r in s for r in m))
+    for wrong, says in ((lambda m, s: bool(s), "one failed member discards"),  # any success
+                        (lambda m, s: len(s & set(m)) > len(m) / 2, "one failed member discards"),
+                        (lambda m, s: set(m) <= s, "an empty quorum commits nothing"),
+                        (lambda m, s: bool(m) and m[0] in s, "one failed member discards"),
+                        (lambda m, s: True, "one failed member discards"),
+                        (lambda m, s: False, "every member succeeded")):
+        capsys.readouterr()
+        assert not ex.commit_rule.grade(wrong)
+        assert says in capsys.readouterr().out
 
 
 def test_checkpoint_interval(capsys):
@@ -65,7 +127,9 @@ def test_checkpoint_interval(capsys):
     for wrong, says in ((lambda c, m: math.sqrt(c * m), "factor 2"),
                         (lambda c, m: 2 * c * m, "square root"),
                         (lambda c, m: math.sqrt(2 * c / m), "square root"),
-                        (lambda c, m: m / 2, "square root")):
+                        (lambda c, m: m / 2, "square root"),
+                        (lambda c, m: math.sqrt(2 * c * m) / 60, "minutes"),
+                        (g.daly_interval, "Daly")):
         capsys.readouterr()
         assert not ex.checkpoint_interval.grade(wrong)
         assert says in capsys.readouterr().out

@@ -1,4 +1,14 @@
-"""Checkers for notebooks/01_collectives' exercises (run on simulated ranks: instant, exact)."""
+"""Checkers for notebooks/01_collectives' exercises (run on simulated ranks: instant, exact).
+
+1. `all_gather_from_send_recv`: a *ring* all-gather from send/recv. Each rank's data is
+   seeded differently (so no answer can be computed in closed form) and larger than the
+   simulator's eager limit (so a blocking send-first ring deadlocks, as on a real network).
+   The trace must show the ring: N-1 messages per rank, all to one neighbour.
+2. `allreduce_from_collectives`: reduce-scatter then all-gather; the counted ledger must show
+   that each collective carried the whole tensor (not a dummy), in that order.
+and the quick check `quick_busbw`.
+Wrong answers each checker rejects: tests/collectives/test_exercises01.py.
+"""
 
 from __future__ import annotations
 
@@ -6,53 +16,132 @@ import torch
 
 from syncedu.collectives import cost
 from syncedu.comm import sim
-from syncedu.ui.checkers import attempt, checker, simulated_allreduces, verdict
+from syncedu.comm.errors import DeadlockError
+from syncedu.ui.checkers import attempt, checker, verdict
 
 _P2P = {"send", "recv"}
+NUMEL = 20_000  # 80,000 bytes of float32: above the simulator's 64 KiB eager limit
+
+
+def rank_data(rank: int, numel: int = NUMEL) -> torch.Tensor:
+    """Rank `rank`'s input: small integers (exact sums), seeded by the rank."""
+    g = torch.Generator().manual_seed(1000 + rank)
+    return torch.randint(-50, 51, (numel,), generator=g).float()
+
+
+def _run(name: str, worker, n: int):
+    """(ok, res) of `worker` on `n` simulated ranks; a deadlock becomes a verdict."""
+    try:
+        return attempt(name, lambda: sim.run(worker, n))
+    except DeadlockError as e:
+        waits = "; ".join(line.strip() for line in str(e).splitlines()[1:3])
+        verdict(name, False, f"with {n} ranks the ranks deadlock ({waits}). Blocking sends of "
+                "large tensors wait for the matching receive: post isend and irecv together "
+                "and wait for both, or let even ranks send first and odd ranks receive first")
+        return False, None
 
 
 @checker
 def all_gather_from_send_recv(my_all_gather, world_sizes=(2, 3, 5)) -> bool:
-    """Exercise 01.1: `my_all_gather(comm, tensor)` returns [rank 0's, rank 1's, ...]."""
-    name = "Exercise 1 (all-gather from send/recv)"
+    """Exercise 01.1: a ring `my_all_gather(comm, tensor)` returns [rank 0's, rank 1's, ...]."""
+    name = "Exercise 1 (ring all-gather from send/recv)"
 
     def worker(comm):
-        mine = torch.arange(3.0) + 10 * comm.rank
-        out = my_all_gather(comm, mine.clone())
-        return [t.tolist() for t in out]
+        out = my_all_gather(comm, rank_data(comm.rank))
+        return [torch.as_tensor(t).clone() for t in out]
 
     for n in world_sizes:
-        ok, res = attempt(name, lambda n=n: sim.run(worker, n))
+        ok, res = _run(name, worker, n)
         if not ok:
             return False
-        want = [[10.0 * r, 10.0 * r + 1, 10.0 * r + 2] for r in range(n)]
-        bad = [r for r, got in enumerate(res) if got != want]
-        if bad:
-            return verdict(name, False, f"with {n} ranks rank {bad[0]} got {res[bad[0]]}, "
-                            f"expected {want}")
+        wrong = _gather_mistake(n, list(res))
+        if wrong:
+            return verdict(name, False, wrong)
         if set(res.ledger.ops) - _P2P:
             return verdict(name, False, "use only send/recv (or isend/irecv), no built-in "
                             f"collective (saw {sorted(set(res.ledger.ops) - _P2P)})")
+        pattern = _ring_mistake(n, res.trace)
+        if pattern:
+            return verdict(name, False, pattern)
     return verdict(name, True)
 
 
+def _gather_mistake(n: int, got: list) -> str:
+    """What is wrong with the ranks' lists, or '' if every entry r holds rank r's data."""
+    data = [rank_data(r) for r in range(n)]
+    for r, out in enumerate(got):
+        if len(out) != n:
+            return f"with {n} ranks rank {r} returned {len(out)} tensors; return world_size of them"
+        for k, t in enumerate(out):
+            if t.shape == data[k].shape and torch.equal(t, data[k]):
+                continue
+            who = [j for j in range(n) if t.shape == data[j].shape and torch.equal(t, data[j])]
+            held = f"rank {who[0]}'s data" if who else "data of no rank"
+            return (f"with {n} ranks rank {r}'s entry {k} holds {held}; entry k must be rank "
+                    f"k's tensor (check which chunk you pass on at each step)")
+    return ""
+
+
+def _ring_mistake(n: int, trace) -> str:
+    """'' if every rank sent N-1 messages of one tensor each, all to the same neighbour."""
+    if n < 3:
+        return ""  # on 2 ranks a ring and a direct exchange are the same pattern
+    for r in range(n):
+        mine = trace.only(src=r)
+        peers = sorted(set(mine.dst.tolist()))
+        if len(peers) != 1 or (peers[0] - r) % n not in (1, n - 1):
+            return (f"with {n} ranks rank {r} sent to ranks {peers}: a ring passes every "
+                    f"tensor on through one neighbour, rank r to r + 1 (or r - 1)")
+        if len(mine) != n - 1:
+            return (f"with {n} ranks rank {r} sent {len(mine)} messages; a ring all-gather "
+                    f"takes N - 1 = {n - 1} steps of one tensor each")
+    return ""
+
+
 @checker
-def allreduce_from_collectives(my_allreduce, world_sizes=(2, 4)) -> bool:
+def allreduce_from_collectives(my_allreduce, world_sizes=(2, 3, 4), numel: int = 12) -> bool:
     """Exercise 01.2: allreduce from comm.reduce_scatter + comm.all_gather (length % N == 0)."""
     name = "Exercise 2 (allreduce = reduce-scatter + all-gather)"
 
-    runs = simulated_allreduces(name, my_allreduce, world_sizes,
-                                lambda r: torch.arange(8.0) * (r + 1))
-    if runs is None:
-        return False
-    for n, res, want in runs:
-        if any(got != want for got in res):
-            return verdict(name, False, f"with {n} ranks got {res[0]}, expected {want}")
+    def worker(comm):
+        x = rank_data(comm.rank, numel)
+        my_allreduce(comm, x)
+        return x.tolist()
+
+    for n in world_sizes:
+        ok, res = _run(name, worker, n)
+        if not ok:
+            return False
+        want = sum(rank_data(r, numel) for r in range(n)).tolist()
+        bad = [r for r, got in enumerate(res) if got != want]
+        if bad:
+            return verdict(name, False, f"with {n} ranks rank {bad[0]} got {res[bad[0]][:4]}..., "
+                            f"expected {want[:4]}... (x must hold the sum, in place)")
         used = set(res.ledger.ops)
         if used != {"reduce_scatter", "all_gather"}:
             return verdict(name, False, f"use comm.reduce_scatter then comm.all_gather "
                             f"(used {sorted(used)})")
+        wrong = _collectives_mistake(n, res, numel * 4)
+        if wrong:
+            return verdict(name, False, wrong)
     return verdict(name, True)
+
+
+def _collectives_mistake(n: int, res, nbytes: int) -> str:
+    """'' if each collective was called once, on the whole tensor, reduce-scatter first."""
+    counted = res.ledger.counted.ops
+    for op in ("reduce_scatter", "all_gather"):
+        if res.ledger.ops[op].calls != [1] * n:
+            return f"with {n} ranks {op} was called {res.ledger.ops[op].calls} times per rank; once each"
+        want = (n - 1) * nbytes // n  # a ring of either collective: (N-1)/N of the tensor
+        if op not in counted or counted[op].sent != [want] * n:
+            got = counted[op].sent if op in counted else None
+            return (f"with {n} ranks your {op} carried {got} bytes per rank, but one over the "
+                    f"whole {nbytes}-byte tensor carries {want}: pass x's own chunks")
+    ops = res.trace.op.tolist()  # in the order the messages were sent
+    if ops and ops[0] != "reduce_scatter":
+        return "reduce first (reduce_scatter), then share the summed chunks (all_gather)"
+    return ""
 
 
 @checker

@@ -1,9 +1,12 @@
 """Checkers for notebooks/00_start_here's exercises.
 
-1. `sum_of_squares`: one all_reduce, on real ranks (1 and 3);
+1. `sum_of_squares`: one all_reduce, on real ranks (1 and 3), watched by a spy on the
+   comm: rank r must give it (r+1)^2 and return what it gave back;
 2. `pass_the_token`: the learner's ring pass on simulated ranks (2, 3 and 5):
-   each rank's value, one message per rank, and a deadlock explained;
+   each rank's value, one message sent and one received per rank, the trace's
+   pattern (r to r + 1), and a deadlock explained;
 and the quick check `ring_bytes`.
+Wrong answers each checker rejects: tests/ui/test_exercises00.py.
 """
 
 from __future__ import annotations
@@ -14,19 +17,71 @@ from syncedu.comm.ledger import ring_allreduce_elements
 from syncedu.ui.checkers import attempt, checker, verdict
 
 
+class _Spy:
+    """The learner's comm, recording what each all_reduce was given and gave back."""
+
+    def __init__(self, comm, offset: float = 0.0):
+        self._comm, self.offset, self.inputs, self.outputs = comm, offset, [], []
+
+    def __getattr__(self, name):
+        return getattr(self._comm, name)
+
+    def all_reduce(self, tensor, *args, **kwargs):
+        self.inputs.append(tensor.detach().flatten().tolist())
+        out = self._comm.all_reduce(tensor, *args, **kwargs)
+        tensor.add_(self.offset)  # a marked result: an answer that ignores it is found out
+        self.outputs.append(tensor.detach().flatten().tolist())
+        return out
+
+
+def _spied(worker, offset: float = 0.0):
+    """A worker that runs `worker` on a spying comm: (its result, inputs, outputs)."""
+    def run(comm):
+        spy = _Spy(comm, offset)
+        return worker(spy), spy.inputs, spy.outputs
+    return run
+
+
 @checker
 def sum_of_squares(worker, world_sizes=(1, 3)) -> bool:
-    """Exercise 00.1: every rank must return 1^2 + 2^2 + ... + N^2."""
+    """Exercise 00.1: every rank must return 1^2 + 2^2 + ... + N^2, summed by the all_reduce.
+
+    Rejects: a wrong value; no or several all_reduces; a closed-form answer with the
+    collective called on something else (rank r's input must hold (r+1)^2); an answer
+    that does not come from the all_reduce's result (Step 2 marks that result with an
+    offset of 1000 and expects the answer to follow it).
+    """
     name = "Exercise 1 (sum of squares)"
     for n in world_sizes:
-        ok, res = attempt(name, lambda n=n: launch.run(worker, n, output="quiet"))
+        ok, res = attempt(name, lambda n=n: launch.run(_spied(worker), n, output="quiet"))
         if not ok:
             return False
         want = n * (n + 1) * (2 * n + 1) // 6
-        if [float(v) for v in res] != [float(want)] * n:
-            return verdict(name, False, f"with {n} ranks got {list(res)}, expected {want} on each")
-        if res.ledger.ops.get("all_reduce") is None or sum(res.ledger.ops["all_reduce"].calls) != n:
-            return verdict(name, False, "use exactly one comm.all_reduce per rank")
+        values = [v for v, _, _ in res]
+        try:
+            floats = [float(v) for v in values]
+        except (TypeError, ValueError):
+            return verdict(name, False, f"with {n} ranks got {values}; return a number (t.item())")
+        if floats != [float(want)] * n:
+            return verdict(name, False, f"with {n} ranks got {values}, expected {want} on each")
+        calls = [len(ins) for _, ins, _ in res]
+        if calls != [1] * n:
+            return verdict(name, False, f"use exactly one comm.all_reduce per rank (made {calls})")
+        for r, (value, ins, outs) in enumerate(res):
+            if (r + 1) ** 2 not in ins[0]:
+                return verdict(name, False, f"with {n} ranks rank {r} passed {ins[0][:4]} to "
+                               f"all_reduce; it must hold (r+1)^2 = {(r + 1) ** 2}: let the "
+                               "collective do the sum, not a closed formula")
+            if float(value) not in outs[0]:
+                return verdict(name, False, f"rank {r} returned {value}, which is not what its "
+                               f"all_reduce produced ({outs[0][:4]}): return the reduced value")
+    # Step 2: once more with the all_reduce's result marked (+1000): a closed formula misses it
+    ok, res = attempt(name, lambda: launch.run(_spied(worker, 1000.0), n, output="quiet"))
+    if not ok:
+        return False
+    if [float(v) for v, _, _ in res] != [float(want + 1000)] * n:
+        return verdict(name, False, "your answer does not change when the all_reduce's result "
+                       "does: return the reduced tensor's value, not a closed formula")
     return verdict(name, True)
 
 
@@ -91,4 +146,13 @@ def pass_the_token(worker, world_sizes=(2, 3, 5)) -> bool:
         if sent != [1] * n:
             return verdict(name, False, f"with {n} ranks the ranks sent {sent} messages; "
                             "each rank sends exactly one (rank r to r + 1, the last to 0)")
+        got = [sum(op.msgs_received[r] for op in res.ledger.ops.values()) for r in range(n)]
+        if got != [1] * n:
+            return verdict(name, False, f"with {n} ranks the ranks received {got} messages; "
+                            "each rank receives exactly one (rank 0 the token that comes back)")
+        pairs = dict(res.trace.pairs())
+        ring = {(r, (r + 1) % n): 1 for r in range(n)}
+        if pairs != ring:
+            return verdict(name, False, f"with {n} ranks the messages went {sorted(pairs)}; "
+                            f"the token goes round the ring {sorted(ring)}")
     return verdict(name, True)

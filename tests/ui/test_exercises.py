@@ -177,7 +177,7 @@ def test_lesson01_and_02_checkers_grade_right_and_wrong(capsys):
     def last_root(comm, x):
         _naive_by_hand(comm, x, root=comm.world_size - 1)
 
-    assert ex1.all_gather_from_send_recv.grade(gather)
+    assert not ex1.all_gather_from_send_recv.grade(gather)  # a direct exchange, not a ring
     assert not ex1.all_gather_from_send_recv.grade(gather_builtin)
     assert not ex1.all_gather_from_send_recv.grade(stub_any)
     assert ex1.allreduce_from_collectives.grade(rs_ag)

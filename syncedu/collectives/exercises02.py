@@ -187,13 +187,13 @@ def ring_from_send_recv(my_ring_allreduce, cases=((3, 7), (5, 13), (5, 7), (4, 9
         if used:
             return verdict(name, False, "write it from comm.send/recv or isend/irecv, not a "
                             f"ready-made collective (saw {sorted(used)})")
+        msgs = res.ledger.counted.msgs_sent
+        if len(res.trace) and msgs != [2 * (n - 1)] * n:
+            return verdict(name, False, f"with {n} ranks each rank sent {msgs} messages; a "
+                            f"ring takes 2(N-1) = {2 * (n - 1)} steps of one chunk each")
         pattern = _ring_pattern(res.trace, n)
         if pattern:
             return verdict(name, False, f"with {n} ranks: {pattern}")
-        msgs = res.ledger.counted.msgs_sent
-        if msgs != [2 * (n - 1)] * n:
-            return verdict(name, False, f"with {n} ranks each rank sent {msgs} messages; a "
-                            f"ring takes 2(N-1) = {2 * (n - 1)} steps of one chunk each")
         want_bytes = sum(ring_allreduce_elements(numel, n, r)[0] * 4 for r in range(n))
         if sum(res.ledger.counted.sent) != want_bytes:
             return verdict(name, False, f"with {n} ranks the ranks sent "

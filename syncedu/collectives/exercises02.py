@@ -8,6 +8,7 @@ import torch
 
 from syncedu.collectives import cost
 from syncedu.comm import sim
+from syncedu.comm.errors import DeadlockError
 from syncedu.comm.ledger import ring_allreduce_elements, ring_chunks
 from syncedu.comm.network import Network
 from syncedu.ui.checkers import attempt, checker, simulated_allreduces, verdict
@@ -60,6 +61,11 @@ def rotated_naive(my_allreduce, world_sizes=(2, 3, 6)) -> bool:
         if set(res.ledger.ops) - _P2P:
             return verdict(name, False, "write it with comm.send/recv (or isend/irecv), "
                             f"not a ready-made collective (saw {sorted(set(res.ledger.ops))})")
+        strays = sorted({(s, d) for s, d in res.trace.pairs() if n - 1 not in (s, d)})
+        if strays:
+            return verdict(name, False, f"with {n} ranks messages went {strays[:3]} (source, "
+                            f"destination): every message of a naive allreduce goes to or "
+                            f"from the root, rank {n - 1}")
         sent = res.ledger.sent
         if sent[n - 1] != (n - 1) * 20 or any(sent[r] != 20 for r in range(n - 1)):
             return verdict(name, False, f"with {n} ranks the bytes sent per rank were {sent}: "
@@ -104,16 +110,42 @@ def _first_wrong(res, n: int, numel: int):
     return None
 
 
+def _ring_pattern(trace, n: int) -> str:
+    """What is wrong with the trace's pattern for a ring of n ranks ('' if nothing).
+
+    A ring sends only to a neighbour, (rank + 1) % N or (rank - 1) % N, one way
+    round: a direct exchange (rank r sends chunk k to rank k) has the ring's
+    message count and bytes, and only the trace tells it apart.
+    """
+    if len(trace) == 0:
+        return "no message was sent: the answer must come from the other ranks' data"
+    step = {(d - s) % n for s, d in zip(trace.src.tolist(), trace.dst.tolist())}
+    if not trace.neighbours_only(n):
+        far = sorted({(s, d) for s, d in trace.pairs() if (d - s) % n not in (1, n - 1)})
+        return (f"messages went {far[:3]} (source, destination), past the neighbours: a "
+                "direct exchange, not a ring (send only to (rank + 1) % N)")
+    if len(step) > 1:
+        return ("messages went both ways round the ring (a rank that sends to both of its "
+                "neighbours is a direct exchange, not a ring): send right, to (rank + 1) % N, "
+                "and receive from the left")
+    return ""
+
+
 @checker
 def ring_from_send_recv(my_ring_allreduce, cases=((3, 7), (5, 13), (5, 7), (4, 9))) -> bool:
     """Exercise 02.4: the two-phase ring allreduce, written from send/recv (isend/irecv).
 
     Runs `my_ring_allreduce(comm, x)` (sums `x` in place) on simulated ranks for
     each (world size, length) in `cases`: uneven sizes, lengths that N does not
-    divide. Checks every rank's every chunk, then the traffic: only point-to-point
-    messages, 2(N-1) per rank, 2(N-1)/N * S bytes per rank on average.
+    divide, on `Network(eager_limit=0)`, so that every send is rendezvous (it
+    waits for the matching receive, as a large message does under Gloo or NCCL):
+    a ring in which every rank sends before it receives deadlocks there. Checks
+    every rank's every chunk, then the trace (only to a neighbour, one way
+    round) and the counted traffic: only point-to-point messages, 2(N-1) per
+    rank, 2(N-1)/N * S bytes per rank on average.
     """
     name = "Exercise 4 (the two-phase ring from send/recv)"
+    rendezvous = Network(eager_limit=0)
 
     def worker(comm, numel):
         x = _ring_input(comm.rank, numel)
@@ -124,12 +156,22 @@ def ring_from_send_recv(my_ring_allreduce, cases=((3, 7), (5, 13), (5, 7), (4, 9
         hint = ("; note that x.chunk(N) can give fewer than N chunks: torch.tensor_split(x, N) "
                 "always gives N" if len(torch.empty(numel).chunk(n)) < n else "")
         try:
-            res = sim.run(worker, n, args=(numel,))
-        except Exception as e:  # a rank raised, or all wait (deadlock): the first line says who
+            res = sim.run(worker, n, args=(numel,), network=rendezvous)
+        except DeadlockError as e:
+            waits = [x.strip() for x in str(e).splitlines()[1:]]
+            if waits and all(": send to" in x for x in waits):
+                return verdict(name, False, f"with {n} ranks: deadlock ({waits[0]}; ...): "
+                                "every rank sends before it receives, which hangs once a send "
+                                "waits for its receiver (large messages); post comm.isend "
+                                "first, then recv, then wait, or alternate the order on even "
+                                "and odd ranks")
+            return verdict(name, False, f"with {n} ranks and {numel} elements: deadlock: "
+                            f"{'; '.join(waits[:n])}{hint}")
+        except Exception as e:  # a rank raised: the first line says who
             if "NotImplementedError" in f"{type(e).__name__}: {e}":
                 print(f"{name}: not attempted yet - write your answer and re-run this cell")
                 return False
-            lines = str(e).split("\n--- traceback")[0].splitlines()  # deadlock: who waits
+            lines = str(e).split("\n--- traceback")[0].splitlines()
             return verdict(name, False, f"with {n} ranks and {numel} elements: "
                             f"{'; '.join(x.strip() for x in lines[:n + 1])}{hint}")
         wrong = _first_wrong(res, n, numel)
@@ -145,13 +187,17 @@ def ring_from_send_recv(my_ring_allreduce, cases=((3, 7), (5, 13), (5, 7), (4, 9
         if used:
             return verdict(name, False, "write it from comm.send/recv or isend/irecv, not a "
                             f"ready-made collective (saw {sorted(used)})")
-        msgs = res.ledger.msgs_sent
-        if msgs != [2 * (n - 1)] * n:
+        msgs = res.ledger.counted.msgs_sent
+        if len(res.trace) and msgs != [2 * (n - 1)] * n:
             return verdict(name, False, f"with {n} ranks each rank sent {msgs} messages; a "
                             f"ring takes 2(N-1) = {2 * (n - 1)} steps of one chunk each")
+        pattern = _ring_pattern(res.trace, n)
+        if pattern:
+            return verdict(name, False, f"with {n} ranks: {pattern}")
         want_bytes = sum(ring_allreduce_elements(numel, n, r)[0] * 4 for r in range(n))
-        if sum(res.ledger.sent) != want_bytes:
-            return verdict(name, False, f"with {n} ranks the ranks sent {sum(res.ledger.sent)} "
-                            f"bytes in all; a ring sends {want_bytes}: N-1 chunks per rank in "
-                            "each phase, never the whole tensor")
+        if sum(res.ledger.counted.sent) != want_bytes:
+            return verdict(name, False, f"with {n} ranks the ranks sent "
+                            f"{sum(res.ledger.counted.sent)} bytes in all; a ring sends "
+                            f"{want_bytes}: N-1 chunks per rank in each phase, never the "
+                            "whole tensor")
     return verdict(name, True)

@@ -112,3 +112,18 @@ class AlgorithmExplorer(Dashboard):
         curves = {a: [cost.allreduce_time(a, x, n, net) for x in SIZES] for a in names}
         fig = plots.time_vs_size(curves, SIZES, marker=s, title=f"N = {n}, {net.name}")
         self.image.value = figure_png(fig)
+
+
+def simulate_counted(name: str, world_size: int, choice: str, nbytes: int) -> tuple[float, int]:
+    """(logical seconds, messages the simulator moved) of one `simulate(...)` run.
+
+    The message count is the counted ledger's (every point-to-point message on
+    simulated ranks), so a table can check it against 2(N-1) per rank.
+    """
+    if name not in ALGORITHMS:
+        raise ValueError(f"name={name!r} is unknown; choose one of {list(ALGORITHMS)}")
+    if nbytes < 4 or nbytes % 4:
+        raise ValueError(f"nbytes={nbytes!r} must be a positive multiple of 4 (float32)")
+    res = sim.run(lambda c: ALGORITHMS[name](c, torch.ones(nbytes // 4)), world_size,
+                  network=network(choice, world_size), output="quiet")
+    return res.seconds, sum(res.ledger.counted.msgs_sent)

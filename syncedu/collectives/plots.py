@@ -139,3 +139,19 @@ def size_label(nbytes: float) -> str:
         if nbytes >= scale:
             return f"{nbytes / scale:g} {unit}"
     return f"{nbytes:g} B"
+
+
+def time_vs_ranks(times: dict, world_sizes, title: str = ""):
+    """Log-log lines: logical time against N, one line per algorithm ({name: [seconds]})."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for name, ts in times.items():
+        ax.loglog(world_sizes, [t * 1e3 for t in ts], marker="o", label=name)
+    ax.set_xlabel("ranks N")
+    ax.set_ylabel("simulated time (ms)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

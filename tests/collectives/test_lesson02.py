@@ -40,3 +40,14 @@ def test_simulate_runs_the_algorithm_on_the_chosen_network():
         lesson02.simulate("rings", 16, CLUSTER, 1024)
     with pytest.raises(ValueError, match="nbytes=6 must be a positive multiple of 4"):
         lesson02.simulate("ring", 16, CLUSTER, 6)
+
+
+def test_simulate_counted_counts_the_rings_messages():
+    # the counted ledger against the ring's 2(N-1) messages per rank, and the same clock as simulate
+    seconds, messages = lesson02.simulate_counted("ring", 16, CLUSTER, 1024)
+    assert messages == 16 * 2 * 15
+    assert seconds == lesson02.simulate("ring", 16, CLUSTER, 1024)
+    _, hier = lesson02.simulate_counted("hierarchical", 16, CLUSTER, 1024)
+    assert hier == 16 * (2 * 7 + 2 * 1)  # 2(L-1) inside, 2(M-1) across
+    with pytest.raises(ValueError, match="nbytes=6 must be a positive multiple of 4"):
+        lesson02.simulate_counted("ring", 16, CLUSTER, 6)

@@ -9,6 +9,8 @@ from syncedu.ui.checkers import attempt, checker, verdict
 
 
 _LIBRARY = {"outer_gradient", "nesterov_step", "outer_step", "DiLoCo", "after_step"}
+_LIBRARY_2 = {"two_batch", "NoiseScale", "noise_scale"}
+_LIBRARY_3 = {"_local_sgd", "recommend", "scaling_advice"}
 
 
 def _names(code) -> set[str]:
@@ -20,12 +22,20 @@ def _names(code) -> set[str]:
     return out
 
 
-def _library_calls(answer) -> list[str]:
-    """The package's DiLoCo functions the answer reaches (it must build the step itself)."""
+def _library_calls(answer, library=frozenset(_LIBRARY)) -> list[str]:
+    """The package's functions the answer names (it must build the step itself)."""
     code = getattr(answer, "__code__", None)
     if code is None:
         return []
-    return sorted(_names(code) & _LIBRARY)
+    return sorted(_names(code) & set(library))
+
+
+def _copied(name: str, answer, library) -> bool:
+    copied = _library_calls(answer, library)
+    if copied:
+        verdict(name, False, f"your answer calls the package's {', '.join(copied)}: "
+                             "build it yourself")
+    return bool(copied)
 
 
 def _outer_worker(comm, answer, seed):
@@ -89,6 +99,8 @@ def outer_step(answer) -> bool:
 def two_batch(answer) -> bool:
     """Exercise 09.2: `answer(small_sq, big_sq, b_small, b_big)` -> (|G|^2, tr(Sigma))."""
     name = "Exercise 2 (the two-batch estimator)"
+    if _copied(name, answer, _LIBRARY_2):
+        return False
     for g2, trace, bs, bb in ((1.0, 10.0, 4, 16), (0.3, 50.0, 8, 64), (2.0, 1.0, 1, 2)):
         small, big = g2 + trace / bs, g2 + trace / bb
         ok, got = attempt(name, lambda s=small, b=big, x=bs, y=bb: answer(s, b, x, y))
@@ -112,6 +124,8 @@ def pick_sync_every(answer) -> bool:
     from syncedu.tuning.scaling_advice import SYNC_EVERY, _local_sgd
 
     name = "Exercise 3 (how often to synchronize)"
+    if _copied(name, answer, _LIBRARY_3):
+        return False
     cases = [(100e6, 0.1, Network.preset("wan"), 8), (25e6, 0.2, Network.preset("ethernet_1g"), 16),
              (4e6, 0.05, Network.preset("ethernet_10g"), 64)]
     for s, c, net, n in cases:

@@ -283,6 +283,11 @@ def test_outer_step_checker_rejects_copied_library_calls(capsys):
     for answer in (copied, imported):
         assert not ex.outer_step.grade(answer)
         assert "calls the package's" in capsys.readouterr().out
+    assert not ex.two_batch.grade(lambda s, b, x, y: noise_scale.two_batch(s, b, x, y))
+    assert "two_batch" in capsys.readouterr().out
+    assert not ex.pick_sync_every.grade(
+        lambda s, c, net, n: scaling_advice._local_sgd(s, c, n, net, 0.9)[0])
+    assert "_local_sgd" in capsys.readouterr().out
 
 
 def test_outer_step_checker_rejects_gathering_every_ranks_parameters(capsys):

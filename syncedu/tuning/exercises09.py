@@ -63,8 +63,9 @@ def _pattern(res, n: int) -> str:
     ops = set(res.trace.op.tolist())
     sent = res.ledger.sent[0]
     one_model = 3 * 2 * (n - 1) * 4 * 10 // n  # three ring allreduces of 10 fp32 per rank
-    if ops - {"all_reduce"}:
-        return (f"with {n} ranks your step used {sorted(ops)}: gathering every rank's "
+    gathers = ops & {"all_gather", "gather", "all_gather_object", "broadcast", "scatter"}
+    if gathers:  # point-to-point sends are fine (a ring built by hand): the bytes decide
+        return (f"with {n} ranks your step used {sorted(gathers)}: gathering every rank's "
                 "parameters sends N models; one allreduce of (anchor - local) is enough")
     if sent > 1.5 * one_model:
         return (f"with {n} ranks rank 0 sent {sent} bytes in 3 steps, {sent / one_model:.1f}x "

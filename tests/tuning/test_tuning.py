@@ -332,3 +332,20 @@ def test_outer_step_checker_rejects_wrong_arithmetic(capsys):
     for answer in (no_average, heavy_ball, summed):
         assert not ex.outer_step.grade(answer)
         assert "anchor is off by" in capsys.readouterr().out
+
+
+def test_outer_step_checker_rejects_a_point_to_point_gather(capsys):
+    from syncedu.tuning import exercises09 as ex
+
+    def p2p_gather(comm, anchor, local, buf, lr, m):  # every rank sends its whole model to all
+        works = [comm.isend(local, dst) for dst in range(comm.world_size) if dst != comm.rank]
+        total = local.clone()
+        for src in range(comm.world_size):
+            if src != comm.rank:
+                total += comm.recv(torch.empty_like(local), src)
+        for w in works:
+            w.wait()
+        _nesterov(anchor, buf, anchor - total / comm.world_size, lr, m)
+
+    assert not ex.outer_step.grade(p2p_gather)
+    assert "one allreduce of the model per step" in capsys.readouterr().out

@@ -8,40 +8,100 @@ from syncedu.comm import sim
 from syncedu.ui.checkers import attempt, checker, verdict
 
 
-def _outer_worker(comm, answer, seed):
-    """Each rank holds the same anchor and its own local parameters; run 3 outer steps."""
-    from syncedu.tuning.diloco import nesterov_step, outer_gradient
+_LIBRARY = {"outer_gradient", "nesterov_step", "outer_step", "DiLoCo", "after_step"}
+_LIBRARY_2 = {"two_batch", "NoiseScale", "noise_scale"}
+_LIBRARY_3 = {"_local_sgd", "recommend", "scaling_advice"}
 
+
+def _names(code) -> set[str]:
+    """Every global, closure and attribute name a function's code (and nested code) mentions."""
+    out = set(code.co_names) | set(code.co_freevars)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            out |= _names(const)
+    return out
+
+
+def _library_calls(answer, library=frozenset(_LIBRARY)) -> list[str]:
+    """The package's functions the answer names (it must build the step itself)."""
+    code = getattr(answer, "__code__", None)
+    if code is None:
+        return []
+    return sorted(_names(code) & set(library))
+
+
+def _copied(name: str, answer, library) -> bool:
+    copied = _library_calls(answer, library)
+    if copied:
+        verdict(name, False, f"your answer calls the package's {', '.join(copied)}: "
+                             "build it yourself")
+    return bool(copied)
+
+
+def _outer_worker(comm, answer, seed):
+    """Same anchor everywhere, each rank its own local parameters; 3 outer steps.
+
+    The reference is computed on every rank from the same noise, without any
+    communication, so the trace holds the answer's messages only.
+    """
     g = torch.Generator().manual_seed(seed)
-    anchor = torch.randn(10, generator=g)
-    mine, ref = (anchor.clone(), torch.zeros(10)), (anchor.clone(), torch.zeros(10))
+    n = comm.world_size
+    anchor, buf = torch.randn(10, generator=g), torch.zeros(10)
+    ref, ref_buf = anchor.clone(), torch.zeros(10)
     for step in range(3):
-        local = ref[0] + 0.1 * (comm.rank + 1 + step) * torch.randn(10, generator=g)
-        answer(comm, mine[0], local.clone(), mine[1], 0.7, 0.9)
-        delta = outer_gradient(comm, ref[0], local)
-        nesterov_step(ref[0], ref[1], delta, lr=0.7, momentum=0.9)
-    return (mine[0] - ref[0]).abs().max().item()
+        z = torch.randn(10, generator=g)
+        locals_ = [ref + 0.1 * (r + 1 + step) * z * (-1) ** r for r in range(n)]
+        answer(comm, anchor, locals_[comm.rank].clone(), buf, 0.7, 0.9)
+        delta = sum(ref - loc for loc in locals_) / n  # Step 3, by hand
+        ref_buf.mul_(0.9).add_(delta)  # Step 4: v = m v + delta
+        ref.sub_(delta + 0.9 * ref_buf, alpha=0.7)  # anchor -= lr (delta + m v)
+    return (anchor - ref).abs().max().item()
+
+
+def _pattern(res, n: int) -> str:
+    """'' if the answer's traffic is one allreduce of one model per step, else what it did."""
+    ops = set(res.trace.op.tolist())
+    sent = res.ledger.sent[0]
+    one_model = 3 * 2 * (n - 1) * 4 * 10 // n  # three ring allreduces of 10 fp32 per rank
+    gathers = ops & {"all_gather", "gather", "all_gather_object", "broadcast", "scatter"}
+    if gathers:  # point-to-point sends are fine (a ring built by hand): the bytes decide
+        return (f"with {n} ranks your step used {sorted(gathers)}: gathering every rank's "
+                "parameters sends N models; one allreduce of (anchor - local) is enough")
+    if sent > 1.5 * one_model:
+        return (f"with {n} ranks rank 0 sent {sent} bytes in 3 steps, {sent / one_model:.1f}x "
+                "one allreduce of the model per step: send the change once")
+    return ""
 
 
 @checker
 def outer_step(answer) -> bool:
     """Exercise 09.1: `answer(comm, anchor, local, buf, lr, momentum)`: anchor, buf in place."""
     name = "Exercise 1 (DiLoCo's outer step)"
+    copied = _library_calls(answer)
+    if copied:
+        return verdict(name, False, f"your answer calls the package's {', '.join(copied)}: "
+                                    "build the average and the Nesterov step yourself")
     for n in (2, 3, 4):
-        ok, res = attempt(name, lambda n=n: sim.run(_outer_worker, n, args=(answer, n)))
+        ok, res = attempt(name, lambda n=n: sim.run(_outer_worker, n, args=(answer, 10 + n)))
         if not ok:
             return False
         if max(res) > 1e-5:
             return verdict(name, False, f"with {n} ranks the anchor is off by {max(res):.2g}: "
                             "average (anchor - local) over the ranks, then v = m v + delta, "
                             "anchor -= lr (delta + m v)")
-    return verdict(name, True, "three outer steps equal DiLoCo's on 2, 3 and 4 ranks")
+        wrong = _pattern(res, n)
+        if wrong:
+            return verdict(name, False, wrong)
+    return verdict(name, True, "three outer steps equal DiLoCo's on 2, 3 and 4 ranks, "
+                               "one allreduce of the model per step (the trace)")
 
 
 @checker
 def two_batch(answer) -> bool:
     """Exercise 09.2: `answer(small_sq, big_sq, b_small, b_big)` -> (|G|^2, tr(Sigma))."""
     name = "Exercise 2 (the two-batch estimator)"
+    if _copied(name, answer, _LIBRARY_2):
+        return False
     for g2, trace, bs, bb in ((1.0, 10.0, 4, 16), (0.3, 50.0, 8, 64), (2.0, 1.0, 1, 2)):
         small, big = g2 + trace / bs, g2 + trace / bb
         ok, got = attempt(name, lambda s=small, b=big, x=bs, y=bb: answer(s, b, x, y))
@@ -65,6 +125,8 @@ def pick_sync_every(answer) -> bool:
     from syncedu.tuning.scaling_advice import SYNC_EVERY, _local_sgd
 
     name = "Exercise 3 (how often to synchronize)"
+    if _copied(name, answer, _LIBRARY_3):
+        return False
     cases = [(100e6, 0.1, Network.preset("wan"), 8), (25e6, 0.2, Network.preset("ethernet_1g"), 16),
              (4e6, 0.05, Network.preset("ethernet_10g"), 64)]
     for s, c, net, n in cases:

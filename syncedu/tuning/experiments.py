@@ -36,7 +36,8 @@ from syncedu.tuning.diloco import DiLoCo, DiLoCoConfig
 from syncedu.tuning.local_sgd import LocalSGD
 from syncedu.tuning.noise_scale import NoiseScale, allreduce_with_norms
 
-__all__ = ["TuningRun", "run_diloco", "run_noise_scale", "steps_to", "METHODS"]
+__all__ = ["TuningRun", "run_diloco", "run_noise_scale", "steps_to", "METHODS", "batch_sweep",
+           "tuned_batch_sweep", "LR_GRID"]
 
 METHODS = ("sync", "diloco", "local")
 
@@ -219,4 +220,57 @@ def batch_sweep(batches, *, target: float, base_lr: float = 0.05, base_batch: in
             if len(recent) == 5 and sum(recent) / 5 <= target:
                 out[b] = step + 1
                 break
+    return out
+
+
+LR_GRID = (1.6, 0.8, 0.4, 0.2, 0.1, 0.05)  # high first: a good rate early caps the rest
+
+
+def _steps_at(b: int, lr: float, *, target: float, warmup_steps: int, max_steps: int,
+              seed: int) -> int:
+    """Steps until the 5-step mean loss reaches `target` at batch b, lr (0: never, or diverged)."""
+    x, y = data.digits().tensors
+    model = models.make("mlp", seed=seed)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    recent: list[float] = []
+    for step, idx in enumerate(sampling.global_batches(len(x), max_steps, b, seed=seed)):
+        for group in opt.param_groups:
+            group["lr"] = lr * min(1.0, (step + 1) / warmup_steps) if warmup_steps else lr
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x[idx]), y[idx])
+        if not loss.item() < 10:  # diverged (or nan): this rate loses
+            return 0
+        loss.backward()
+        opt.step()
+        recent = (recent + [loss.item()])[-5:]
+        if len(recent) == 5 and sum(recent) / 5 <= target:
+            return step + 1
+    return 0
+
+
+def tuned_batch_sweep(batches, *, target: float, lrs=LR_GRID, warmup_steps: int = 5,
+                      max_steps: int = 400, seed: int = 0) -> dict[int, tuple[int, float]]:
+    """For each global batch, (fewest steps to `target`, the learning rate that got them).
+
+    The learning rate is retuned per batch size over `lrs` before the steps are
+    compared, as Google's tuning playbook ("Choosing the batch size") and
+    Shallue et al. 2019 do: a fixed rule such as linear scaling can diverge at
+    large batches and fake a plateau. Steps: 1. for each batch, each rate of
+    the grid in turn, train plain SGD with `warmup_steps` of linear warm-up
+    until the loss averaged over 5 steps reaches `target` (a run stops early
+    once it cannot beat the best so far, or diverges); 2. keep the fewest
+    steps and its rate (0 steps: no rate reached the target).
+    """
+    out = {}
+    for b in batches:
+        best, best_lr = 0, float("nan")
+        for lr in lrs:  # Step 1
+            cap = best - 1 if best else max_steps
+            if cap < 1:
+                break
+            got = _steps_at(b, lr, target=target, warmup_steps=warmup_steps, max_steps=cap,
+                            seed=seed)
+            if got and (not best or got < best):  # Step 2
+                best, best_lr = got, lr
+        out[b] = (best, best_lr)
     return out

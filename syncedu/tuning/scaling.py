@@ -37,11 +37,13 @@ from syncedu.collectives import cost
 from syncedu.comm.network import Network
 
 # Also `Comparison`, `published_comparisons`, `Option`, `recommend` (loaded on first use).
-__all__ = ["BACKWARD_SHARE", "step_time", "efficiency", "relative_efficiency",
+__all__ = ["BACKWARD_SHARE", "DEFAULT_OVERLAP", "step_time", "efficiency", "relative_efficiency",
            "comm_seconds", "best_bucket"]
 
 # Backward costs about twice the forward (two matrix products per layer instead of one).
 BACKWARD_SHARE = 2 / 3
+# The share of the backward that hides communication unless a caller says otherwise.
+DEFAULT_OVERLAP = 0.5
 
 
 def _check(model_bytes, compute_seconds, world_size, overlap) -> None:
@@ -72,7 +74,7 @@ def comm_seconds(model_bytes: float, world_size: int, network: Network, *,
 
 
 def step_time(model_bytes: float, compute_seconds: float, world_size: int, network: Network, *,
-              algorithm: str = "ring", overlap: float = 0.5,
+              algorithm: str = "ring", overlap: float = DEFAULT_OVERLAP,
               bucket_bytes: float | None = None) -> float:
     """Seconds of one data-parallel step (see the module docstring's steps)."""
     _check(model_bytes, compute_seconds, world_size, overlap)
@@ -91,7 +93,7 @@ def step_time(model_bytes: float, compute_seconds: float, world_size: int, netwo
 
 
 def efficiency(model_bytes: float, compute_seconds: float, world_size: int, network: Network, *,
-               algorithm: str = "ring", overlap: float = 0.5,
+               algorithm: str = "ring", overlap: float = DEFAULT_OVERLAP,
                bucket_bytes: float | None = None) -> float:
     """Scaling efficiency compute / step time (1.0 on one rank)."""
     return compute_seconds / step_time(model_bytes, compute_seconds, world_size, network,

@@ -371,3 +371,20 @@ def test_memory_checker_accepts_psi_over_n_and_ceil_and_rejects_the_swaps(capsys
     assert not ex.memory_per_rank.grade(lambda p, n, s: {
         k: (v // 2 * 2 if k != "optimizer" else v)
         for k, v in _parts(p, n, s, RIGHT).items()} if (p, n) == (10, 4) else _parts(p, n, s, RIGHT))
+
+
+def test_time_model_is_a_lower_bound_for_flat_shards_on_a_slow_link():
+    # The model assumes an even split per layer; our flat shards put each of these layers on
+    # one rank, so the simulator lies between the model and a one-owner bound (lesson 10).
+    from torch import nn
+    from syncedu import Network
+    from syncedu.zero import timing as zero_time
+    from syncedu.zero.sharding_compare import spread
+    link = Network(latency=1e-5, bandwidth=3e7)
+    torch.manual_seed(0)
+    pieces = spread(nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)]), 4)
+    assert [max(r["flat"]) for r in pieces] == [4160] * 4
+    bound = 3e-3 + sum(3 * 3 * (link.latency + 4 * max(r["flat"]) / link.bandwidth) for r in pieces)
+    model = zero_time.step_time("zero3", 4 * (64 * 64 + 64), 4, 4, link, 1e-3, itemsize=4)
+    simulated = zero_time.simulate_step(3, 4, link, hidden=64, depth=4)
+    assert model < simulated < bound and simulated > 2 * model

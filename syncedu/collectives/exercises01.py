@@ -132,7 +132,8 @@ def _collectives_mistake(n: int, res, nbytes: int) -> str:
     counted = res.ledger.counted.ops
     for op in ("reduce_scatter", "all_gather"):
         if res.ledger.ops[op].calls != [1] * n:
-            return f"with {n} ranks {op} was called {res.ledger.ops[op].calls} times per rank; once each"
+            calls = res.ledger.ops[op].calls
+            return f"with {n} ranks {op} was called {calls} times per rank; once each"
         want = (n - 1) * nbytes // n  # a ring of either collective: (N-1)/N of the tensor
         if op not in counted or counted[op].sent != [want] * n:
             got = counted[op].sent if op in counted else None

@@ -59,7 +59,8 @@ def _start_replicas(specs: list, out: Path) -> tuple[subprocess.Popen, list[int]
     fork workers rely on too). The forks share the forker's session, so one
     `killpg` reaches them all; the forker reaps each and writes `exit_<pid>`.
     """
-    forker = subprocess.Popen([sys.executable, "-m", "syncedu.faults.tft_procs", "fork",
+    # The forker runs torchft_run as its main module: it imports this file, not the reverse.
+    forker = subprocess.Popen([sys.executable, "-m", "syncedu.faults.torchft_run", "fork",
                                json.dumps(specs)], stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                               start_new_session=True)
@@ -72,13 +73,12 @@ def _start_replicas(specs: list, out: Path) -> tuple[subprocess.Popen, list[int]
     return forker, json.loads(line)
 
 
-def fork_main(specs: list) -> None:
-    """The forker: import once, fork each replica, print their pids, reap them."""
+def fork_main(replica_main, specs: list) -> None:
+    """The forker: import once, fork each replica (`replica_main(*spec)`), print their pids,
+    reap them."""
     import torch
     import torchft  # noqa: F401
     from torchft.checkpointing import http_transport  # noqa: F401
-
-    from .torchft_run import replica_main
 
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # imports torch._dynamo: 3 s
     pids = []
@@ -135,8 +135,5 @@ def lighthouse_main(heartbeat_ms: int, lifetime: float) -> None:
 
 
 
-if __name__ == "__main__":  # a process started by `_start_replicas` or `_start_lighthouse`
-    if sys.argv[1] == "lighthouse":
-        lighthouse_main(int(sys.argv[2]), float(sys.argv[3]))
-    else:
-        fork_main(json.loads(sys.argv[2]))
+if __name__ == "__main__":  # the lighthouse, started by `_start_lighthouse` as a script
+    lighthouse_main(int(sys.argv[2]), float(sys.argv[3]))

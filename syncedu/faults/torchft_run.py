@@ -266,3 +266,12 @@ def verdicts(result: dict) -> dict:
         "shrink_s": alone[0]["t_quorum"] - killed if alone else None,
         "recover_s": first["t_quorum"] - first["t0"],
     }
+
+
+if __name__ == "__main__":  # the replicas' forker, started by tft_procs._start_replicas
+    import json
+    import sys
+
+    from .tft_procs import fork_main
+
+    fork_main(replica_main, json.loads(sys.argv[2]))

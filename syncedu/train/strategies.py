@@ -36,7 +36,6 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import torch
 from torch import nn
 
 from syncedu.train.optimizers import make_optimizer

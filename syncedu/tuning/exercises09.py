@@ -7,7 +7,6 @@ import torch
 from syncedu.comm import sim
 from syncedu.ui.checkers import attempt, checker, verdict
 
-
 _LIBRARY = {"outer_gradient", "nesterov_step", "outer_step", "DiLoCo", "after_step"}
 _LIBRARY_2 = {"two_batch", "NoiseScale", "noise_scale"}
 _LIBRARY_3 = {"_local_sgd", "recommend", "scaling_advice"}

@@ -160,5 +160,6 @@ def published_comparisons() -> list[Comparison]:
                    network=Network.cluster(2, 8, intra=NVLINK_V100, inter=IB_4X100G),
                    bucket_bytes=25 * MB, published=round(306 / 307, 3), base_world_size=8,
                    base_network=dgx1,
-                   blind="little: from 8 to 16 GPUs the network is the only new cost, and it has that"),
+                   blind="little: from 8 to 16 GPUs the network is the only new cost, "
+                         "and it has that"),
     ]

@@ -23,13 +23,16 @@ Open in this order:
 
 from __future__ import annotations
 
-from syncedu.zero import train_strategies  # noqa: F401  (train.run's "zero1".."zero3")
-from syncedu.zero.shards import MemoryMeter
-from syncedu.zero.stages import OPTIMIZERS, STAGES, UNITS, ZeroConfig, ZeroDataParallel
-from syncedu.zero.sharded_optimizer import ShardedOptimizer
+from syncedu.zero import (  # noqa: F401
+           hsdp,
+           sharding_compare,
+           train_strategies,  # noqa: F401  (train.run's "zero1".."zero3")
+)
 from syncedu.zero.fully_shard import FullyShard
 from syncedu.zero.hybrid_shard import HybridShard
-from syncedu.zero import hsdp, sharding_compare  # noqa: F401
+from syncedu.zero.sharded_optimizer import ShardedOptimizer
+from syncedu.zero.shards import MemoryMeter
+from syncedu.zero.stages import OPTIMIZERS, STAGES, UNITS, ZeroConfig, ZeroDataParallel
 
 __all__ = ["ZeroConfig", "ZeroDataParallel", "MemoryMeter", "STAGES", "OPTIMIZERS", "UNITS",
            "ShardedOptimizer", "FullyShard", "HybridShard"]

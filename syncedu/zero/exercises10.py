@@ -104,7 +104,10 @@ def _allowed(psi: float, n: int, stage: int, kind: str) -> tuple[float, float]:
 
 @checker
 def memory_per_rank(answer) -> bool:
-    """Exercise 10.2: `answer(psi, n, stage)` -> {"params", "grads", "optimizer"}: bytes per rank."""
+    """Exercise 10.2: `answer(psi, n, stage)` -> bytes per rank by part.
+
+    The parts are {"params", "grads", "optimizer"}.
+    """
     name = "Exercise 2 (memory per rank)"
     cases = [(7.5e9, 64, 0), (7.5e9, 64, 1), (7.5e9, 64, 2), (7.5e9, 64, 3), (1e9, 8, 2),
              (175e9, 1024, 3), (10, 4, 3)]

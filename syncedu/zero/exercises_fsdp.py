@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from syncedu.comm import sim
-from syncedu.ui.checkers import attempt, verdict, checker
+from syncedu.ui.checkers import attempt, checker, verdict
 
 LR, MOMENTUM, STEPS = 0.1, 0.9, 2
 

@@ -96,7 +96,8 @@ def hard_coded_four(comm, t):
     out = [torch.empty_like(t) for _ in range(4)]
     out[r].copy_(t)
     for s in range(3):
-        works = [comm.isend(out[(r - s) % 4], (r + 1) % 4), comm.irecv(out[(r - s - 1) % 4], (r - 1) % 4)]
+        works = [comm.isend(out[(r - s) % 4], (r + 1) % 4),
+                 comm.irecv(out[(r - s - 1) % 4], (r - 1) % 4)]
         for w in works:
             w.wait()
     return out

@@ -4,12 +4,12 @@ ceil(Psi/N) split on the built-ins, the uneven ring split) pass; a root-based "Z
 
 import torch
 
+from syncedu.zero.exercises_fsdp import zero1_step
 from syncedu.zero.shards import (
     Layout,
     ring_all_gather_pieces,
     ring_reduce_scatter_pieces,
 )
-from syncedu.zero.exercises_fsdp import zero1_step
 
 
 def _momentum(state, g, m):

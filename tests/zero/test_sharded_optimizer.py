@@ -7,10 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from syncedu import launch
+from syncedu import dp, launch
 from syncedu.comm import sim
 from syncedu.comm.ledger import ring_allreduce_elements
-from syncedu import dp
 from syncedu.zero.sharded_optimizer import ShardedOptimizer
 
 STEPS = 10

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from syncedu import train
-from syncedu.zero.stages import ZeroConfig, ZeroDataParallel
 from syncedu.train.optimizers import make_optimizer
+from syncedu.zero.stages import ZeroConfig, ZeroDataParallel
 
 KW = dict(steps=3, global_batch=24, lr=0.05, simulate=True, optimizer="adamw",
           weight_decay=0.1, betas=(0.8, 0.99), eps=1e-7)

@@ -299,7 +299,6 @@ def test_simulated_step_time_matches_the_model():
 
 
 def test_lesson10_checkers_accept_a_right_answer_and_reject_wrong_ones():
-    from syncedu.train import memory
     from syncedu.zero import exercises10 as ex
     from syncedu.zero.shards import ring_all_gather_pieces, ring_reduce_scatter_pieces
 
@@ -368,15 +367,20 @@ def test_memory_checker_accepts_psi_over_n_and_ceil_and_rejects_the_swaps(capsys
     assert not ex.memory_per_rank.grade(lambda p, n, s: memory.bytes_per_rank(p, n, s)["total"])
     assert not ex.memory_per_rank.grade(lambda p, n, s: _parts(p, n, s, {s: () for s in RIGHT}))
     # Rounding the wrong way (floor) is a wrong count of elements.
-    assert not ex.memory_per_rank.grade(lambda p, n, s: {
-        k: (v // 2 * 2 if k != "optimizer" else v)
-        for k, v in _parts(p, n, s, RIGHT).items()} if (p, n) == (10, 4) else _parts(p, n, s, RIGHT))
+    def floor(p, n, s):
+        parts = _parts(p, n, s, RIGHT)
+        if (p, n) != (10, 4):
+            return parts
+        return {k: (v // 2 * 2 if k != "optimizer" else v) for k, v in parts.items()}
+
+    assert not ex.memory_per_rank.grade(floor)
 
 
 def test_time_model_is_a_lower_bound_for_flat_shards_on_a_slow_link():
     # The model assumes an even split per layer; our flat shards put each of these layers on
     # one rank, so the simulator lies between the model and a one-owner bound (lesson 10).
     from torch import nn
+
     from syncedu import Network
     from syncedu.zero import timing as zero_time
     from syncedu.zero.sharding_compare import spread

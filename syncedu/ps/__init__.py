@@ -13,9 +13,9 @@ Open in this order:
 
 from __future__ import annotations
 
-from syncedu.ps.config import MODES, PSConfig, shard_ranges
+from syncedu.ps.config import MODES, PULL_TAG, PUSH_TAG, PSConfig, shard_ranges
 from syncedu.ps.protocol import ps_rank
 from syncedu.ps.training import PSHistory, allreduce_baseline, numel, run, stragglers
 
 __all__ = ["run", "PSHistory", "PSConfig", "MODES", "stragglers", "allreduce_baseline", "numel",
-           "shard_ranges", "ps_rank"]
+           "shard_ranges", "ps_rank", "PUSH_TAG", "PULL_TAG"]

@@ -64,3 +64,93 @@ def sync_update(answer) -> bool:
             return verdict(name, False, f"with {workers} workers got {value!r}, expected "
                             f"{want}: average the gradients, then take one SGD step")
     return verdict(name, True)
+
+
+def _cases():
+    """Exercise 04.1's runs: two world sizes, equal-sized (tied) shards, an SSP run with noise."""
+    from syncedu.ps import training as ps_train
+
+    slow = ps_train.stragglers(3, 2, slow={2: 2.0})
+    return [("sync, 2 workers + 2 servers", "sync", 2, dict(servers=2)),
+            ("sync, 3 workers + 1 server", "sync", 3, dict(servers=1)),
+            ("ssp tau=1, 3 workers + 2 servers, a straggler", "ssp", 3,
+             dict(servers=2, staleness=1, variability=0.5, network=slow, seed=3))]
+
+
+def _pattern(h, workers: int, servers: int, steps: int, n: int) -> str:
+    """Who sent what to whom, from the trace; '' if it is the push/pull pattern."""
+    from syncedu.ps.config import PULL_TAG, PUSH_TAG
+
+    ranges = ps_shard_ranges(n, servers)
+    t = h.trace
+    for w in range(workers):
+        for s, (lo, hi) in enumerate(ranges):
+            pushes = [r.nbytes for r in t if r.src == w and r.dst == workers + s and r.tag == PUSH_TAG]
+            if pushes != [(hi - lo + 1) * 4] * steps:
+                return (f"worker {w} sent server {s} pushes of {sorted(set(pushes))} bytes "
+                        f"({len(pushes)} of them); expected {steps} of {(hi - lo + 1) * 4} = "
+                        f"(its range of {hi - lo} floats + the loss) x 4")
+            pulls = [r for r in t if r.src == workers + s and r.dst == w and r.tag == PULL_TAG]
+            if len(pulls) != steps - 1:
+                return f"worker {w} got {len(pulls)} pulls from server {s}, expected {steps - 1}"
+    return ""
+
+
+def ps_shard_ranges(n: int, servers: int):
+    from syncedu.ps.config import shard_ranges
+
+    return shard_ranges(n, servers)
+
+
+@checker
+def push_pull(answer, steps: int = 4) -> bool:
+    """Exercise 04.1: `answer(comm, cfg, grad, loss, params, pull)` is one worker's push/pull.
+
+    It runs in place of `syncedu.ps.worker.push_pull` on simulated ranks, against the
+    library's servers, and must give the library's parameters, staleness and message pattern.
+    """
+    from syncedu.ps import training as ps_train
+
+    name = "Exercise 1 (the worker's push and pull)"
+    for label, mode, workers, kw in _cases():
+        run = dict(steps=steps, global_batch=12, lr=0.3, simulate=True, timeout=30, **kw)
+        want = ps_train.run(mode, workers, **run)
+        try:
+            got = ps_train.run(mode, workers, worker_step=answer, **run)
+        except Exception as exc:  # a deadlock, a size mismatch, the learner's own error
+            if isinstance(exc, NotImplementedError) or "NotImplementedError" in str(exc):
+                return _not_yet(name)
+            return verdict(name, False, f"{label}: {_diagnose(exc)}")
+        bad = _pattern(got, workers, kw["servers"], steps, ps_train.numel())
+        if bad:
+            return verdict(name, False, f"{label}: {bad}")
+        diff = got.max_param_diff(want.params)
+        if diff > 1e-6 or got.staleness != want.staleness:
+            return verdict(name, False, f"{label}: final parameters differ from the library's by "
+                           f"{diff:.2e} (staleness {max(got.staleness)} vs {max(want.staleness)}): "
+                           f"each server range must go to its own server, and the pull must "
+                           f"write the answers into `params`")
+    return verdict(name, True)
+
+
+def _diagnose(exc: Exception) -> str:
+    """Name the likely mistake behind a failed run (Exercise 04.1)."""
+    text = str(exc)
+    lines = text.strip().splitlines()
+    last = f"({type(exc).__name__}: {lines[-1].strip() if lines else ''})"
+    if "posted a receive" in text and "tag 41" in text:
+        return (f"a push has the wrong size {last}: each server gets its own range of the "
+                f"gradient followed by the loss, one message")
+    if "already returned" in text and "tag 42" in text:
+        return f"a pull after the last step {last}: pull only when `pull` is True"
+    if "tag 41" in text:
+        return (f"a server is still waiting for a push {last}: push to every server first, "
+                f"then pull")
+    if "tag 42" in text:
+        return f"a worker is waiting for a pull that never comes {last}"
+    return f"the run failed {last}"
+
+
+def _not_yet(name: str) -> bool:
+    print(f"{name}: not attempted yet - write your answer and re-run this cell")
+    return False

@@ -31,7 +31,8 @@ __all__ = ["ps_rank", "PSConfig", "MODES", "shard_ranges", "WorkerLog", "ServerL
            "Applied", "run_worker", "serve"]
 
 
-def ps_rank(comm, cfg: PSConfig, params: torch.Tensor, grad_fn=None) -> WorkerLog | ServerLog:
+def ps_rank(comm, cfg: PSConfig, params: torch.Tensor, grad_fn=None,
+            worker_step=None) -> WorkerLog | ServerLog:
     """Run rank `comm.rank` of a parameter-server job; returns its log.
 
     `params`: the flat initial parameters (identical on every rank);
@@ -46,6 +47,6 @@ def ps_rank(comm, cfg: PSConfig, params: torch.Tensor, grad_fn=None) -> WorkerLo
     if comm.rank < cfg.workers:  # Step 2
         if grad_fn is None:
             raise ValueError("workers need grad_fn(step, params) -> (loss, flat gradient)")
-        return run_worker(comm, cfg, params.clone(), grad_fn)
+        return run_worker(comm, cfg, params.clone(), grad_fn, worker_step)
     lo, hi = shard_ranges(params.numel(), cfg.servers)[comm.rank - cfg.workers]  # Step 3
     return serve(comm, cfg, params[lo:hi].clone(), lo, hi)

@@ -62,6 +62,7 @@ class PSHistory:
     events: list[Applied] = field(repr=False)  # server 0's applied gradients, in order
     final_loss: float = float("nan")  # the final parameters on the whole data set
     accuracy: float = float("nan")
+    trace: object = field(default=None, repr=False)  # the run's `comm.trace.Trace` (every message)
 
     def max_param_diff(self, other) -> float:
         """Largest absolute difference to another run (a history, e.g. `train.run`'s, or
@@ -113,14 +114,15 @@ def _grad_fn(cfg: PSConfig, x, y, global_batch: int, rank: int, model: str):
     return grad
 
 
-def rank_main(comm, cfg: PSConfig, x, y, global_batch: int, model: str = "mlp"):
+def rank_main(comm, cfg: PSConfig, x, y, global_batch: int, model: str = "mlp",
+              worker_step=None):
     """One rank of `run` (Step 3): a barrier, then `ps_rank` with the lessons' model."""
     comm.barrier()
     comm.ledger.reset()  # the barrier is harness traffic, not parameter-server traffic
     t0 = comm.now()
     params = parameters_to_vector(models.make(model, seed=cfg.seed).parameters()).detach()
     fn = _grad_fn(cfg, x, y, global_batch, comm.rank, model) if comm.rank < cfg.workers else None
-    log = ps_rank(comm, cfg, params, fn)
+    log = ps_rank(comm, cfg, params, fn, worker_step=worker_step)
     log.start, log.end = log.start - t0, log.end - t0
     for e in getattr(log, "events", ()):
         e.time -= t0
@@ -130,12 +132,15 @@ def rank_main(comm, cfg: PSConfig, x, y, global_batch: int, model: str = "mlp"):
 def run(mode: str, workers: int, *, servers: int = 1, staleness: int = 0, steps,
         global_batch: int, lr: float = 0.1, seed: int = 0, network: Network | None = None,
         simulate: bool = False, compute_seconds: float = 0.01, variability: float = 0.0,
-        pool=None, timeout: float = 300.0, model: str = "mlp") -> PSHistory:
+        pool=None, timeout: float = 300.0, model: str = "mlp",
+        worker_step=None) -> PSHistory:
     """Train through a parameter server; see the module docstring.
 
     `steps`: per worker (an int, or one count per worker in "async"/"ssp");
     `compute_seconds`/`variability`: modeled compute per gradient (see
-    `PSConfig`); `pool`: a warm `launch.Pool(workers + servers)` for real runs.
+    `PSConfig`); `pool`: a warm `launch.Pool(workers + servers)` for real runs;
+    `worker_step`: replaces the workers' push/pull (`ps.worker.push_pull`, same
+    signature; Exercise 04.1 plugs the learner's in).
     """
     cfg = PSConfig(mode=mode, workers=workers, servers=servers, staleness=staleness,  # Step 1
                    steps=steps, lr=lr, compute_seconds=compute_seconds,
@@ -145,11 +150,13 @@ def run(mode: str, workers: int, *, servers: int = 1, staleness: int = 0, steps,
                          f"workers={workers}")
     x, y = data.digits().tensors
     sampling.steps_per_epoch(len(x), global_batch)  # ValueError if larger than the data
-    args = (cfg, x, y, global_batch, model)
+    args = (cfg, x, y, global_batch, model, worker_step)
     res = runner.run(rank_main, cfg.world_size, args, pool=pool, network=network,  # Step 3
                      simulate=simulate, timeout=timeout,
                      job=f"workers={workers} + servers={servers}")
-    return _history(cfg, list(res), res.ledger, x, y, model)
+    hist = _history(cfg, list(res), res.ledger, x, y, model)
+    hist.trace = res.trace
+    return hist
 
 
 def _history(cfg: PSConfig, logs: list, ledger: Ledger, x, y, model: str) -> PSHistory:

@@ -58,9 +58,13 @@ def compute_factor(rng: random.Random, variability: float) -> float:
     return 1.0 - variability + variability * rng.expovariate(1.0) if variability else 1.0
 
 
-def run_worker(comm, cfg: PSConfig, params: torch.Tensor, grad_fn) -> WorkerLog:
-    """Run worker `comm.rank`: `grad_fn(c, params) -> (loss, flat gradient)` for each step c."""
-    ranges = shard_ranges(params.numel(), cfg.servers)
+def run_worker(comm, cfg: PSConfig, params: torch.Tensor, grad_fn, step=None) -> WorkerLog:
+    """Run worker `comm.rank`: `grad_fn(c, params) -> (loss, flat gradient)` for each step c.
+
+    `step`: the push/pull of Steps 3-4 (default `push_pull`; Exercise 04.1 passes the
+    learner's, same signature).
+    """
+    step = push_pull if step is None else step
     rng = random.Random(cfg.seed * 1_000_003 + 7_919 * comm.rank)
     log = WorkerLog(comm.rank, start=comm.now())
     steps = cfg.steps[comm.rank]
@@ -70,13 +74,20 @@ def run_worker(comm, cfg: PSConfig, params: torch.Tensor, grad_fn) -> WorkerLog:
         comm.compute(cfg.compute_seconds * compute_factor(rng, cfg.variability))
         log.busy += comm.now() - t0
         log.losses.append(float(loss))
-        pending = _push(comm, cfg, ranges, grad, float(loss))  # Step 3
-        if c < steps - 1:
-            _pull(comm, cfg, ranges, params)  # Step 4
-        for work in pending:
-            work.wait()
+        step(comm, cfg, grad, float(loss), params, c < steps - 1)  # Steps 3-4
     log.end = comm.now()
     return log
+
+
+def push_pull(comm, cfg: PSConfig, grad: torch.Tensor, loss: float, params: torch.Tensor,
+              pull: bool) -> None:
+    """Steps 3-4 of one worker step: push the gradient's ranges, then (if `pull`) pull."""
+    ranges = shard_ranges(params.numel(), cfg.servers)
+    pending = _push(comm, cfg, ranges, grad, loss)  # Step 3
+    if pull:
+        _pull(comm, cfg, ranges, params)  # Step 4
+    for work in pending:
+        work.wait()
 
 
 def _push(comm, cfg: PSConfig, ranges, grad: torch.Tensor, loss: float) -> list:

@@ -5,68 +5,140 @@ The build-it exercise (`bucketed_overlap`): the learner writes
 `register_post_accumulate_grad_hook` hooks that start each bucket's
 `comm.all_reduce(buffer, async_op=True)` as soon as backward has filled it, and
 returns `finish()`, which waits and leaves averaged gradients in `.grad`. The
-checker runs it on 2 and 3 simulated ranks with a model of odd layer sizes and
-names the first mistake: no allreduce during backward, blocking calls, the
-wrong number of buckets for DDP's rule, gradients summed but not averaged or
-never copied back. Then two quick checks (numbers).
+checker runs it on 2 and 3 simulated ranks, with two bucket caps, on a model of
+odd layer sizes with a frozen layer and a layer used twice (a tied weight), each
+rank on differently seeded data, and names the first mistake:
+
+1. no allreduce during backward, or a bucket launched later than the hook that
+   completed it (all buckets launched at the end: no overlap), counted against
+   the checker's own gradient-ready hooks;
+2. a handle waited on inside backward (`async_op=True` then `.wait()` at once is
+   a blocking call in disguise), or a blocking call;
+3. the wrong number of buckets for DDP's rule at either cap (a cap ignored);
+4. gradients summed, divided by a hard-coded world size, or never copied back;
+   a frozen parameter hooked or bucketed.
+
+Then two quick checks (numbers).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from syncedu.comm import sim
-from syncedu.dp.buckets import build_buckets
-from syncedu.train import models
+from syncedu.dp.buckets import build_buckets, trainable_parameters
 from syncedu.ui.checkers import attempt, checker, number, verdict
 
 
+class CheckerNet(nn.Module):
+    """The checkers' model: odd sizes, a frozen layer, and layer `b` applied twice (tied)."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.a = nn.Linear(64, 9)
+        self.frozen = nn.Linear(9, 9)
+        self.frozen.requires_grad_(False)
+        self.b = nn.Linear(9, 9)
+        self.c = nn.Linear(9, 10)
+
+    def forward(self, x):
+        h = torch.tanh(self.frozen(torch.tanh(self.a(x))))
+        h = torch.tanh(self.b(torch.tanh(self.b(h))))  # the same weight twice
+        return self.c(h)
+
+
 def _model():
-    """The checker's model, the same on every rank: an MLP of odd layer sizes."""
-    return models.make("mlp", seed=0, hidden=9, depth=2)
+    """The checker's model, the same on every rank (no broadcast in these exercises)."""
+    return CheckerNet(seed=0)
+
+
+def _data(rank: int, batch: int):
+    g = torch.Generator().manual_seed(1000 + 7 * rank)  # each rank its own data
+    return torch.rand(batch, 64, generator=g), torch.randint(0, 10, (batch,), generator=g)
+
+
+_FROZEN_HINT = ("a frozen parameter (requires_grad=False) has no gradient: skip it "
+                "(p.requires_grad / p.grad is None), as DDP does")
 
 
 def _grads_worker(comm, sync, batch=6):
     model = _model()  # same start on every rank
-    g = torch.Generator().manual_seed(comm.rank)
-    x, y = torch.rand(batch, 64, generator=g), torch.randint(0, 10, (batch,), generator=g)
+    x, y = _data(comm.rank, batch)
     F.cross_entropy(model(x), y).backward()
     comm.ledger.reset()
-    sync(comm, list(model.parameters()))
-    return [p.grad.clone() for p in model.parameters()], (x, y)
+    try:
+        sync(comm, list(model.parameters()))
+    except (AttributeError, TypeError) as e:
+        if "NoneType" in str(e):
+            raise RuntimeError(_FROZEN_HINT) from e
+        raise
+    return [p.grad.clone() if p.grad is not None else None for p in model.parameters()], (x, y)
 
 
 def matches_whole_batch(res, atol: float = 1e-6) -> bool:
     """Does every rank hold the gradients of one model on all ranks' data together?
 
-    `res[r]` is (gradients, (x, y)) from a worker built on `_model()`.
+    `res[r]` is (gradients, (x, y)) from a worker built on `_model()`; a frozen
+    parameter's gradient must stay None.
     """
     model = _model()
     x = torch.cat([r[1][0] for r in res])
     y = torch.cat([r[1][1] for r in res])
     F.cross_entropy(model(x), y).backward()
-    return all(torch.allclose(g, p.grad, atol=atol)
-               for grads, _ in res for g, p in zip(grads, model.parameters()))
+    for grads, _ in res:
+        for g, p in zip(grads, model.parameters()):
+            if (p.grad is None) != (g is None):
+                return False
+            if g is not None and not torch.allclose(g, p.grad, atol=atol):
+                return False
+    return True
+
+
+def _scaled(pairs, factor):
+    return [([g * factor if g is not None else None for g in grads], xy) for grads, xy in pairs]
+
+
+def _grads_mistake(pairs, n: int) -> str | None:
+    """What is wrong with the ranks' gradients `pairs` [(grads, (x, y))] on `n` ranks."""
+    if matches_whole_batch(pairs):
+        return None
+    if matches_whole_batch(_scaled(pairs, 1 / n)):
+        return f"the gradients are the sum over the {n} ranks: divide by the world size"
+    for wrong in (1, 2, 3, 4, 8):
+        if wrong != n and matches_whole_batch(_scaled(pairs, wrong / n)):
+            return (f"the gradients were divided by {wrong} on {n} ranks: a hard-coded world "
+                    f"size; divide by comm.world_size")
+    if all(matches_whole_batch([pair]) for pair in pairs):
+        return ("p.grad still holds each rank's own gradient: wait for every handle, then "
+                "copy each averaged slice back into p.grad")
+    return "the gradients are not the average over all ranks"
 
 
 @checker
-def flat_sync(sync, world_size: int = 3) -> bool:
+def flat_sync(sync, world_sizes=(2, 3)) -> bool:
     """Exercise 03.1: average every gradient with ONE all_reduce of a flat buffer."""
     name = "Exercise 1 (flat buffer)"
-    ok, res = attempt(name, lambda: sim.run(_grads_worker, world_size, args=(sync,)))
-    if not ok:
-        return False
-    if not matches_whole_batch(res):
-        return verdict(name, False, "the gradients are not the average over all ranks")
-    calls = res.ledger.ops.get("all_reduce")
-    if calls is None or calls.calls != [1] * world_size:
-        return verdict(name, False, "use exactly one comm.all_reduce per rank")
-    return verdict(name, True)
+    for n in world_sizes:
+        ok, res = attempt(name, lambda n=n: sim.run(_grads_worker, n, args=(sync,)))
+        if not ok:
+            return False
+        why = _grads_mistake(list(res), n)
+        if why:
+            return verdict(name, False, f"with {n} ranks: {why}")
+        calls = res.ledger.ops.get("all_reduce")
+        if calls is None or calls.calls != [1] * n:
+            got = 0 if calls is None else calls.calls[0]
+            return verdict(name, False, f"with {n} ranks: {got} comm.all_reduce calls per "
+                           f"rank; use exactly one, on the flat buffer")
+    return verdict(name, True, f"one allreduce, averaged gradients on "
+                   f"{' and '.join(map(str, world_sizes))} ranks (frozen layer skipped)")
 
 
 # ------------------------------------------------------------ build it: bucketed overlap
-BUCKET_CAP = 300  # bytes: the checker's model gets 3 buckets under DDP's rule
+BUCKET_CAPS = (300, 700)  # bytes: 3 and 2 buckets of the checker's model under DDP's rule
 
 
 def ddp_bucket_count(sizes_in_order: list[int], cap: int) -> int:
@@ -79,79 +151,118 @@ def ddp_bucket_count(sizes_in_order: list[int], cap: int) -> int:
     return len(build_buckets(params, cap))
 
 
+def ready_points(cap: int) -> list[int]:
+    """How many gradients backward has produced when each DDP bucket is complete."""
+    buckets = build_buckets(trainable_parameters(_model()), cap)
+    points, total = [], 0
+    for b in buckets:
+        total += len(b.params)
+        points.append(total)
+    return points
+
+
+class _Watched:
+    """A handle that records in which phase it was waited on."""
+
+    def __init__(self, work, phase, waits):
+        self._work, self._phase, self._waits = work, phase, waits
+
+    def wait(self, *args, **kwargs):
+        self._waits.append(self._phase[0])
+        return self._work.wait(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
 def _overlap_worker(comm, bucketed_sync, cap, batch=5):
-    model = _model()  # 6 tensors of 2304..36 bytes
-    calls = []
+    model = _model()
+    phase, ready, calls, waits = ["setup"], [0], [], []
+    for p in trainable_parameters(model):  # registered first: they run before the learner's
+        p.register_post_accumulate_grad_hook(lambda p: ready.__setitem__(0, ready[0] + 1))
     real = comm.all_reduce
 
     def spy(tensor, *args, **kwargs):
-        async_op = kwargs.get("async_op", args[1] if len(args) > 1 else False)
-        calls.append((phase[0], bool(async_op), tensor.numel()))
-        return real(tensor, *args, **kwargs)
+        async_op = bool(kwargs.get("async_op", args[1] if len(args) > 1 else False))
+        calls.append((phase[0], async_op, tensor.numel(), ready[0]))
+        work = real(tensor, *args, **kwargs)
+        return _Watched(work, phase, waits) if async_op else work
 
-    phase = ["setup"]
     comm.all_reduce = spy
-    finish = bucketed_sync(comm, list(model.parameters()), cap)
-    g = torch.Generator().manual_seed(comm.rank)
-    x, y = torch.rand(batch, 64, generator=g), torch.randint(0, 10, (batch,), generator=g)
+    try:
+        finish = bucketed_sync(comm, list(model.parameters()), cap)
+    except RuntimeError as e:
+        if "require" in str(e) and "grad" in str(e):
+            raise RuntimeError(_FROZEN_HINT) from e
+        raise
+    x, y = _data(comm.rank, batch)
     phase[0] = "backward"
     F.cross_entropy(model(x), y).backward()
     phase[0] = "finish"
     if not callable(finish):
         raise TypeError(f"bucketed_sync must return a function finish(), got {finish!r}")
-    finish()
-    return [p.grad.clone() for p in model.parameters()], (x, y), calls
+    try:
+        finish()
+    except (AttributeError, TypeError) as e:
+        if "NoneType" in str(e):
+            raise RuntimeError(_FROZEN_HINT) from e
+        raise
+    grads = [p.grad.clone() if p.grad is not None else None for p in model.parameters()]
+    return grads, (x, y), calls, waits
 
 
-def _overlap_mistake(res, n: int, cap: int) -> str | None:
-    calls = res[0][2]
-    sizes = [p.numel() * 4 for p in _model().parameters()]
-    want = ddp_bucket_count(sizes[::-1], cap)
+def _overlap_mistake(res, cap: int) -> str | None:
+    _, _, calls, waits = res[0]
+    points = ready_points(cap)
+    n_params = len(points) and points[-1]
     if not calls:
         return "no comm.all_reduce at all: each full bucket needs one"
-    if not any(when == "backward" for when, _, _ in calls):
+    if not any(when == "backward" for when, *_ in calls):
         return ("nothing was sent during backward: start each bucket's allreduce from the "
                 "hook that fills it, not in finish() (that is the flat buffer, no overlap)")
-    if not all(async_op for when, async_op, _ in calls if when == "backward"):
+    if "backward" in waits:
+        return ("a handle was waited on inside backward: async_op=True followed at once by "
+                ".wait() is a blocking call; keep the handles and wait in finish()")
+    if not all(async_op for when, async_op, *_ in calls if when == "backward"):
         return ("a blocking all_reduce inside a hook stalls backward until the bytes arrive: "
                 "pass async_op=True and keep the handle for finish() to wait on")
-    if len(calls) == len(sizes):
+    if len(calls) == n_params != len(points):
         return (f"{len(calls)} allreduces, one per parameter: pack the gradients into buckets "
-                f"of about cap_bytes={cap} (expected {want})")
-    if len(calls) != want:
-        return (f"{len(calls)} allreduces for cap_bytes={cap}, expected {want}: walk the "
-                f"parameters from last to first (the order backward produces them) and close "
-                f"a bucket once it holds cap_bytes or more (DDP's rule)")
+                f"of about cap_bytes={cap} (expected {len(points)})")
+    if len(calls) != len(points):
+        return (f"{len(calls)} allreduces for cap_bytes={cap}, expected {len(points)}: walk "
+                f"the trainable parameters from last to first (the order backward produces "
+                f"them) and close a bucket once it holds cap_bytes or more (DDP's rule); "
+                f"use the cap you are given")
+    for i, ((when, _, _, seen), want) in enumerate(zip(calls, points)):
+        if when != "backward" or seen > want:
+            return (f"bucket {i}'s allreduce started after {seen} gradients were ready, but "
+                    f"its own were all ready after {want}: launch it from the hook that "
+                    f"completes it (launching every bucket at the end hides nothing)")
+        if seen < want:
+            return (f"bucket {i}'s allreduce started after {seen} gradients, before its "
+                    f"last one ({want}) was ready")
     return None
 
 
-def _grads_mistake(res, n: int) -> str | None:
-    pairs = [(grads, xy) for grads, xy, _ in res]  # drop the calls: (gradients, batch)
-    if matches_whole_batch(pairs):
-        return None
-    if matches_whole_batch([([g / n for g in grads], xy) for grads, xy in pairs]):
-        return f"the gradients are the sum over the {n} ranks: divide by the world size"
-    if all(matches_whole_batch([pair]) for pair in pairs):
-        return ("p.grad still holds each rank's own gradient: in finish(), wait for every "
-                "handle, then copy each bucket's averaged slice back into p.grad")
-    return "the gradients are not the average over all ranks"
-
-
 @checker
-def bucketed_overlap(bucketed_sync, world_sizes=(2, 3), cap: int = BUCKET_CAP) -> bool:
+def bucketed_overlap(bucketed_sync, world_sizes=(2, 3), caps=BUCKET_CAPS) -> bool:
     """Exercise 03.2: hooks + async allreduce per bucket; finish() leaves averaged .grad."""
     name = "Exercise 2 (bucketed overlap)"
     for n in world_sizes:
-        ok, res = attempt(name, lambda n=n: sim.run(_overlap_worker, n,
-                                                     args=(bucketed_sync, cap)))
-        if not ok:
-            return False
-        why = _overlap_mistake(res, n, cap) or _grads_mistake(res, n)
-        if why:
-            return verdict(name, False, f"with {n} ranks: {why}")
-    calls = len(res[0][2])
-    return verdict(name, True, f"{calls} buckets sent during backward, averaged gradients "
-                    f"on {' and '.join(map(str, world_sizes))} ranks")
+        for cap in caps:
+            ok, res = attempt(name, lambda n=n, cap=cap: sim.run(
+                _overlap_worker, n, args=(bucketed_sync, cap)))
+            if not ok:
+                return False
+            pairs = [(grads, xy) for grads, xy, _, _ in res]
+            why = _overlap_mistake(res, cap) or _grads_mistake(pairs, n)
+            if why:
+                return verdict(name, False, f"with {n} ranks, cap_bytes={cap}: {why}")
+    counts = " and ".join(str(len(ready_points(c))) for c in caps)
+    return verdict(name, True, f"{counts} buckets (caps {caps[0]} and {caps[1]} bytes), each "
+                   f"sent from the hook that completed it; averaged gradients on "
+                   f"{' and '.join(map(str, world_sizes))} ranks")
 
 
 @checker

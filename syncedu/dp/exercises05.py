@@ -3,16 +3,19 @@
 The build-it exercise: the learner writes one optimizer step of gradient
 accumulation, `train_step(model, optimizer, micro)`, with `model` a
 `DataParallel` (bucketed, several buckets) and `micro` K equal micro-batches.
-The checker runs it on 2 and 3 simulated ranks (odd layer sizes), watches what
+The checker calls it for two consecutive steps on 2 and 3 simulated ranks (a
+model of odd sizes with a frozen layer and a tied weight, each rank's copy
+seeded differently: the wrapper's broadcast must make them equal), watches what
 it does and names the first mistake it sees:
 
 1. the number of `optimizer.step()` calls (once per K micro-batches);
-2. the gradient traffic against one synchronization (ledger bytes), and where
-   `no_sync()` was active: at each forward (which is where DDP and ours decide
-   whether the coming backward synchronizes) and at each backward;
-3. the parameters after the step against one SGD step on the whole global
-   batch, and against the usual wrong answers (loss not divided by K, only the
-   last micro-batch's gradient kept, ranks left unsynchronized).
+2. the gradient traffic against one synchronization per step (ledger bytes),
+   and where `no_sync()` was active: at each forward (which is where DDP and
+   ours decide whether the coming backward synchronizes) and at each backward;
+3. the parameters after the two steps against two SGD steps on the whole
+   global batches, and against the usual wrong answers (loss not divided by K,
+   only the last micro-batch's gradient kept, `zero_grad` forgotten so the
+   first step's gradient leaks into the second, ranks left unsynchronized).
 
 Then two quick checks (numbers): the share of bytes `no_sync` saves, and the
 bytes of the partial-`no_sync` pitfall.
@@ -25,15 +28,15 @@ import torch.nn.functional as F
 
 from syncedu.comm import sim
 from syncedu.dp.data_parallel import DataParallel
-from syncedu.train import models
+from syncedu.dp.exercises03 import CheckerNet
 from syncedu.ui.checkers import attempt, checker, number, verdict
 
 LR = 0.5
-_MODEL = dict(seed=0, hidden=9, depth=2)  # odd sizes: buckets and chunks do not divide evenly
+STEPS = 2  # two calls: a forgotten zero_grad shows in the second
 
 
-def _micro_batches(rank: int, k: int, per_micro: int):
-    g = torch.Generator().manual_seed(100 + rank)
+def _micro_batches(rank: int, k: int, per_micro: int, step: int = 0):
+    g = torch.Generator().manual_seed(100 + rank + 1000 * step)
     x = torch.rand(k * per_micro, 64, generator=g)
     y = torch.randint(0, 10, (k * per_micro,), generator=g)
     return list(zip(x.split(per_micro), y.split(per_micro)))
@@ -52,21 +55,22 @@ def _spy(wrapped: DataParallel, log: list) -> None:
     wrapped.register_forward_hook(after_forward)
 
 
-def _wrapped(comm):
-    """The checker's model and its bucketed `DataParallel` (several buckets) on `comm`."""
-    model = models.make("mlp", **_MODEL)
+def _wrapped(comm, seed: int = 0):
+    """The checker's model (seeded `seed`) and its bucketed `DataParallel` on `comm`."""
+    model = CheckerNet(seed=seed)  # odd sizes, a frozen layer, a tied weight
     return model, DataParallel(model, comm, "bucketed", bucket_cap_mb=0.002)
 
 
 def _worker(comm, train_step, k: int, per_micro: int):
-    model, wrapped = _wrapped(comm)
+    model, wrapped = _wrapped(comm, seed=comm.rank)  # rank 0's copy is broadcast
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     steps, log = [], []
     real_step = optimizer.step
     optimizer.step = lambda *a, **kw: (steps.append(1), real_step(*a, **kw))[1]
     _spy(wrapped, log)
     comm.ledger.reset()
-    train_step(wrapped, optimizer, _micro_batches(comm.rank, k, per_micro))
+    for step in range(STEPS):
+        train_step(wrapped, optimizer, _micro_batches(comm.rank, k, per_micro, step))
     wrapped.close()
     params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     return params, len(steps), log
@@ -83,23 +87,27 @@ def _one_sync_bytes(world_size: int) -> list[int]:
     return sim.run(worker, world_size).ledger.ops["all_reduce"].sent
 
 
-def _after_one_step(world_size: int, k: int, per_micro: int, which: str) -> torch.Tensor:
-    """Parameters after one SGD step with the gradient `which` describes (one process)."""
-    model = models.make("mlp", **_MODEL)
-    batches = [_micro_batches(r, k, per_micro) for r in range(world_size)]
-    if which == "last only":  # zero_grad inside the loop: only the last micro-batch, / K
-        batches = [b[-1:] for b in batches]
-    x = torch.cat([xm for b in batches for xm, _ in b])
-    y = torch.cat([ym for b in batches for _, ym in b])
-    loss = F.cross_entropy(model(x), y)
-    scale = {"right": 1.0, "unscaled": float(k), "last only": 1.0 / k}[which]
-    (loss * scale).backward()
-    with torch.no_grad():
-        return torch.cat([(p - LR * p.grad).reshape(-1) for p in model.parameters()])
+def _after_steps(world_size: int, k: int, per_micro: int, which: str) -> torch.Tensor:
+    """Parameters after STEPS SGD steps with the gradient `which` describes (one process)."""
+    model = CheckerNet(seed=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    scale = {"right": 1.0, "unscaled": float(k), "last only": 1.0 / k, "no zero_grad": 1.0}
+    for step in range(STEPS):
+        if which != "no zero_grad":
+            optimizer.zero_grad()
+        batches = [_micro_batches(r, k, per_micro, step) for r in range(world_size)]
+        if which == "last only":  # zero_grad inside the loop: only the last micro-batch, / K
+            batches = [b[-1:] for b in batches]
+        x = torch.cat([xm for b in batches for xm, _ in b])
+        y = torch.cat([ym for b in batches for _, ym in b])
+        (F.cross_entropy(model(x), y) * scale[which]).backward()
+        optimizer.step()
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
 def _traffic_mistake(res, one: list[int], k: int, n: int) -> str | None:
     sent = res.ledger.ops["all_reduce"].sent if "all_reduce" in res.ledger.ops else [0] * n
+    one = [STEPS * b for b in one]  # one synchronization per optimizer step
     if sent == one:
         return None
     log = res[0][2]
@@ -125,13 +133,16 @@ def _params_mistake(res, n: int, k: int, per_micro: int) -> str | None:
         return ("the ranks ended with different parameters: call "
                 "model.finish_gradient_synchronization() after the last backward, before "
                 "optimizer.step() (our wrapper leaves the averaged gradients in .grad then)")
-    close = {which: torch.allclose(got[0], _after_one_step(n, k, per_micro, which), atol=1e-5)
-             for which in ("right", "unscaled", "last only")}
+    close = {which: torch.allclose(got[0], _after_steps(n, k, per_micro, which), atol=1e-5)
+             for which in ("right", "unscaled", "last only", "no zero_grad")}
     if close["right"]:
         return None
     if close["unscaled"]:
         return (f"the gradient is {k}x the whole batch's: divide each micro-batch loss by "
                 f"K={k} (the batch loss is the mean of the micro-batch means)")
+    if close["no zero_grad"]:
+        return ("the first step's gradient was still in .grad during the second: call "
+                "optimizer.zero_grad() once per optimizer step, before its first micro-batch")
     if close["last only"]:
         return ("only the last micro-batch's gradient was kept: call optimizer.zero_grad() "
                 "once, before the loop, not for every micro-batch")
@@ -148,9 +159,10 @@ def accumulate(train_step, world_sizes=(2, 3), k: int = 3, per_micro: int = 3) -
         if not ok:
             return False
         steps = res[0][1]
-        if steps != 1:
+        if steps != STEPS:
             return verdict(name, False, f"with {n} ranks optimizer.step() ran {steps} times "
-                            f"for K={k} micro-batches: step once, after the last backward "
+                            f"in {STEPS} calls of K={k} micro-batches: step once per call, "
+                            f"after the last backward "
                             f"(stepping each micro-batch takes {k} small steps, not one "
                             f"step on the large batch)")
         why = (_traffic_mistake(res, _one_sync_bytes(n), k, n)
@@ -158,7 +170,8 @@ def accumulate(train_step, world_sizes=(2, 3), k: int = 3, per_micro: int = 3) -
         if why:
             return verdict(name, False, f"with {n} ranks: {why}")
     return verdict(name, True, f"one sync per step on {' and '.join(map(str, world_sizes))} "
-                    "ranks, parameters equal one step on the whole batch")
+                    "ranks, parameters equal two steps on the whole batches (ranks seeded "
+                    "differently, a frozen layer and a tied weight)")
 
 
 @checker

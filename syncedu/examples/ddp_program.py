@@ -36,7 +36,7 @@ of epoch e reads exactly `sampling.global_batches`' batch (the same
 `randperm` seeded with seed + epoch, the same `batch[r::N]` shard), so this
 program trains to the parameters of `train.run("single", 1, ...)` and
 `train.run("ddp", N, ...)` with `steps = epochs * (1797 // B)`; the test
-checks both (tests/test_ddp_program.py).
+checks both (tests/dp/test_ddp_program.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,127 @@
+"""Lesson 03's checkers accept a right answer and reject the wrong answers a learner writes.
+
+Each wrong answer is one plausible mistake; the checker must reject it with a
+message that names the mistake, at 2 and 3 simulated ranks (the checker runs
+both, and two bucket caps), on a model with a frozen layer and a tied weight.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from syncedu.dp import exercises03 as ex
+
+
+def _bucketed(mode="right"):
+    """A learner's bucketed_sync, right or with the one mistake `mode` names."""
+    def bucketed_sync(comm, params, cap):
+        cap = 300 if mode == "ignore_cap" else cap
+        live = params if mode == "frozen_hooked" else [p for p in params if p.requires_grad]
+        buckets, cur, held = [], [], 0
+        for p in reversed(live):
+            cur.append(p)
+            held += p.numel() * 4
+            if held >= cap or mode == "per_param":
+                buckets.append(cur)
+                cur, held = [], 0
+        buckets += [cur] if cur else []
+        where = {id(p): b for b, ps in enumerate(buckets) for p in ps}
+        ready, works, bufs = [0] * len(buckets), {}, {}
+        n = 2 if mode == "hard_n" else comm.world_size
+
+        def launch(b):
+            bufs[b] = torch.cat([p.grad.reshape(-1) for p in buckets[b]])
+            blocking = mode == "blocking"
+            work = comm.all_reduce(bufs[b], async_op=not blocking)
+            works[b] = None if blocking else work
+            if mode == "wait_now":
+                works[b].wait()
+
+        def hook(p):
+            b = where[id(p)]
+            ready[b] += 1
+            if mode == "last_hook":  # everything from the last gradient's hook
+                if sum(ready) == len(live):
+                    for i in range(len(buckets)):
+                        launch(i)
+            elif ready[b] == len(buckets[b]) and mode != "late":
+                launch(b)
+
+        for p in live:
+            p.register_post_accumulate_grad_hook(hook)
+
+        def finish():
+            for b in range(len(buckets)):
+                if mode == "late":
+                    launch(b)
+                if works.get(b) is not None:
+                    works[b].wait()
+                if mode == "no_copy":
+                    continue
+                bufs[b] /= 1 if mode == "sum" else n
+                off = 0
+                for p in buckets[b]:
+                    p.grad.copy_(bufs[b][off:off + p.numel()].view_as(p))
+                    off += p.numel()
+        return finish
+    return bucketed_sync
+
+
+def test_ready_points_follow_ddp_rule():
+    assert ex.ready_points(300) == [2, 4, 6] and ex.ready_points(700) == [4, 6]
+    assert ex.ddp_bucket_count([40, 360, 36, 324, 36, 2304], 300) == 3
+
+
+def test_right_bucketed_answer_passes(capsys):
+    assert ex.bucketed_overlap.grade(_bucketed())
+    assert "3 and 2 buckets" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mode, words", [
+    ("late", "nothing was sent during backward"),
+    ("last_hook", "launch it from the hook that completes it"),
+    ("wait_now", "waited on inside backward"),
+    ("blocking", "blocking all_reduce"),
+    ("per_param", "one per parameter"),
+    ("ignore_cap", "use the cap you are given"),
+    ("sum", "divide by the world size"),
+    ("hard_n", "hard-coded world size"),
+    ("no_copy", "copy each averaged slice back"),
+    ("frozen_hooked", "frozen parameter"),
+])
+def test_wrong_bucketed_answers_are_named(mode, words, capsys):
+    assert not ex.bucketed_overlap.grade(_bucketed(mode)), mode
+    out = capsys.readouterr().out
+    assert words in out, out
+
+
+def _flat(mode="right"):
+    def flat_sync(comm, params):
+        live = params if mode == "frozen" else [p for p in params if p.grad is not None]
+        if mode == "per_param":
+            for p in live:
+                comm.all_reduce(p.grad, op="avg")
+            return
+        g = torch.cat([p.grad.reshape(-1) for p in live])
+        comm.all_reduce(g)
+        g /= 2 if mode == "hard_n" else comm.world_size
+        if mode == "no_copy":
+            return
+        off = 0
+        for p in live:
+            p.grad.copy_(g[off:off + p.numel()].view_as(p))
+            off += p.numel()
+    return flat_sync
+
+
+@pytest.mark.parametrize("mode, words", [
+    ("per_param", "use exactly one"), ("hard_n", "hard-coded world size"),
+    ("no_copy", "copy each averaged slice back"), ("frozen", "frozen parameter"),
+])
+def test_flat_checker(mode, words, capsys):
+    assert ex.flat_sync.grade(_flat())
+    capsys.readouterr()
+    assert not ex.flat_sync.grade(_flat(mode)), mode
+    out = capsys.readouterr().out
+    assert words in out, out

@@ -124,3 +124,35 @@ def powersgd_pair(comm, steps: int = 30, rank: int = 1, start_iter: int = 2,
                 losses.append(loss.item())
         out[who] = {"bytes": sum(b for _, b in calls), "losses": losses}
     return out
+
+
+def grad_scaler_fp16(comm, scales=(2.0 ** 24, 2.0 ** 10)) -> list[dict]:
+    """GradScaler through torch's `fp16_compress_hook`: a too-large scale overflows the wire.
+
+    Steps (torch.amp.GradScaler semantics; default_hooks.fp16_compress_hook):
+    1. scale the loss by `scale`, backward: DDP's hook casts each bucket to fp16, then
+       divides by N (cast first), so a scaled gradient above 65,504 becomes inf on the wire;
+    2. `unscale_` finds the inf, `step` skips the update, `update` halves the scale;
+    3. with a smaller scale the same step is applied, clipped after `unscale_`.
+    Returns one record per step: scale, whether a gradient was inf, whether the
+    parameters moved, the scale after `update`, and the clipped norm.
+    """
+    ddp = DDP(models.make("mlp", seed=0))
+    ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    out = []
+    for scale in scales:
+        scaler = torch.amp.GradScaler("cpu", init_scale=scale)
+        before = [p.detach().clone() for p in ddp.parameters()]
+        x, y = _batch(comm, 0)
+        opt.zero_grad()
+        scaler.scale(F.cross_entropy(ddp(x), y)).backward()                # Step 1
+        inf = any(not torch.isfinite(p.grad).all() for p in ddp.parameters())
+        scaler.unscale_(opt)                                               # Step 2
+        norm = torch.nn.utils.clip_grad_norm_(ddp.parameters(), max_norm=1.0).item()
+        scaler.step(opt)
+        scaler.update()
+        moved = any(not torch.equal(a, p) for a, p in zip(before, ddp.parameters()))
+        out.append({"scale": scale, "inf": inf, "moved": moved,
+                    "scale_after": scaler.get_scale(), "norm": norm})
+    return out

@@ -18,7 +18,8 @@ JOB = dict(steps=EPOCHS * (1797 // 32), global_batch=32, lr=0.1, seed=0)
 
 def _shortcut(fn) -> str:
     """Why `fn`'s source is not a conversion (calls the page's recipe, sums), or ''."""
-    names = set(getattr(getattr(fn, "__code__", None), "co_names", ()))
+    code = getattr(fn, "__code__", None)
+    names = set(getattr(code, "co_names", ())) | set(getattr(code, "co_freevars", ()))
     if "horovod_recipe" in names:
         return "it calls the page's horovod_recipe: write the conversion yourself"
     if "Sum" in names:

@@ -97,3 +97,25 @@ def backend_refuses(dtype: torch.dtype, comm) -> str:
         if tuple(version) < (2, 10):
             return f"NCCL {version} has no bfloat16 allreduce (needs NCCL >= 2.10); use 'fp16'"
     return ""
+
+
+def fp16_sum_average(values, predivide: float) -> float:
+    """Average `values` (one per rank) the way an fp16 allreduce with a predivide does.
+
+    Steps (torch's `fp16_compress_hook` casts, then divides; Horovod's
+    `gradient_predivide_factor` f divides by f before the sum and by N/f after it; FSDP
+    splits the division as sqrt(N) before and sqrt(N) after):
+    1. each rank casts its value to fp16 and divides it by `predivide`, in fp16;
+    2. the values are summed in fp16 (in rank order, as a ring would pass them on);
+    3. the sum is divided by N / `predivide`, in fp16.
+    `predivide` = 1 sums first (overflow risk); = N divides first (underflow risk).
+    """
+    if not values:
+        raise ValueError("values must hold one number per rank (got none)")
+    if not predivide > 0:
+        raise ValueError(f"predivide={predivide!r} must be > 0")
+    n = len(values)
+    acc = torch.zeros((), dtype=torch.float16)
+    for v in values:                                                      # Step 1, 2
+        acc = acc + torch.tensor(v, dtype=torch.float16) / predivide
+    return (acc / (n / predivide)).item()                                 # Step 3

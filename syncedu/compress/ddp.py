@@ -3,7 +3,10 @@
 - `wire_audit(comm)`: one step per configuration (fp32; autocast; autocast +
   torch's `fp16_compress_hook`; autocast + our `FP16` hook; our `BF16` hook; torch's
   `bf16_compress_hook`), recording the dtype and bytes of every
-  `torch.distributed.all_reduce` the step makes, plus a GradScaler check.
+  `torch.distributed.all_reduce` the step makes, plus a GradScaler check; and one
+  with bf16 *parameters* (the mixed-precision recipe of Micikevicius et al. 2018 keeps
+  fp32 master weights in the optimizer and 16-bit parameters and gradients in the
+  model: DDP then allreduces 16-bit gradients).
 - `powersgd_pair(comm)`: the same DDP job with torch's `powerSGD_hook` and with
   our `PowerSGD` as a hook: bytes and losses.
 
@@ -49,11 +52,12 @@ def _batch(comm, step: int, per_rank: int = 32):
     return x[idx], y[idx]
 
 
-def _one_step(comm, hook, autocast: bool) -> dict:
-    ddp = DDP(models.make("mlp", seed=0))
+def _one_step(comm, hook, autocast: bool, dtype=torch.float32) -> dict:
+    ddp = DDP(models.make("mlp", seed=0).to(dtype))
     if hook is not None:
         ddp.register_comm_hook(*hook)
     x, y = _batch(comm, 0)
+    x = x.to(dtype)
     calls: list = []
     with recording_allreduce(calls):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
@@ -68,6 +72,7 @@ def wire_audit(comm) -> dict:
     """Configuration -> {"wire": dtypes sent, "bytes", "grads": grad dtypes} (or "refused")."""
     configs = {
         "fp32": ((None, default_hooks.allreduce_hook), False),
+        "bf16 parameters": ((None, default_hooks.allreduce_hook), False, torch.bfloat16),
         "autocast bf16": ((None, default_hooks.allreduce_hook), True),
         "autocast + torch fp16 hook": ((None, default_hooks.fp16_compress_hook), True),
         "autocast + our FP16 hook": (FP16().ddp_hook(comm), True),
@@ -75,9 +80,9 @@ def wire_audit(comm) -> dict:
         "torch bf16 hook": ((None, default_hooks.bf16_compress_hook), False),
     }
     out = {}
-    for name, (hook, autocast) in configs.items():
+    for name, (hook, autocast, *dtype) in configs.items():
         try:
-            out[name] = _one_step(comm, hook, autocast)
+            out[name] = _one_step(comm, hook, autocast, *dtype)
         except Exception as e:  # torch's bf16 hook refuses CPU tensors
             out[name] = {"refused": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
     out["grad_scaler"] = grad_scaler_check(comm)
@@ -123,4 +128,36 @@ def powersgd_pair(comm, steps: int = 30, rank: int = 1, start_iter: int = 2,
                 opt.step()
                 losses.append(loss.item())
         out[who] = {"bytes": sum(b for _, b in calls), "losses": losses}
+    return out
+
+
+def grad_scaler_fp16(comm, scales=(2.0 ** 24, 2.0 ** 10)) -> list[dict]:
+    """GradScaler through torch's `fp16_compress_hook`: a too-large scale overflows the wire.
+
+    Steps (torch.amp.GradScaler semantics; default_hooks.fp16_compress_hook):
+    1. scale the loss by `scale`, backward: DDP's hook casts each bucket to fp16, then
+       divides by N (cast first), so a scaled gradient above 65,504 becomes inf on the wire;
+    2. `unscale_` finds the inf, `step` skips the update, `update` halves the scale;
+    3. with a smaller scale the same step is applied, clipped after `unscale_`.
+    Returns one record per step: scale, whether a gradient was inf, whether the
+    parameters moved, the scale after `update`, and the clipped norm.
+    """
+    ddp = DDP(models.make("mlp", seed=0))
+    ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    out = []
+    for scale in scales:
+        scaler = torch.amp.GradScaler("cpu", init_scale=scale)
+        before = [p.detach().clone() for p in ddp.parameters()]
+        x, y = _batch(comm, 0)
+        opt.zero_grad()
+        scaler.scale(F.cross_entropy(ddp(x), y)).backward()                # Step 1
+        inf = any(not torch.isfinite(p.grad).all() for p in ddp.parameters())
+        scaler.unscale_(opt)                                               # Step 2
+        norm = torch.nn.utils.clip_grad_norm_(ddp.parameters(), max_norm=1.0).item()
+        scaler.step(opt)
+        scaler.update()
+        moved = any(not torch.equal(a, p) for a, p in zip(before, ddp.parameters()))
+        out.append({"scale": scale, "inf": inf, "moved": moved,
+                    "scale_after": scaler.get_scale(), "norm": norm})
     return out

@@ -12,14 +12,31 @@ from syncedu.ui.checkers import attempt, checker, verdict
 
 
 def _rounds(comm, compressor, rounds: int = 3):
-    """Three steps of one two-tensor bucket; rank r's gradients are seeded by r and the step."""
+    """Three steps of two buckets of 37 entries each ("a": two tensors, "b": one).
+
+    Rank r's gradients are seeded by r and the step, so the ranks differ; the two
+    buckets have the same size, so a residual kept per rank instead of per bucket
+    gives wrong values (not a shape error). Returns every step's averaged tensors.
+    """
     out = []
     for step in range(rounds):
         g = torch.Generator().manual_seed(100 * comm.rank + step)
-        ts = [torch.randn(6, 5, generator=g), torch.randn(7, generator=g)]
-        compressor.average_(comm, ts, "bucket")
-        out.append([t.clone() for t in ts])
+        a = [torch.randn(6, 5, generator=g), torch.randn(7, generator=g)]
+        b = [3.0 * torch.randn(37, generator=g)]
+        compressor.average_(comm, a, "a")
+        compressor.average_(comm, b, "b")
+        out.append([t.clone() for t in a + b])
     return out
+
+
+def _first_miss(res, want, n: int):
+    """(rank, step) of the first result that differs from the reference, or None."""
+    for step in range(3):
+        for rank in range(n):
+            if not all(torch.allclose(x, y, atol=1e-6) for x, y in zip(res[rank][step],
+                                                                       want[rank][step])):
+                return rank, step
+    return None
 
 
 @checker
@@ -31,14 +48,25 @@ def topk_compressor(make, ratio: float = 0.1, world_sizes=(2, 3)) -> bool:
         if not ok:
             return False
         want = sim.run(_rounds, n, args=(TopK(ratio),))
-        for step in range(3):
-            if not all(torch.allclose(a, b, atol=1e-6) for a, b in zip(res[0][step],
-                                                                       want[0][step])):
+        miss = _first_miss(res, want, n)
+        if miss is not None:
+            rank, step = miss
+            right_on_0 = all(torch.allclose(x, y, atol=1e-6) for s in range(3)
+                             for x, y in zip(res[0][s], want[0][s]))
+            if right_on_0:
+                hint = (f"rank 0 is right but rank {rank} is not: every rank must write the "
+                        "average back into its own tensors")
+            elif not step and all(torch.allclose(x, y, atol=1e-6) for x, y in
+                                  zip(res[rank][0][:2], want[rank][0][:2])):
+                hint = ("bucket 'a' is right, then bucket 'b' is not: keep one residual per "
+                        "rank and per bucket (key), not one per rank")
+            elif step:
                 hint = ("the first step is right: keep the residual (what you did not send) "
-                        "and add it next step, per rank" if step else
-                        "even the first step differs: k = ceil(ratio * d) largest |g| of the "
+                        "and add it next step, one residual per rank and per bucket (key)")
+            else:
+                hint = ("even the first step differs: k = ceil(ratio * d) largest |g| of the "
                         "whole bucket, every rank's selection summed, divided by N")
-                return verdict(name, False, f"{n} ranks, step {step + 1}: {hint}")
+            return verdict(name, False, f"{n} ranks, rank {rank}, step {step + 1}: {hint}")
         if max(res.ledger.sent) > 2 * max(want.ledger.sent):
             return verdict(name, False, f"right values, but {max(res.ledger.sent)} bytes per "
                             f"rank: send only values and indices (about {max(want.ledger.sent)})")
@@ -64,7 +92,8 @@ def powersgd_elements(answer) -> bool:
     """Exercise 07.3: elements PowerSGD sends for one tensor of `shape` at rank r."""
     name = "Exercise 3 (what PowerSGD sends)"
     cases = [((64, 64), 1), ((10, 64), 2), ((64,), 4), ((8, 3, 3, 3), 2), ((4, 4), 2),
-             ((10, 3), 2)]  # the last: not worth compressing, r (n + m) != n m
+             ((10, 3), 2),  # not worth compressing, r (n + m) != n m
+             ((3, 400), 5)]  # r > min(n, m): still plain (2 min(n,m) (n+m) > n m always)
     ok, got = attempt(name, lambda: [answer(s, r) for s, r in cases])
     if not ok:
         return False

@@ -8,10 +8,25 @@ from syncedu.comm.ledger import ring_allreduce_elements
 from syncedu.horovod import launch as horovod_launch
 from syncedu.ui.checkers import attempt, checker, verdict
 
-# The job of the DDP script the learner converts: the digits, the seeded MLP, 16
-# samples per rank (global batch 32), lr 0.05 per rank scaled by the world size, one
-# epoch, DistributedSampler(seed=0) with set_epoch.
-JOB = dict(steps=1797 // 32, global_batch=32, lr=0.1, seed=0)
+# The job of the DDP script the learner converts: the digits, the MLP seeded by the rank
+# (so only a broadcast of rank 0's weights makes the ranks agree), 16 samples per rank
+# (global batch 32), lr 0.05 per rank scaled by the world size, two epochs (so a missing
+# set_epoch shows: epoch 1 would repeat epoch 0's order), DistributedSampler(seed=0).
+EPOCHS = 2
+JOB = dict(steps=EPOCHS * (1797 // 32), global_batch=32, lr=0.1, seed=0)
+
+
+def _shortcut(fn) -> str:
+    """Why `fn`'s source is not a conversion (calls the page's recipe, sums), or ''."""
+    code = getattr(fn, "__code__", None)
+    names = set(getattr(code, "co_names", ())) | set(getattr(code, "co_freevars", ()))
+    if "horovod_recipe" in names:
+        return "it calls the page's horovod_recipe: write the conversion yourself"
+    if "Sum" in names:
+        return ("op=hvd.Sum with an unscaled lr is the same SGD step only while nothing "
+                "non-linear touches the gradient (clipping, Adam); the exercise asks for "
+                "op=hvd.Average and lr x hvd.size()")
+    return ""
 
 
 def _stub(fn) -> bool:
@@ -28,6 +43,9 @@ def convert(my_horovod_train) -> bool:
     if _stub(my_horovod_train):
         print(f"{name}: not attempted yet - write your answer and re-run this cell")
         return False
+    why_not = _shortcut(my_horovod_train)
+    if why_not:
+        return verdict(name, False, why_not)
     ok, why = horovod_launch.available()
     if not ok:
         print(f"{name}: skipped: {why}")
@@ -45,10 +63,16 @@ def convert(my_horovod_train) -> bool:
     got = res[0]
     if not isinstance(got, dict) or set(got) != set(ref):
         return verdict(name, False, f"return rank 0's model.state_dict() (keys {sorted(ref)})")
+    gap = max((res[1][k] - got[k]).abs().max().item() for k in ref) if len(res) > 1 else 0.0
+    if gap > 1e-6:
+        return verdict(name, False, f"the two ranks end {gap:.3g} apart: the ranks start from "
+                        "different weights (seed=hvd.rank()); hvd.broadcast_parameters makes "
+                        "them start from rank 0's, and DistributedOptimizer keeps them together")
     diff = max((got[k] - ref[k]).abs().max().item() for k in ref)
     good = diff < 1e-5
-    return verdict(name, good, "" if good else "the parameters differ from one process on "
-                    "the global batch: lr scaled by hvd.size()? set_epoch? op=hvd.Average?")
+    return verdict(name, good, "" if good else f"the parameters differ by {diff:.3g} from one "
+                    f"process on the global batch ({EPOCHS} epochs): sampler.set_epoch(epoch) "
+                    "every epoch? lr scaled by hvd.size()? op=hvd.Average?")
 
 
 @checker

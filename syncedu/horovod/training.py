@@ -103,8 +103,9 @@ class HorovodComm:
 class _FusedLedger:
     """Step 4: charge each step's gradients as one fused ring allreduce; time it."""
 
-    def __init__(self, comm, opt, wire_bytes: int | None):
-        self.comm, self.wire_bytes, self.events = comm, wire_bytes, []
+    def __init__(self, comm, opt):
+        self.comm, self.events = comm, []
+        self.compression = opt._compression  # the optimizer's own `compression=` object
         self.elements: dict[int, int] = {}  # bytes per element on the wire -> elements
         self.start = None
         self._submit, self._wait = opt._allreduce_grad_async, opt.synchronize
@@ -115,7 +116,10 @@ class _FusedLedger:
     def submit(self, p):
         if self.start is None:
             self.start = time.perf_counter()
-        es = self.wire_bytes or p.element_size()
+        # Bytes per element on the wire: what Horovod's compressor makes of this gradient
+        # (`_allreduce_grad_async` calls the same `compress` before its allreduce).
+        es = self.compression.compress(p.grad)[0].element_size() if p.grad is not None \
+            else p.element_size()
         self.elements[es] = self.elements.get(es, 0) + p.numel()
         return self._submit(p)
 
@@ -146,7 +150,7 @@ def _horovod(module, comm, cfg) -> Parts:
         opt, named_parameters=module.named_parameters(),
         compression=hvd.Compression.fp16 if fp16 else hvd.Compression.none,
         backward_passes_per_step=cfg.accumulation, op=hvd.Average)
-    counter = _FusedLedger(comm, dist, 2 if fp16 else None)
+    counter = _FusedLedger(comm, dist)
     plain_zero_grad = dist.zero_grad
     # Horovod's zero_grad() takes no set_to_none; torch's default (None grads) is what we want.
     dist.zero_grad = lambda set_to_none=True: plain_zero_grad()

@@ -337,39 +337,7 @@ def test_wire_bytes_checker_accepts_the_ring_formula_and_skips_stubs(capsys):
     assert "not attempted yet" in capsys.readouterr().out
 
 
-@real_horovod
-@pytest.mark.timeout(240)
-def test_convert_checker_runs_a_correct_conversion_on_two_horovod_ranks():
-    from syncedu.horovod import exercises08 as ex
-
-    def solution():  # defined here: sent by value, like a notebook cell's
-        import horovod.torch as hvd
-        import torch
-        import torch.nn.functional as F
-        from torch.utils.data import DataLoader
-        from torch.utils.data.distributed import DistributedSampler
-
-        from syncedu.train import data, models
-
-        hvd.init()
-        torch.set_num_threads(1)
-        dataset = data.digits()
-        sampler = DistributedSampler(dataset, num_replicas=hvd.size(), rank=hvd.rank(),
-                                     shuffle=True, seed=0)
-        loader = DataLoader(dataset, batch_size=16, sampler=sampler, drop_last=True)
-        model = models.make("mlp", seed=0)
-        opt = torch.optim.SGD(model.parameters(), lr=0.05 * hvd.size())
-        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
-                                       op=hvd.Average)
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        sampler.set_epoch(0)
-        for x, y in loader:
-            opt.zero_grad()
-            F.cross_entropy(model(x), y).backward()
-            opt.step()
-        return {k: v.detach().clone() for k, v in model.state_dict().items()}
-
-    assert ex.convert.grade(solution)
+# The convert checker's right and wrong answers: tests/horovod/test_checkers08.py
 
 
 @real_horovod

@@ -1,0 +1,90 @@
+"""Which line of the Horovod recipe does what: each one left out in turn, on real Horovod ranks.
+
+The articles this course answers label `hvd.broadcast_parameters` "gradient compression" and
+call `hvd.DistributedOptimizer` optional. Run inside one Horovod rank (`horovod_launch.run`),
+`without_each` trains the digits MLP a few steps in four variants, every rank's model seeded
+by its own rank (as an unseeded model would be):
+
+1. the recipe: `broadcast_parameters` (the initial state sync) + `DistributedOptimizer`
+   (the gradient averaging, mandatory) with `compression=Compression.none`;
+2. without the broadcast: the ranks start apart, and averaged gradients keep them apart;
+3. without the wrapper: nothing is averaged, each rank trains on its own shard;
+4. Horovod's AMP pattern (horovod/docs/pytorch.rst, "mixed precision"): `GradScaler`,
+   `opt.synchronize()` to finish the allreduces, `scaler.unscale_`, clipping, then
+   `scaler.step` inside `opt.skip_synchronize()` so `step` does not synchronize again.
+
+Returns {variant: this rank's parameters}; compare the ranks' results in the caller.
+Compression is the wrapper's `compression=` argument, nothing else (Horovod 0.28.1).
+"""
+
+from __future__ import annotations
+
+VARIANTS = ("recipe", "no broadcast", "no DistributedOptimizer", "amp pattern")
+
+
+def without_each(steps: int = 8, lr: float = 0.1) -> dict:
+    import horovod.torch as hvd
+    import torch
+    import torch.nn.functional as F
+
+    from syncedu.train import data, models
+
+    hvd.init()
+    torch.set_num_threads(1)
+    x, y = data.digits().tensors
+    out = {}
+    for i, variant in enumerate(VARIANTS):
+        model = models.make("mlp", seed=hvd.rank())  # each rank its own initial weights
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        if variant != "no DistributedOptimizer":
+            opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                           compression=hvd.Compression.none, op=hvd.Average,
+                                           backward_passes_per_step=1)
+        if variant != "no broadcast":
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8) if variant == "amp pattern" \
+            else None
+        for step in range(steps):
+            lo = (step * hvd.size() + hvd.rank()) * 16  # this rank's 16 samples of the step
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x[lo:lo + 16]), y[lo:lo + 16])
+            if scaler is None:
+                loss.backward()
+                opt.step()
+                continue
+            scaler.scale(loss).backward()
+            opt.synchronize()                       # the allreduces finish here
+            scaler.unscale_(opt)                    # on the averaged gradients
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=10.0)
+            with opt.skip_synchronize():            # step() must not synchronize again
+                scaler.step(opt)
+            scaler.update()
+        out[variant] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        del opt  # a new DistributedOptimizer per variant: its hooks go with the model
+        hvd.allreduce(torch.zeros(1), name=f"variant.{i}")  # the ranks finish a variant together
+    hvd.shutdown()
+    return out
+
+
+def rank_gap(res: list[dict], variant: str) -> float:
+    """Largest |rank 0 - rank r| over the parameters of `variant` (0: the ranks agree)."""
+    return max((r[variant][k] - res[0][variant][k]).abs().max().item()
+               for r in res[1:] for k in res[0][variant])
+
+
+def reference(steps: int = 8, lr: float = 0.1, world_size: int = 2) -> dict:
+    """One process, rank 0's initial weights, the global batch of each step (16 per rank)."""
+    import torch
+    import torch.nn.functional as F
+
+    from syncedu.train import data, models
+
+    x, y = data.digits().tensors
+    model = models.make("mlp", seed=0)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for step in range(steps):
+        lo, hi = step * world_size * 16, (step + 1) * world_size * 16
+        opt.zero_grad()
+        F.cross_entropy(model(x[lo:hi]), y[lo:hi]).backward()
+        opt.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -1,0 +1,92 @@
+"""Lesson 08's convert checker: the right conversion passes on 2 Horovod ranks; the wrong
+answers a learner would plausibly write are rejected with a message naming the mistake
+(issue 23, checkers list: the page's recipe called, no broadcast with rank-seeded models,
+no set_epoch, op=hvd.Sum with an unscaled lr)."""
+
+import pytest
+
+from syncedu.horovod import exercises08 as ex
+
+try:
+    import horovod.torch  # noqa: F401
+    WHY_NOT = None
+except Exception as exc:
+    WHY_NOT = f"horovod.torch is not importable ({type(exc).__name__}: {exc}); `make setup`"
+
+real_horovod = [pytest.mark.horovod, pytest.mark.real, pytest.mark.slow,
+                pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")]
+
+
+def answer(broadcast=True, set_epoch=True):
+    """A learner's conversion; the flags leave a line out. A closure: sent by value."""
+    def my_horovod_train():
+        import horovod.torch as hvd
+        import torch
+        import torch.nn.functional as F
+        from torch.utils.data import DataLoader
+        from torch.utils.data.distributed import DistributedSampler
+
+        from syncedu.train import data, models
+
+        hvd.init()
+        torch.set_num_threads(1)
+        dataset = data.digits()
+        sampler = DistributedSampler(dataset, num_replicas=hvd.size(), rank=hvd.rank(),
+                                     shuffle=True, seed=0)
+        loader = DataLoader(dataset, batch_size=16, sampler=sampler, drop_last=True)
+        model = models.make("mlp", seed=hvd.rank())
+        opt = torch.optim.SGD(model.parameters(), lr=0.05 * hvd.size())
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                       op=hvd.Average)
+        if broadcast:
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        for epoch in range(2):
+            if set_epoch:
+                sampler.set_epoch(epoch)
+            for x, y in loader:
+                opt.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                opt.step()
+        return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return my_horovod_train
+
+
+def _grade(fn, capsys):
+    ok = ex.convert.grade(fn)
+    return ok, capsys.readouterr().out
+
+
+def test_calling_the_pages_recipe_is_rejected_without_running(capsys):
+    def horovod_recipe(epochs=2):  # stands for the page's function
+        raise AssertionError("must not run")
+
+    def my_horovod_train():
+        return horovod_recipe(epochs=1)
+
+    ok, out = _grade(my_horovod_train, capsys)
+    assert not ok and "calls the page's horovod_recipe" in out
+
+
+def test_op_sum_with_unscaled_lr_is_rejected(capsys):
+    def my_horovod_train():
+        import horovod.torch as hvd
+        return hvd.DistributedOptimizer(None, op=hvd.Sum)  # never run: rejected first
+
+    ok, out = _grade(my_horovod_train, capsys)
+    assert not ok and "op=hvd.Sum" in out
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kw, says", [({}, None),
+                                      ({"broadcast": False}, "broadcast_parameters"),
+                                      ({"set_epoch": False}, "set_epoch")],
+                         ids=["right", "no-broadcast", "no-set_epoch"])
+def test_convert_on_two_horovod_ranks(kw, says, capsys):
+    for mark in real_horovod:
+        if mark.name == "skipif" and mark.args[0]:
+            pytest.skip(mark.kwargs["reason"])
+    ok, out = _grade(answer(**kw), capsys)
+    if says is None:
+        assert ok, out
+    else:
+        assert not ok and says in out, out

@@ -85,7 +85,8 @@ def _pattern(h, workers: int, servers: int, steps: int, n: int) -> str:
     t = h.trace
     for w in range(workers):
         for s, (lo, hi) in enumerate(ranges):
-            pushes = [r.nbytes for r in t if r.src == w and r.dst == workers + s and r.tag == PUSH_TAG]
+            pushes = [r.nbytes for r in t
+                      if r.src == w and r.dst == workers + s and r.tag == PUSH_TAG]
             if pushes != [(hi - lo + 1) * 4] * steps:
                 return (f"worker {w} sent server {s} pushes of {sorted(set(pushes))} bytes "
                         f"({len(pushes)} of them); expected {steps} of {(hi - lo + 1) * 4} = "

@@ -89,7 +89,9 @@ def test_powersgd_wrong_answers_are_rejected(capsys):
 
 
 def test_topk_bytes_wrong_answers_are_rejected(capsys):
-    right = lambda n, d, r: (n - 1) * math.ceil(r * d) * 8
+    def right(n, d, r):
+        return (n - 1) * math.ceil(r * d) * 8
+
     assert _grade(ex.topk_bytes, capsys, right)[0]
     for wrong in (lambda n, d, r: (n - 1) * math.ceil(r * d) * 4,     # values only
                   lambda n, d, r: n * math.ceil(r * d) * 8,           # counts its own payload

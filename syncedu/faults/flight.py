@@ -27,6 +27,7 @@ import logging
 import os
 import pickle
 import subprocess
+import time
 import traceback
 
 import torch
@@ -51,6 +52,10 @@ def mismatch_and_dump(comm, folder: str, kind: str = "missing", culprit: int = 1
         if comm.rank != culprit:
             dist.all_reduce(torch.ones(4), group=group)
         elif kind == "type":
+            # Wait out the peers' timeout first: Gloo matches messages by a per-group
+            # sequence number, not by op type, so a broadcast sent at once can meet the
+            # peers' all_reduce and abort it with a size error instead of the hang this shows.
+            time.sleep(group_timeout + 0.5)
             dist.broadcast(torch.ones(4), src=comm.rank, group=group)
     except RuntimeError as e:
         outcome = str(e).splitlines()[0][-70:]

@@ -65,9 +65,8 @@ def _both(comm):
 
 @pytest.mark.real
 @pytest.mark.slow
-@pytest.mark.skip(reason="hung once in two full-suite runs (rank 0 past the 60 s timeout, inside "
-                  "torch's powerSGD_hook on several Gloo buckets); passed 5 of 5 alone: run by hand "
-                  "with `pytest --runxfail -k several_buckets` after removing this mark")
+@pytest.mark.skip(reason="hung once in two full-suite runs (rank 0 past the 60 s timeout "
+                  "inside torch's powerSGD_hook on several Gloo buckets); passed 5 of 5 alone")
 def test_several_buckets_send_what_torchs_hook_sends_each_step():
     # One rank: torch's hook on several buckets issues its chained allreduces in different
     # orders on different Gloo ranks (a size-mismatch abort), and the step counting is

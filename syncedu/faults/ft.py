@@ -173,7 +173,7 @@ def _replica(comm, cfg: FTConfig) -> dict:
         steps = {r: int(answer[n + r]) for r in members}
         step = _recover(comm, me, members, steps, params)  # Step 2
         comm.compute(cfg.step_seconds)
-        committed = _exchange(comm, cfg, me, members, step, model, state)  # Step 3
+        committed = exchange(comm, cfg, me, members, step, model, state)  # Step 3
         if committed:  # Step 4
             with torch.no_grad():
                 for p in params:
@@ -208,7 +208,7 @@ def should_commit(members, succeeded) -> bool:
     return bool(members) and set(members) <= set(succeeded)
 
 
-def _exchange(comm, cfg, me, members, step, model, state) -> bool:
+def exchange(comm, cfg, me, members, step, model, state) -> bool:
     """Step 3: gradients to the leader, the mean and the verdict back; True if committed."""
     params = list(model.parameters())
     grad = _grad(model, cfg, step, me)

@@ -135,7 +135,7 @@ def _setup(index: int, lighthouse: str, cfg: Config):
     return manager, model, opt, (store, sock)
 
 
-def _step(manager, model, opt, index: int, kill) -> dict:
+def replica_step(manager, model, opt, index: int, kill) -> dict:
     """One fault-tolerant step; a killed replica dies after backward, before its allreduce."""
     t0 = time.time()
     manager.start_quorum()
@@ -186,7 +186,7 @@ def replica_main(index: int, lighthouse: str, folder: str, cfg: Config, kill: bo
         stop = json.loads((out / "stop").read_text()) if (out / "stop").exists() else None
         if stop is not None and manager.current_step() >= stop:
             break
-        log.append(_step(manager, model, opt, index, dies_now))
+        log.append(replica_step(manager, model, opt, index, dies_now))
         _write(out / f"progress_{index}_{os.getpid()}", log[-1])
         time.sleep(cfg.pace)
     torch.save({"log": log, "params": model.state_dict(), "step": manager.current_step()},

@@ -1,19 +1,11 @@
-"""Checkers for notebooks/11_when_ranks_fail's exercises.
+"""Checkers for notebooks/11_when_ranks_fail's exercises, each naming the plausible slips.
 
-1. `join_shadow`: the learner writes `my_join_allreduce(comm, params, has_data)
-   -> int`, Join's shadow allreduce (join.py's `join_allreduce`). The checker
-   trains simulated ranks with it, 3 ranks on 2, 4 and 3 batches, then 4 on
-   3, 1, 4 and 2 (a hard-coded world size fails), and compares, step by step,
-   the active-rank counts it returns and the final parameters with ours; a rank
-   out of data that stops answering shows as the simulator's deadlock, and the
-   known slips (dividing by the world size, not dividing) are named.
-2. `commit_rule`: `should_commit(members, succeeded) -> bool`, ft.py's Step 4:
-   commit only if the quorum is not empty and every member's exchange
-   succeeded; tried on cases that separate it from "any", "a majority", "the
-   leader's alone", "an empty quorum commits" and "always", each with its reason.
-3. `checkpoint_interval`: `interval(checkpoint, mtbf) -> seconds`, Young's
-   optimum sqrt(2 C M), tried at several (C, M) against goodput.py's, with the
-   usual slips named (missing factor 2, no square root, C / M).
+1. `join_shadow`: Join's shadow allreduce, trained on simulated ranks (2, 4, 3
+   batches, then 3, 1, 4, 2: a hard-coded world size fails) against join.py's;
+   a rank that stops answering shows as the simulator's deadlock;
+2. `commit_rule`: ft.py's Step 4, on cases that separate it from "any", "a
+   majority", "the leader's alone", "an empty quorum commits" and "always";
+3. `checkpoint_interval`: Young's sqrt(2 C M) at several (C, M).
 """
 
 from __future__ import annotations

@@ -41,7 +41,10 @@ def mismatch_and_dump(comm, folder: str, kind: str = "missing", culprit: int = 1
     """Step 1 (a rank's worker): one good allreduce, then `culprit` misbehaves; dump.
 
     kind "missing": the culprit skips the second allreduce; kind "type": it
-    calls `broadcast` where its peers call `all_reduce`.
+    calls `broadcast` where its peers call `all_reduce`. Returns the first line
+    of this rank's error, Gloo's own words ("ok" if none). The dump keeps the
+    records of this demo's group only, so that ranks reused from a `launch.Pool`
+    bring no records of earlier runs (as fresh ranks would).
     """
     if kind not in ("missing", "type"):
         raise ValueError(f"kind={kind!r} must be 'missing' or 'type'")
@@ -58,10 +61,14 @@ def mismatch_and_dump(comm, folder: str, kind: str = "missing", culprit: int = 1
             time.sleep(group_timeout + 0.5)
             dist.broadcast(torch.ones(4), src=comm.rank, group=group)
     except RuntimeError as e:
-        outcome = str(e).splitlines()[0][-70:]
-    raw = torch._C._distributed_c10d._dump_fr_trace()  # nothing is dumped on its own
+        outcome = str(e).strip().splitlines()[0]
+    dump = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())  # never dumped on its own
+    mine = [e for e in dump["entries"] if e["process_group"][0] == group.group_name]
+    # numbered afresh: record ids count every collective of the process, and
+    # the analyzer matches ranks' records by them
+    dump["entries"] = [{**e, "record_id": i} for i, e in enumerate(mine)]
     with open(os.path.join(folder, f"rank_{comm.rank}"), "wb") as f:
-        f.write(raw)
+        pickle.dump(dump, f)
     return outcome
 
 

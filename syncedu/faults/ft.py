@@ -1,28 +1,26 @@
 """Per-step fault tolerance from scratch: replicas, a quorum, a commit, live recovery.
 
-The idea of torchft (meta-pytorch/torchft; Rice et al., "torchft" design doc):
-instead of stopping the whole job when one replica fails and restarting all of
-it from a checkpoint, every step is a small transaction among the replicas
-that are alive *now*. Rank 0 plays the lighthouse; ranks 1..R are the replica
-groups (one rank each here). Every iteration:
+The idea of torchft (meta-pytorch/torchft): instead of restarting the whole
+job from a checkpoint when one replica fails, every step is a small
+transaction among the replicas alive *now*. Rank 0 plays the lighthouse;
+ranks 1..R are the replica groups (one rank each). Every iteration:
 
 1. quorum: each replica reports (alive, step) to the lighthouse, which answers
-   every replica with the members (the replicas alive) and the highest step;
-   a replica that went silent is dropped after the heartbeat timeout;
+   with the members (the replicas alive) and every member's step; a replica
+   that went silent is dropped after the heartbeat timeout;
 2. recovery: a member behind the highest step (it was restarted) receives the
-   parameters and step from the lowest healthy member, live, no checkpoint;
-3. exchange: every member sends its gradient (on its batch for that step)
-   and a success flag to the leader (the lowest healthy member), which sums
-   them and answers everyone with the mean and "all succeeded";
+   parameters and step from the lowest member at that step, live;
+3. exchange: every member sends its gradient (on its batch for that step) and
+   a success flag to the leader (the lowest member), which answers everyone
+   with the mean and the verdict;
 4. commit: the step counts only if every member's exchange succeeded; then
-   every member applies the same SGD step and its step counter advances.
-   Otherwise the step is discarded (parameters unchanged) and retried with the
-   next quorum on the same batches.
+   every member takes the same SGD step. Otherwise it is discarded
+   (parameters unchanged) and retried with the next quorum on the same batches.
 
-Failures are injected (`Failure`): a replica dies during the exchange of
-iteration `at` (its exchange fails), stays down `down` iterations, and
-restarts with fresh (wrong) parameters and step 0. On simulated ranks the run
-is deterministic; `reference` replays the committed steps in one process.
+`Failure`s are injected: a replica dies in iteration `at`'s exchange, stays
+down `down` iterations and restarts with fresh (wrong) parameters and step 0.
+On simulated ranks the run is deterministic; `reference` replays the
+committed steps in one process.
 """
 
 from __future__ import annotations
@@ -31,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils import parameters_to_vector as flat
+from torch.nn.utils import vector_to_parameters
 
 from syncedu import models, sim
 
@@ -45,9 +45,7 @@ TAG_STATUS, TAG_QUORUM, TAG_STATE, TAG_GRAD, TAG_MEAN = 11, 12, 13, 14, 15
 class Failure:
     """Replica `replica` dies in iteration `at`'s exchange and is back `down` iterations later.
 
-    Modeled as a failed exchange: the dying replica's message carries a failure
-    flag, so the leader counts it as not succeeded (a real death shows as an
-    error or a timeout in the allreduce; torchft_run shows that for real).
+    Modeled as a failed exchange (a flag the leader reads); torchft_run shows a real death.
     """
 
     replica: int
@@ -109,23 +107,11 @@ def replica_batch(cfg: FTConfig, step: int, replica: int):
     return torch.randn(cfg.batch, 64, generator=g), torch.randint(0, 10, (cfg.batch,), generator=g)
 
 
-def _flat(tensors) -> torch.Tensor:
-    return torch.cat([t.reshape(-1) for t in tensors])
-
-
-def _unflat(flat: torch.Tensor, like) -> list[torch.Tensor]:
-    out, off = [], 0
-    for p in like:
-        out.append(flat[off:off + p.numel()].view_as(p))
-        off += p.numel()
-    return out
-
-
 def _grad(model, cfg, step, replica) -> torch.Tensor:
     model.zero_grad(set_to_none=True)
     x, y = replica_batch(cfg, step, replica)
     F.cross_entropy(model(x), y).backward()
-    return _flat([p.grad for p in model.parameters()])
+    return flat([p.grad for p in model.parameters()])
 
 
 def _lighthouse(comm, cfg: FTConfig) -> list[list[int]]:
@@ -148,21 +134,14 @@ def _lighthouse(comm, cfg: FTConfig) -> list[list[int]]:
     return quorums
 
 
-def _fresh(seed: int):
-    model = models.make("mlp", seed=seed)
-    return model, list(model.parameters())
-
-
 def _replica(comm, cfg: FTConfig) -> dict:
     """Steps 1-4 on replica `comm.rank - 1`."""
     me, n = comm.rank - 1, cfg.replicas
-    model, params = _fresh(cfg.seed)
-    step, log = 0, []
+    model, step, log = models.make("mlp", seed=cfg.seed), 0, []
     for t in range(cfg.iterations):
         state = status(cfg, me, t)
         if state == "back":  # restarted: fresh (wrong) weights, no progress
-            model, params = _fresh(cfg.seed + 1000 + t)
-            step = 0
+            model, step = models.make("mlp", seed=cfg.seed + 1000 + t), 0
         up = state != "down"
         comm.send(torch.tensor([float(up), float(step)], dtype=torch.float64), 0, TAG_STATUS)
         answer = torch.zeros(2 * n, dtype=torch.float64)
@@ -171,34 +150,37 @@ def _replica(comm, cfg: FTConfig) -> dict:
             continue
         members = [r for r in range(n) if answer[r] == 1]
         steps = {r: int(answer[n + r]) for r in members}
-        step = _recover(comm, me, members, steps, params)  # Step 2
+        step = _recover(comm, me, members, steps, model)  # Step 2
         comm.compute(cfg.step_seconds)
-        committed = exchange(comm, cfg, me, members, step, model, state)  # Step 3
-        if committed:  # Step 4
-            with torch.no_grad():
-                for p in params:
-                    p -= cfg.lr * p.grad
+        mean = exchange(comm, cfg, me, members, step, model, state)  # Step 3
+        if mean is not None:  # Step 4
+            _sgd(model, mean, cfg.lr)
             step += 1
-        log.append((t, tuple(members), committed))
+        log.append((t, tuple(members), mean is not None))
     return {"alive": status(cfg, me, cfg.iterations - 1) in ("up", "back"), "step": step,
             "log": log, "params": {k: v.detach().clone() for k, v in model.named_parameters()}}
 
 
-def _recover(comm, me, members, steps, params) -> int:
-    """Step 2: members behind the top step get parameters and step from the lowest healthy one."""
-    top = max(steps.values())
+def _sgd(model, grad: torch.Tensor, lr: float) -> None:
+    params = list(model.parameters())
+    with torch.no_grad():
+        vector_to_parameters(flat(params) - lr * grad, params)
+
+
+def _recover(comm, me, members, steps, model) -> int:
+    """Step 2: members behind the top step get parameters and step from the lowest one at it."""
+    top, params = max(steps.values()), list(model.parameters())
     behind = [m for m in members if steps[m] < top]
     source = min(m for m in members if steps[m] == top)
     if me == source:
-        state = torch.cat([_flat(params).detach(), torch.tensor([float(top)])])
+        state = torch.cat([flat(params).detach(), torch.tensor([float(top)])])
         for m in behind:
             comm.send(state, m + 1, TAG_STATE)
     elif me in behind:
         buf = torch.zeros(sum(p.numel() for p in params) + 1)
         comm.recv(buf, src=source + 1, tag=TAG_STATE)
         with torch.no_grad():
-            for p, v in zip(params, _unflat(buf[:-1], params)):
-                p.copy_(v)
+            vector_to_parameters(buf[:-1], params)
         return int(buf[-1].item())
     return steps[me]
 
@@ -208,9 +190,8 @@ def should_commit(members, succeeded) -> bool:
     return bool(members) and set(members) <= set(succeeded)
 
 
-def exchange(comm, cfg, me, members, step, model, state) -> bool:
-    """Step 3: gradients to the leader, the mean and the verdict back; True if committed."""
-    params = list(model.parameters())
+def exchange(comm, cfg, me, members, step, model, state) -> torch.Tensor | None:
+    """Step 3: gradients to the leader, the mean and the verdict back; the mean if committed."""
     grad = _grad(model, cfg, step, me)
     ok = torch.tensor([0.0 if state == "dies" else 1.0])
     leader = members[0]
@@ -231,10 +212,8 @@ def exchange(comm, cfg, me, members, step, model, state) -> bool:
         for m in members[1:]:
             comm.send(reply, m + 1, TAG_MEAN)
     if reply[-1] != 1.0 or state == "dies":
-        return False  # discarded: the parameters stay as they were
-    for p, g in zip(params, _unflat(reply[:-1], params)):
-        p.grad = g.clone()
-    return True
+        return None  # discarded: the parameters stay as they were
+    return reply[:-1]
 
 
 def _worker(comm, cfg: FTConfig):
@@ -254,13 +233,10 @@ def committed_steps(log) -> list[tuple[int, tuple[int, ...]]]:
 
 def reference(cfg: FTConfig, committed: list[tuple[int, tuple[int, ...]]]) -> dict:
     """One process, no failures: SGD over `committed` (step, members), the mean in member order."""
-    model, params = _fresh(cfg.seed)
+    model = models.make("mlp", seed=cfg.seed)
     for step, members in committed:
-        total = None
-        for m in members:
-            g = _grad(model, cfg, step, m)
-            total = g.clone() if total is None else total + g
-        with torch.no_grad():
-            for p, g in zip(params, _unflat(total / len(members), params)):
-                p -= cfg.lr * g.clone()
+        total = _grad(model, cfg, step, members[0]).clone()
+        for m in members[1:]:
+            total += _grad(model, cfg, step, m)
+        _sgd(model, total / len(members), cfg.lr)
     return {k: v.detach().clone() for k, v in model.named_parameters()}

@@ -1,26 +1,21 @@
 """Goodput at scale: checkpoint-restart against live per-step recovery.
 
-A job on N GPUs fails N times as often as one GPU: its mean time between
-failures is M = m / N, for a per-GPU MTBF m. Two ways to survive:
+A job on N GPUs with per-GPU MTBF m fails every M = m / N. Two ways to survive:
 
 1. checkpoint-restart (torchrun `--max-restarts`, lesson 08's elastic run):
-   write a checkpoint every tau seconds of work (cost C each); on a failure,
-   restart everything (cost R) and redo the work since the last checkpoint
-   (tau / 2 on average). To first order (Young, "A first order approximation
-   to the optimum checkpoint interval", CACM 17(9), 1974) the share of time
-   lost is C / tau + (R + tau / 2) / M, smallest at tau* = sqrt(2 C M);
-   Daly ("A higher order estimate of the optimum checkpoint interval for
-   restart dumps", FGCS 22(3), 2006) refines tau* for C not small against M;
+   a checkpoint every tau seconds (cost C); on a failure, restart everything
+   (cost R) and redo tau / 2 on average. To first order (Young, "A first order
+   approximation to the optimum checkpoint interval", CACM 17(9), 1974) the
+   share of time lost is C / tau + (R + tau / 2) / M, smallest at
+   tau* = sqrt(2 C M); Daly ("A higher order estimate of the optimum checkpoint
+   interval for restart dumps", FGCS 22(3), 2006) refines it;
 2. live per-step recovery (torchft; ft.py): a failure costs the heartbeat
-   timeout (detection), one discarded step and the peer-to-peer recovery;
-   meanwhile the other G - 1 replica groups train on, so the restart time R
-   of the failed group costs R / G of the job's throughput.
+   timeout, one discarded step and the copy from a peer, while the other G - 1
+   replica groups train on, so the failed group's restart R costs R / G.
 
-Goodput = useful steps per hour = (1 - lost share) * 3600 / step_seconds.
-Published figures to set the scale (cited in the notebook): Llama 3 405B,
-419 unexpected interruptions in 54 days on 16,384 GPUs (Dubey et al., "The
-Llama 3 Herd of Models", arXiv 2407.21783, 2024, Table 5; read here
-secondhand, via DatacenterDynamics' report of that table).
+Goodput = useful steps per hour = (1 - lost share) * 3600 / step. Scale:
+Llama 3 405B, 419 unexpected interruptions in 54 days on 16,384 GPUs (Dubey et
+al., arXiv 2407.21783, 2024, Table 5; read secondhand, via DatacenterDynamics).
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
-"""Uneven inputs on real ranks: the hang, DDP's join, ours, and even sharding.
-
-Runs inside `launch.run` ranks (Gloo on CPU). Each rank r trains on
-`counts[r]` batches, e.g. 3 ranks with 4, 7 and 5:
+"""Uneven inputs on real ranks (3 ranks with 4, 7 and 5 batches): the hang and its fixes.
 
 1. `hang`: plain DDP. Once rank 0 runs out, ranks 1 and 2 wait in
-   `backward()`'s gradient allreduce for a peer that never comes, until the
-   process group's timeout (short here: a group made with `new_group(timeout=)`);
-   each rank reports what happened to it;
-2. `joined`: the same data three ways that do not hang, `with model.join()`,
-   `with Join([model])` (both `divide_by_initial_world_size=False`) and our
-   `train_joined` over `dp.DataParallel`, plus `throw_on_early_termination=True`,
-   which stops every rank as soon as one runs out;
-3. `shards`: the other answer, `DistributedSampler` shards of equal length,
-   by dropping the tail (`drop_last=True`) or padding with repeated samples.
+   `backward()`'s allreduce for a peer that never comes, until the group's
+   (short) timeout;
+2. `joined`: the same data with `model.join()`, `Join([model])` (both
+   `divide_by_initial_world_size=False`) and our `train_joined`, plus
+   `throw_on_early_termination=True`, which stops every rank when one runs out;
+3. `shards`: the other answer, equal `DistributedSampler` shards, by dropping
+   the tail (`drop_last=True`) or padding with repeated samples.
 
 Sources: pytorch#33148 and #38174 (the hang); the DDP `join` docs and the
 "Distributed Training with Uneven Inputs Using the Join Context Manager" tutorial.
@@ -55,13 +50,14 @@ def _ddp_steps(model, optimizer, data) -> int:
     return len(data)
 
 
-def hang(comm, counts=COUNTS, group_timeout: float = 2.0) -> str:
+def hang(comm, counts=COUNTS, group_timeout: float = 2.0) -> dict:
     """Step 1: plain DDP on uneven data; a rank with more batches fails after `group_timeout` s.
 
-    Returns what happened on this rank: "finished its 4 batches", or the batch
-    whose `backward()` failed, the seconds it waited and Gloo's message. The
-    error is caught here, in the rank, so that the ranks (a `launch.Pool`'s)
-    live on: only the short-timeout group is broken, the default one is not.
+    Returns what happened on this rank: `what` ("finished its 4 batches", or
+    the batch whose `backward()` failed), `said` (the first line of Gloo's
+    error, without its source path) and `waited` (seconds). The error is caught
+    here, in the rank, so that the ranks (a `launch.Pool`'s) live on: only the
+    short-timeout group is broken, the default one is not.
     """
     group = dist.new_group(timeout=datetime.timedelta(seconds=group_timeout))
     model = DDP(models.make("mlp", seed=0), process_group=group)
@@ -72,11 +68,12 @@ def hang(comm, counts=COUNTS, group_timeout: float = 2.0) -> str:
         try:
             _ddp_steps(model, optimizer, [batch])
         except RuntimeError as e:
-            waited = time.perf_counter() - t0
-            said = re.search(r"Timed out waiting \d+ms", str(e))  # Gloo's words, no path
-            return (f"backward() of batch {i + 1} failed after {waited:.1f} s: "
-                    f"{said.group(0) if said else str(e).strip().splitlines()[0][-60:]}")
-    return f"finished its {len(data)} batches"
+            said = re.sub(r"^\[[^\]]*\]\s*", "", str(e).strip().splitlines()[0])
+            short = re.search(r"Timed out waiting \d+ms", said)
+            return dict(what=f"backward() of batch {i + 1} failed: "
+                             f"{short.group(0) if short else said[:60]}",
+                        said=said, waited=time.perf_counter() - t0)
+    return dict(what=f"finished its {len(data)} batches", said="", waited=0.0)
 
 
 def _params(module) -> dict[str, torch.Tensor]:
@@ -110,11 +107,8 @@ def _thrown(comm, data, lr) -> str:
     done = 0
     try:
         with Join([model], throw_on_early_termination=True):
-            for x, y in data:
-                optimizer.zero_grad(set_to_none=True)
-                F.cross_entropy(model(x), y).backward()
-                optimizer.step()
-                done += 1
+            for batch in data:
+                done += _ddp_steps(model, optimizer, [batch])
     except RuntimeError as e:
         return f"stopped after {done} batches: {type(e).__name__}: {str(e).splitlines()[0]}"
     return f"finished its {done} batches"

@@ -1,4 +1,9 @@
-"""Finding the culprit on real ranks: every tool names rank 1 (syncedu/faults)."""
+"""Finding the culprit on real ranks: every tool names rank 1 (syncedu/faults).
+
+One module-wide `launch.Pool` of 3 ranks serves every test (each demo makes
+its own short-timeout group, so a broken group never reaches the next test);
+the launcher's timeout test, which stops the Pool's ranks, runs last.
+"""
 
 from __future__ import annotations
 
@@ -18,31 +23,32 @@ def _children():
             if "resource_tracker" not in " ".join(p.cmdline())}
 
 
-def test_monitored_barrier_names_rank_1_and_new_group_timeout_trap():
-    before = _children()
-    res = launch.run(culprit.monitored_barrier, 3, timeout=60, output="quiet")
+@pytest.fixture(scope="module")
+def pool():
+    with launch.Pool(3, timeout=60, output="quiet") as p:
+        yield p
+
+
+def test_monitored_barrier_names_rank_1_and_new_group_timeout_trap(pool):
+    res = pool.run(culprit.monitored_barrier)
     assert "Rank 1 failed to pass monitoredBarrier" in res[0]
-    timeouts = launch.run(culprit.group_timeouts, 2, timeout=60, output="quiet")[0]
+    timeouts = pool.run(culprit.group_timeouts)[0]
     assert timeouts["new_group()"] == "0:30:00" != timeouts["default group"]
-    assert _children() <= before
 
 
-@pytest.mark.parametrize("env", [False, True])
-def test_detail_names_both_ranks_fast(env):
-    if env:  # TORCH_DISTRIBUTED_DEBUG=DETAIL from the start
-        with culprit.debug_detail():
-            res = launch.run(culprit.detail_mismatch, 2, timeout=60, output="quiet")
-    else:  # dist.set_debug_level inside detail_mismatch alone
-        res = launch.run(culprit.detail_mismatch, 2, timeout=60, output="quiet")
+def _check_detail(res):
     assert res[0]["shape"][0] == "rank 0: ALLREDUCE [4] | rank 1: ALLREDUCE [5]"
     assert res[0]["order"][0] == "rank 0: BROADCAST [4] | rank 1: ALLREDUCE [4]"
     assert all(seconds < 2.0 for _, seconds in res[0].values())
 
 
-def test_launch_timeout_names_the_rank_still_running():
-    with pytest.raises(launch.TimeoutError) as e:
-        launch.run(culprit.sleeper, 3, timeout=3, output="quiet")
-    assert e.value.ranks == [1]
+def test_detail_names_both_ranks_fast(pool):  # dist.set_debug_level inside detail_mismatch
+    _check_detail(pool.run(culprit.detail_mismatch))
+
+
+def test_detail_from_the_environment(monkeypatch):  # TORCH_DISTRIBUTED_DEBUG=DETAIL at start
+    monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
+    _check_detail(launch.run(culprit.detail_mismatch, 2, timeout=60, output="quiet"))
 
 
 def test_simulator_names_deadlock_and_mismatch():
@@ -62,17 +68,32 @@ def test_fix_gloo_dump_rebuilds_pg_config():
     assert raw["pg_config"][""]["ranks"] == "[]"  # the input is left as it was
 
 
-@pytest.mark.parametrize("kind, world, says", [("missing", 3, "missing ranks: {1}"),
-                                               ("type", 2, "COLLECTIVE_TYPE_MISMATCH")])
-def test_flight_recorder_on_gloo_finds_rank_1(tmp_path, kind, world, says):
-    outcome = launch.run(flight.mismatch_and_dump, world, args=(str(tmp_path), kind),
-                         timeout=60, output="quiet")
-    assert "Timed out waiting 2000ms" in outcome[0]  # Gloo's own words name no rank
-    assert "rank 1" not in outcome[0].lower()
+@pytest.mark.parametrize("kind, says, records", [
+    ("missing", "missing ranks: {1}", [2, 1, 2]),
+    ("type", "Culprit rank 1; Error type: COLLECTIVE_TYPE_MISMATCH", [2, 2, 2])])
+def test_flight_recorder_on_gloo_finds_rank_1(pool, tmp_path, kind, says, records):
+    outcome = pool.run(flight.mismatch_and_dump, args=(str(tmp_path), kind))
+    for r in (0, 2):
+        assert "Timed out waiting 2000ms" in outcome[r]  # Gloo's own words name no rank
+        assert "rank" not in outcome[r].lower()
     raw = flight.analyze(str(tmp_path))
     assert raw.returncode != 0 and "KeyError" in raw.stdout  # the upstream defect
-    flight.fix_folder(str(tmp_path), world)
+    dumps = []
+    for r in range(3):
+        with open(tmp_path / f"rank_{r}", "rb") as f:
+            dumps.append(pickle.load(f))
+    # Gloo recorded this group's collectives by default, numbered from 0 on every rank
+    assert [len(d["entries"]) for d in dumps] == records
+    assert all([e["record_id"] for e in d["entries"]] == list(range(len(d["entries"])))
+               for d in dumps)
+    flight.fix_folder(str(tmp_path), 3)
     fixed = flight.analyze(str(tmp_path))
     assert fixed.returncode == 0 and says in fixed.stdout
-    with open(tmp_path / "rank_0", "rb") as f:
-        assert pickle.load(f)["entries"]  # Gloo recorded the collectives by default
+
+
+def test_launch_timeout_names_the_rank_still_running(pool):  # last: it stops the Pool's ranks
+    before = _children() - set(pool.pids)
+    with pytest.raises(launch.TimeoutError) as e:
+        pool.run(culprit.sleeper, timeout=3)
+    assert e.value.ranks == [1]
+    assert _children() <= before  # the timeout reaped every rank

@@ -1,30 +1,44 @@
 """Finding the culprit: one job where rank 1 misbehaves, seen by each tool.
 
-Real ranks unless said (the Flight Recorder and Gloo's own timeout are in flight.py):
+Real ranks unless said:
 
 1. `monitored_barrier`: rank 0 names the rank absent from a barrier;
 2. `detail_mismatch`: under `TORCH_DISTRIBUTED_DEBUG=DETAIL` (set before the
    process group exists, or `dist.set_debug_level` before a `new_group()`), a
-   collective whose shape or op differs between ranks is refused at once,
-   with both ranks' calls in the message;
+   collective whose shape or op differs is refused at once, naming both calls;
 3. `group_timeouts`: `new_group()` does not inherit the default group's
    timeout but falls back to the backend's (30 minutes on Gloo);
 4. `sleeper`: for `launch`'s `TimeoutError.ranks`;
-5. `sim_skip` / `sim_mismatch`: the simulator names a deadlock (who waits for
-   what) and a mismatched collective at once.
+5. `sim_skip` / `sim_mismatch`: the simulator names a deadlock and a mismatch;
+6. the Flight Recorder (PyTorch's "Flight Recorder for Debugging Stuck Jobs"
+   tutorial): on Gloo (torch 2.13) it records by default but dumps nothing on
+   a timeout, so in `mismatch_and_dump` every rank dumps on purpose. Then a
+   WORKAROUND for an upstream defect: torch 2.13's `fr_trace` raises `KeyError`
+   on raw Gloo dumps, whose `pg_config` has one entry with an empty name and no
+   ranks, so `fix_gloo_dump` rebuilds it from the groups the entries name, each
+   over all ranks (true for `new_group()` without `ranks=`, the only kind here).
+   `analyze` runs torch's analyzer, which reports who is missing or disagrees.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import io
+import logging
+import os
+import pickle
 import re
+import subprocess
 import time
+import traceback
 
 import torch
 import torch.distributed as dist
 
 __all__ = ["monitored_barrier", "detail_mismatch", "fingerprints", "group_timeouts", "sleeper",
-           "sim_skip", "sim_mismatch", "first_line"]
+           "sim_skip", "sim_mismatch", "first_line",
+           "mismatch_and_dump", "fix_gloo_dump", "fix_folder", "analyze"]
 
 
 def first_line(error: BaseException, width: int = 140) -> str:
@@ -109,3 +123,82 @@ def sim_skip(comm, culprit: int = 1) -> None:
 def sim_mismatch(comm, culprit: int = 1) -> None:
     """Step 5, simulated: the culprit's allreduce has 5 elements, its peers' 4."""
     comm.all_reduce(torch.ones(5 if comm.rank == culprit else 4))
+
+
+def mismatch_and_dump(comm, folder: str, kind: str = "missing", culprit: int = 1,
+                      group_timeout: float = 2.0) -> str:
+    """Step 6 (a rank's worker): one good allreduce, then `culprit` misbehaves; dump.
+
+    kind "missing": the culprit skips the second allreduce; kind "type": it
+    calls `broadcast` where its peers call `all_reduce`. Returns the first line
+    of this rank's error, Gloo's own words ("ok" if none). The dump keeps the
+    records of this demo's group only, so that ranks reused from a `launch.Pool`
+    bring no records of earlier runs (as fresh ranks would).
+    """
+    if kind not in ("missing", "type"):
+        raise ValueError(f"kind={kind!r} must be 'missing' or 'type'")
+    group = dist.new_group(timeout=datetime.timedelta(seconds=group_timeout))
+    dist.all_reduce(torch.ones(4), group=group)
+    outcome = "ok"
+    try:
+        if comm.rank != culprit:
+            dist.all_reduce(torch.ones(4), group=group)
+        elif kind == "type":
+            # Wait out the peers' timeout first: Gloo matches messages by a per-group
+            # sequence number, not by op type, so a broadcast sent at once can meet the
+            # peers' all_reduce and abort it with a size error instead of the hang this shows.
+            time.sleep(group_timeout + 0.5)
+            dist.broadcast(torch.ones(4), src=comm.rank, group=group)
+    except RuntimeError as e:
+        outcome = str(e).strip().splitlines()[0]
+    dump = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())  # never dumped on its own
+    mine = [e for e in dump["entries"] if e["process_group"][0] == group.group_name]
+    # numbered afresh: record ids count every collective of the process, and
+    # the analyzer matches ranks' records by them
+    dump["entries"] = [{**e, "record_id": i} for i, e in enumerate(mine)]
+    with open(os.path.join(folder, f"rank_{comm.rank}"), "wb") as f:
+        pickle.dump(dump, f)
+    return outcome
+
+
+def fix_gloo_dump(dump: dict, world_size: int) -> dict:
+    """Step 6 (workaround): `dump` with a `pg_config` entry for every group its entries use."""
+    groups = {tuple(e["process_group"]) for e in dump.get("entries", [])}
+    ranks = str(list(range(world_size)))
+    config = {name: {"name": name, "desc": desc, "ranks": ranks} for name, desc in sorted(groups)}
+    return {**dump, "pg_config": config}
+
+
+def fix_folder(folder: str, world_size: int) -> None:
+    """Apply `fix_gloo_dump` to every `rank_<r>` file in `folder`."""
+    for r in range(world_size):
+        path = os.path.join(folder, f"rank_{r}")
+        with open(path, "rb") as f:
+            dump = pickle.load(f)
+        with open(path, "wb") as f:
+            pickle.dump(fix_gloo_dump(dump, world_size), f)
+
+
+def analyze(folder: str) -> subprocess.CompletedProcess:
+    """Step 6: torch's own analyzer on `folder`; its report (log and traceback too) is `.stdout`.
+
+    The same as `python -m torch.distributed.flight_recorder.fr_trace <folder>
+    --prefix rank_` (its `main`), run in this process to spare a second import
+    of torch; returncode 1 if it raised.
+    """
+    args, buf, code = [folder, "--prefix", "rank_"], io.StringIO(), 0
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        from torch.distributed.flight_recorder import fr_trace  # prints on its first import
+
+        handlers = [h for h in logging.getLogger("Flight Recorder").handlers
+                    if isinstance(h, logging.StreamHandler)]  # its log, bound at import
+        old = [h.setStream(buf) for h in handlers]
+        try:
+            fr_trace.main(args)
+        except Exception:
+            traceback.print_exc(file=buf)
+            code = 1
+        finally:
+            for h, stream in zip(handlers, old):
+                h.setStream(stream)
+    return subprocess.CompletedProcess(["fr_trace", *args], code, stdout=buf.getvalue())

@@ -1,26 +1,22 @@
 """Per-step fault tolerance from scratch: replicas, a quorum, a commit, live recovery.
 
 The idea of torchft (meta-pytorch/torchft): instead of restarting the whole
-job from a checkpoint when one replica fails, every step is a small
-transaction among the replicas alive *now*. Rank 0 plays the lighthouse;
-ranks 1..R are the replica groups (one rank each). Every iteration:
+job from a checkpoint when one replica fails, every step is a transaction
+among the replicas alive *now*. Rank 0 plays the lighthouse; ranks 1..R are
+the replica groups (one rank each). Every iteration:
 
-1. quorum: each replica reports (alive, step) to the lighthouse, which answers
-   with the members (the replicas alive) and every member's step; a replica
-   that went silent is dropped after the heartbeat timeout;
-2. recovery: a member behind the highest step (it was restarted) receives the
-   parameters and step from the lowest member at that step, live;
-3. exchange: every member sends its gradient (on its batch for that step) and
-   a success flag to the leader (the lowest member), which answers everyone
-   with the mean and the verdict;
-4. commit: the step counts only if every member's exchange succeeded; then
-   every member takes the same SGD step. Otherwise it is discarded
-   (parameters unchanged) and retried with the next quorum on the same batches.
+1. quorum: each replica reports (alive, step); the lighthouse answers with the
+   members and their steps, and drops a silent replica after the heartbeat timeout;
+2. recovery: a member behind the highest step (restarted) gets the parameters
+   and step from the lowest member at that step, live;
+3. exchange: every member sends its gradient and a success flag to the leader
+   (the lowest member), which answers everyone with the mean and the verdict;
+4. commit: only if every member's exchange succeeded, every member takes the
+   same SGD step; otherwise the step is discarded and retried on the same batches.
 
 `Failure`s are injected: a replica dies in iteration `at`'s exchange, stays
 down `down` iterations and restarts with fresh (wrong) parameters and step 0.
-On simulated ranks the run is deterministic; `reference` replays the
-committed steps in one process.
+Deterministic on simulated ranks; `reference` replays the committed steps.
 """
 
 from __future__ import annotations
@@ -34,9 +30,8 @@ from torch.nn.utils import vector_to_parameters
 
 from syncedu import models, sim
 
-__all__ = ["Failure", "FTConfig", "status", "replica_batch", "run", "should_commit",
-           "committed_steps", "reference",
-           "TAG_STATUS", "TAG_QUORUM", "TAG_STATE", "TAG_GRAD", "TAG_MEAN"]
+__all__ = ["Failure", "FTConfig", "status", "replica_batch", "run", "should_commit", "exchange",
+           "committed_steps", "reference"]
 
 TAG_STATUS, TAG_QUORUM, TAG_STATE, TAG_GRAD, TAG_MEAN = 11, 12, 13, 14, 15
 
@@ -53,10 +48,8 @@ class Failure:
     down: int = 2
 
     def __post_init__(self):
-        if self.replica < 0 or self.at < 0:
-            raise ValueError(f"Failure(replica={self.replica}, at={self.at}): both must be >= 0")
-        if self.down < 1:
-            raise ValueError(f"Failure.down={self.down} must be >= 1 iteration")
+        if self.replica < 0 or self.at < 0 or self.down < 1:
+            raise ValueError(f"{self}: replica and at must be >= 0, down >= 1 iteration")
 
 
 @dataclass(frozen=True)
@@ -73,10 +66,9 @@ class FTConfig:
     step_seconds: float = 0.05  # modeled forward+backward per iteration
 
     def __post_init__(self):
-        if self.replicas < 2:
-            raise ValueError(f"replicas={self.replicas} must be >= 2")
-        if self.iterations < 1 or self.batch < 1:
-            raise ValueError(f"iterations={self.iterations} and batch={self.batch} must be >= 1")
+        if self.replicas < 2 or self.iterations < 1 or self.batch < 1:
+            raise ValueError(f"replicas={self.replicas} must be >= 2, iterations="
+                             f"{self.iterations} and batch={self.batch} >= 1")
         for f in self.failures:
             if not (f.replica < self.replicas and f.at < self.iterations):
                 raise ValueError(f"{f} is outside replicas 0..{self.replicas - 1} "
@@ -227,8 +219,7 @@ def run(cfg: FTConfig, network=None):
 
 def committed_steps(log) -> list[tuple[int, tuple[int, ...]]]:
     """(step, members) of each committed iteration in a replica's `log`, in order."""
-    done = [members for _, members, ok in log if ok]
-    return list(enumerate(done))
+    return list(enumerate(members for _, members, ok in log if ok))
 
 
 def reference(cfg: FTConfig, committed: list[tuple[int, tuple[int, ...]]]) -> dict:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-__all__ = ["Job", "job_mtbf", "young_interval", "daly_interval", "restart_lost_share",
+__all__ = ["Job", "young_interval", "daly_interval", "restart_lost_share",
            "live_lost_share", "goodput", "LLAMA3", "llama3_gpu_mtbf_hours"]
 
 LLAMA3 = {"interruptions": 419, "days": 54, "gpus": 16_384}  # unexpected interruptions
@@ -39,12 +39,6 @@ def _positive(**values) -> None:
     for name, v in values.items():
         if not v > 0:
             raise ValueError(f"{name}={v!r} must be > 0")
-
-
-def job_mtbf(gpu_mtbf: float, gpus: int) -> float:
-    """M = m / N: failures of independent GPUs add up."""
-    _positive(gpu_mtbf=gpu_mtbf, gpus=gpus)
-    return gpu_mtbf / gpus
 
 
 def young_interval(checkpoint: float, mtbf: float) -> float:
@@ -86,7 +80,8 @@ class Job:
 
     @property
     def mtbf(self) -> float:
-        return job_mtbf(self.gpu_mtbf, self.gpus)
+        """M = m / N: failures of independent GPUs add up."""
+        return self.gpu_mtbf / self.gpus
 
     def with_gpus(self, gpus: int) -> Job:
         return replace(self, gpus=gpus, groups=min(self.groups, gpus))

@@ -1,18 +1,17 @@
-"""The processes behind torchft_run: a lighthouse, replicas forked after one import.
+"""The processes behind torchft_run: replicas forked after one import, and their files.
 
-1. `_start_lighthouse`: torchft's Rust `LighthouseServer` on 127.0.0.1 in a
-   small interpreter that runs this file as a script and loads the extension
-   file alone (neither `syncedu` nor torch is imported: seconds saved);
-2. `_start_replicas`: one interpreter imports torch and torchft once, then
+1. `_start_replicas`: one interpreter imports torch and torchft once, then
    forks a replica per spec (`torchft_run.replica_main`), prints their pids,
    reaps them in the order they end and writes each exit code to `exit_<pid>`;
-3. `listening`: every listening socket of those processes (the loopback test);
-4. `_write` / `_wait`: the files the parent and the replicas talk through,
-   written atomically, and a wait that always has a deadline.
+2. `listening`: every listening socket of those processes (the loopback test);
+3. `_write` / `_wait`: the files the parent and the replicas talk through,
+   written atomically, and a wait that always has a deadline; `_stderr_to`
+   keeps the lighthouse's log out of the notebook.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -29,8 +28,8 @@ def _write(path: Path, value) -> None:
     os.replace(tmp, path)
 
 
-def listening(pids, ports=None) -> list[str]:
-    """"ip:port" of every listening TCP socket of `pids` (only `ports`, if given)."""
+def listening(pids) -> list[str]:
+    """"ip:port" of every listening TCP socket of `pids`."""
     import psutil
 
     found = []
@@ -40,7 +39,7 @@ def listening(pids, ports=None) -> list[str]:
         except psutil.NoSuchProcess:
             continue
         found += [f"{c.laddr.ip}:{c.laddr.port}" for c in conns
-                  if c.status == psutil.CONN_LISTEN and (ports is None or c.laddr.port in ports)]
+                  if c.status == psutil.CONN_LISTEN]
     return sorted(found)
 
 
@@ -52,13 +51,8 @@ def _wait(predicate, deadline: float, what: str) -> None:
 
 
 def _start_replicas(specs: list, out: Path) -> tuple[subprocess.Popen, list[int]]:
-    """One fresh interpreter imports torch and torchft once, then forks a replica per spec.
-
-    Each `spec` is `replica_main`'s arguments. Forking after the import spares
-    every replica the seconds of CPU an import of torch costs (what DataLoader's
-    fork workers rely on too). The forks share the forker's session, so one
-    `killpg` reaches them all; the forker reaps each and writes `exit_<pid>`.
-    """
+    """One fresh interpreter imports torch and torchft once (seconds of CPU), then forks a
+    replica per spec (`replica_main`'s arguments); one `killpg` reaches them all."""
     # The forker runs torchft_run as its main module: it imports this file, not the reverse.
     forker = subprocess.Popen([sys.executable, "-m", "syncedu.faults.torchft_run", "fork",
                                json.dumps(specs)], stdin=subprocess.DEVNULL,
@@ -74,8 +68,7 @@ def _start_replicas(specs: list, out: Path) -> tuple[subprocess.Popen, list[int]
 
 
 def fork_main(replica_main, specs: list) -> None:
-    """The forker: import once, fork each replica (`replica_main(*spec)`), print their pids,
-    reap them."""
+    """The forker: import once, fork each `replica_main(*spec)`, print their pids, reap them."""
     import torch
     import torchft  # noqa: F401
     from torchft.checkpointing import http_transport  # noqa: F401
@@ -98,42 +91,15 @@ def fork_main(replica_main, specs: list) -> None:
     os._exit(0)  # nothing to tear down: skip seconds of interpreter shutdown
 
 
-def _start_lighthouse(out: Path, cfg) -> subprocess.Popen:
-    """Step 1: the lighthouse in its own process, on 127.0.0.1, its logs to a file."""
-    with open(out / "lighthouse.log", "wb") as log:
-        return subprocess.Popen([sys.executable, __file__, "lighthouse",  # as a script: no torch
-                                 str(cfg.heartbeat_ms), str(cfg.deadline)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-                                text=True)
-
-
-def _lighthouse_class():
-    """torchft's Rust `LighthouseServer`, loaded from its extension file alone.
-
-    `import torchft._torchft` would first run the package's `__init__`, which
-    imports torch (seconds of CPU); the lighthouse needs none of it.
-    """
-    import importlib.machinery
-    import importlib.util
-
-    folder = importlib.util.find_spec("torchft").submodule_search_locations[0]
-    path = next(str(p) for p in Path(folder).glob("_torchft*.so"))
-    loader = importlib.machinery.ExtensionFileLoader("torchft._torchft", path)
-    module = importlib.util.module_from_spec(
-        importlib.util.spec_from_file_location("torchft._torchft", path, loader=loader))
-    loader.exec_module(module)
-    return module.LighthouseServer
-
-
-def lighthouse_main(heartbeat_ms: int, lifetime: float) -> None:
-    """Serve quorums on 127.0.0.1 until killed (or `lifetime` s); print the port first."""
-    server = _lighthouse_class()(bind="127.0.0.1:0", min_replicas=1,
-                                 heartbeat_timeout_ms=heartbeat_ms)
-    print(server.address().rsplit(":", 1)[1], flush=True)
-    time.sleep(lifetime)
-    server.shutdown()
-
-
-
-if __name__ == "__main__":  # the lighthouse, started by `_start_lighthouse` as a script
-    lighthouse_main(int(sys.argv[2]), float(sys.argv[3]))
+@contextlib.contextmanager
+def _stderr_to(path: Path):
+    """fd 2 into `path` for the block: the Rust lighthouse logs there, not in the notebook."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

@@ -1,34 +1,22 @@
 """torchft for real: a lighthouse, two replica groups on Gloo, one SIGKILLed mid-step.
 
-torchft (meta-pytorch/torchft, 0.2.0 here) makes every step a transaction:
-`start_quorum()` asks the lighthouse who is alive, a replica behind the others
-heals from a healthy peer, gradients go through `manager.allreduce`, and
-`should_commit()` says whether every member's step succeeded. The run:
+torchft (meta-pytorch/torchft, 0.2.0 here) makes every step a transaction
+(`start_quorum()`, `manager.allreduce`, `should_commit()`). The run:
 
-1. the parent starts a `LighthouseServer` (heartbeat timeout 2 s) and two
-   replica processes (`replica_main`, forked after one import of torch), one
-   rank each;
-2. in its `kill_after + 1`-th step with both replicas in the quorum, replica 1
-   SIGKILLs itself after `backward()`, before its
-   allreduce: replica 0's allreduce fails, `should_commit()` is False and its
-   parameters stay as they were (the step is discarded);
+1. the parent serves a `LighthouseServer` (heartbeat timeout 2 s; its log to a
+   file) and starts two replicas (`replica_main`, forked after one import of torch);
+2. in its `kill_after + 1`-th step with both in the quorum, replica 1 SIGKILLs
+   itself after `backward()`: replica 0's allreduce fails, `should_commit()` is
+   False and its parameters stay as they were (the step is discarded);
 3. after the heartbeat timeout the quorum shrinks to replica 0, which trains on;
-4. a replacement replica 1 starts (a standby, started with the others so that
-   it has imported torch already; it waits for the `go` file the parent writes
-   after the kill); its first quorum heals it from replica 0
-   (model and optimizer state over the checkpoint transport);
+4. a standby replica 1 (forked with the others) joins when the parent writes
+   the `go` file; its first quorum heals it from replica 0 (model and optimizer);
 5. both stop at the same step (a stop file) and save their weights: equal bits.
 
-Known traps, avoided here: torchft's DDP hook is reported to kill the
-*survivor* when the peer dies mid-allreduce (torchft#304, #295; not
-reproduced), so gradients go through the manager after `backward()`; and
-the lighthouse, the manager server, the TCPStore and the checkpoint
-transport listen on every interface by default.
-Here each is bound to 127.0.0.1: the lighthouse by its `bind`, the TCPStore by
-a socket we bind and pass as `master_listen_fd`, and, as a WORKAROUND (0.2.0
-has no option for them), the manager server's `bind` and the HTTP checkpoint
-server's address are patched in the replica processes; Gloo is kept on the
-loopback device with `GLOO_SOCKET_IFNAME`.
+Every server is bound to 127.0.0.1 (torchft's default is every interface): the
+lighthouse by its `bind`, the TCPStore by a socket we bind and pass as
+`master_listen_fd`, and, as a WORKAROUND (0.2.0 has no option for them), the
+manager server and the HTTP checkpoint server by patches in the replicas.
 """
 
 from __future__ import annotations
@@ -36,7 +24,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import select
 import signal
 import socket
 import time
@@ -46,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from .tft_procs import _start_lighthouse, _start_replicas, _wait, _write, listening
+from .tft_procs import _start_replicas, _stderr_to, _wait, _write, listening
 
 __all__ = ["Config", "available", "replica_main", "run", "listening", "verdicts"]
 
@@ -61,11 +48,10 @@ class Config:
     deadline: float = 90.0  # the whole run
 
     def __post_init__(self):
-        if self.kill_after < 0 or self.extra_steps < 1:
-            raise ValueError(f"kill_after={self.kill_after} must be >= 0 and "
-                             f"extra_steps={self.extra_steps} >= 1")
-        if not (self.heartbeat_ms > 0 and self.timeout > 0 and self.deadline > 0):
-            raise ValueError("heartbeat_ms, timeout and deadline must be > 0")
+        if self.kill_after < 0 or self.extra_steps < 1 or min(
+                self.heartbeat_ms, self.timeout, self.deadline) <= 0:
+            raise ValueError(f"{self}: kill_after must be >= 0, extra_steps >= 1, "
+                             "heartbeat_ms, timeout and deadline > 0")
 
 
 def available() -> str | None:
@@ -195,11 +181,6 @@ def replica_main(index: int, lighthouse: str, folder: str, cfg: Config, kill: bo
     os._exit(0)  # skip the interpreter's teardown of torchft's threads (seconds, nothing to save)
 
 
-def _alone(entry) -> bool:
-    """Step 3 seen: the survivor committed a step in a quorum of one."""
-    return bool(entry) and entry["participants"] == 1 and entry["committed"]
-
-
 def _progress(folder: Path, index: int, pid: int):
     path = folder / f"progress_{index}_{pid}"
     return json.loads(path.read_text()) if path.exists() else None
@@ -209,40 +190,41 @@ def run(cfg: Config = Config(), folder: str | None = None) -> dict:
     """Steps 1-5 (the parent); returns both replicas' logs, weights, sockets and timings."""
     import tempfile
 
+    from torchft._torchft import LighthouseServer
+
     out = Path(folder or tempfile.mkdtemp(prefix="torchft_"))
-    procs, deadline, result = [], time.time() + cfg.deadline, {"folder": str(out)}
-    try:
-        procs.append(_start_lighthouse(out, cfg))  # Step 1
-        ready = select.select([procs[0].stdout], [], [], 3 * cfg.timeout)[0]  # never forever
-        port = int(procs[0].stdout.readline().strip() or 0) if ready else 0  # its port
-        if not port:
-            raise RuntimeError(f"the torchft lighthouse did not start; see {out}/lighthouse.log")
-        spec = [f"http://127.0.0.1:{port}", str(out), asdict(cfg)]
-        forker, (first, doomed, reborn) = _start_replicas(
-            [[0, *spec, False, False], [1, *spec, True, False], [1, *spec, False, True]], out)
-        procs.append(forker)
-        _wait(lambda: _progress(out, 0, first) and _progress(out, 1, doomed), deadline,
-              "both replicas training")
-        result["listening"] = listening([procs[0].pid, first, doomed, reborn])
-        _wait(lambda: (out / f"exit_{doomed}").exists(), deadline, "the kill")  # Step 2
-        result["exitcode"] = json.loads((out / f"exit_{doomed}").read_text())
-        _wait(lambda: _alone(_progress(out, 0, first)), deadline, "a step without the dead one")
-        _write(out / "go", True)  # Step 4: the standby replaces the killed replica
-        _wait(lambda: _progress(out, 1, reborn), deadline, "the restarted replica's step")
-        stop = _progress(out, 1, reborn)["step"] + cfg.extra_steps  # Step 5
-        _write(out / "stop", stop)
-        forker.wait(max(0.0, deadline - time.time()))
-        result["survivor"] = torch.load(out / f"final_0_{first}.pt")
-        result["restarted"] = torch.load(out / f"final_1_{reborn}.pt")
-        result["killed"] = json.loads((out / "killed").read_text())
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                if p is not procs[0]:
-                    os.killpg(p.pid, signal.SIGKILL)  # the forker and every replica it forked
-                p.kill()
-            p.wait(5)
-            p.stdout.close()
+    deadline, result, forker = time.time() + cfg.deadline, {"folder": str(out)}, None
+    ours = set(listening([os.getpid()]))  # this process's own listeners, before the lighthouse
+    with _stderr_to(out / "lighthouse.log"):
+        lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=1,  # Step 1
+                                      heartbeat_timeout_ms=cfg.heartbeat_ms)
+        try:
+            port = lighthouse.address().rsplit(":", 1)[1]
+            spec = [f"http://127.0.0.1:{port}", str(out), asdict(cfg)]
+            forker, (first, doomed, reborn) = _start_replicas(
+                [[0, *spec, False, False], [1, *spec, True, False], [1, *spec, False, True]], out)
+            _wait(lambda: _progress(out, 0, first) and _progress(out, 1, doomed), deadline,
+                  "both replicas training")
+            result["listening"] = sorted(
+                set(listening([os.getpid(), first, doomed, reborn])) - ours)
+            _wait(lambda: (out / f"exit_{doomed}").exists(), deadline, "the kill")  # Step 2
+            result["exitcode"] = json.loads((out / f"exit_{doomed}").read_text())
+            _wait(lambda: (e := _progress(out, 0, first)) and e["participants"] == 1
+                  and e["committed"], deadline, "a step without the dead one")  # Step 3
+            _write(out / "go", True)  # Step 4: the standby replaces the killed replica
+            _wait(lambda: _progress(out, 1, reborn), deadline, "the restarted replica's step")
+            _write(out / "stop", _progress(out, 1, reborn)["step"] + cfg.extra_steps)  # Step 5
+            forker.wait(max(0.0, deadline - time.time()))
+            result["survivor"] = torch.load(out / f"final_0_{first}.pt")
+            result["restarted"] = torch.load(out / f"final_1_{reborn}.pt")
+            result["killed"] = json.loads((out / "killed").read_text())
+        finally:
+            if forker is not None:
+                if forker.poll() is None:
+                    os.killpg(forker.pid, signal.SIGKILL)  # the forker and its replicas
+                forker.wait(5)
+                forker.stdout.close()
+            lighthouse.shutdown()
     return result
 
 
@@ -269,7 +251,6 @@ def verdicts(result: dict) -> dict:
 
 
 if __name__ == "__main__":  # the replicas' forker, started by tft_procs._start_replicas
-    import json
     import sys
 
     from .tft_procs import fork_main

@@ -53,11 +53,9 @@ def _ddp_steps(model, optimizer, data) -> int:
 def hang(comm, counts=COUNTS, group_timeout: float = 2.0) -> dict:
     """Step 1: plain DDP on uneven data; a rank with more batches fails after `group_timeout` s.
 
-    Returns what happened on this rank: `what` ("finished its 4 batches", or
-    the batch whose `backward()` failed), `said` (the first line of Gloo's
-    error, without its source path) and `waited` (seconds). The error is caught
-    here, in the rank, so that the ranks (a `launch.Pool`'s) live on: only the
-    short-timeout group is broken, the default one is not.
+    Returns `what` happened, `said` (Gloo's first line, without its source path)
+    and `waited` (s). Caught in the rank, so a `launch.Pool`'s ranks live on:
+    only the short-timeout group is broken.
     """
     group = dist.new_group(timeout=datetime.timedelta(seconds=group_timeout))
     model = DDP(models.make("mlp", seed=0), process_group=group)

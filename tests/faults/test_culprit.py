@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from syncedu import launch, sim
-from syncedu.faults import culprit, flight
+from syncedu.faults import culprit
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -62,7 +62,7 @@ def test_fix_gloo_dump_rebuilds_pg_config():
     raw = {"pg_config": {"": {"name": "", "desc": "", "ranks": "[]"}},
            "entries": [{"process_group": ("0", "default_pg")},
                        {"process_group": ("2", "undefined")}]}
-    fixed = flight.fix_gloo_dump(raw, 3)
+    fixed = culprit.fix_gloo_dump(raw, 3)
     assert fixed["pg_config"] == {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"},
                                   "2": {"name": "2", "desc": "undefined", "ranks": "[0, 1, 2]"}}
     assert raw["pg_config"][""]["ranks"] == "[]"  # the input is left as it was
@@ -72,11 +72,11 @@ def test_fix_gloo_dump_rebuilds_pg_config():
     ("missing", "missing ranks: {1}", [2, 1, 2]),
     ("type", "Culprit rank 1; Error type: COLLECTIVE_TYPE_MISMATCH", [2, 2, 2])])
 def test_flight_recorder_on_gloo_finds_rank_1(pool, tmp_path, kind, says, records):
-    outcome = pool.run(flight.mismatch_and_dump, args=(str(tmp_path), kind))
+    outcome = pool.run(culprit.mismatch_and_dump, args=(str(tmp_path), kind))
     for r in (0, 2):
         assert "Timed out waiting 2000ms" in outcome[r]  # Gloo's own words name no rank
         assert "rank" not in outcome[r].lower()
-    raw = flight.analyze(str(tmp_path))
+    raw = culprit.analyze(str(tmp_path))
     assert raw.returncode != 0 and "KeyError" in raw.stdout  # the upstream defect
     dumps = []
     for r in range(3):
@@ -86,8 +86,8 @@ def test_flight_recorder_on_gloo_finds_rank_1(pool, tmp_path, kind, says, record
     assert [len(d["entries"]) for d in dumps] == records
     assert all([e["record_id"] for e in d["entries"]] == list(range(len(d["entries"])))
                for d in dumps)
-    flight.fix_folder(str(tmp_path), 3)
-    fixed = flight.analyze(str(tmp_path))
+    culprit.fix_folder(str(tmp_path), 3)
+    fixed = culprit.analyze(str(tmp_path))
     assert fixed.returncode == 0 and says in fixed.stdout
 
 

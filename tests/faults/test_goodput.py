@@ -30,7 +30,7 @@ def test_live_recovery_wins_at_scale_and_restart_collapses():
     assert g.goodput(small) / g.goodput(small, "live") > 0.95  # small jobs: little to gain
     assert g.goodput(big) < 0.3 * g.goodput(big, "live")
     assert g.goodput(g.Job(gpus=1_000_000, groups=64)) == 0.0  # restarts never finish
-    assert g.job_mtbf(3600.0, 4) == 900.0
+    assert g.Job(gpus=4, gpu_mtbf=3600.0, groups=2).mtbf == 900.0
 
 
 @pytest.mark.parametrize("bad", [dict(gpus=0), dict(gpus=4, step=0), dict(gpus=4, restart=-1),

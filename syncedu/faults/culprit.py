@@ -131,9 +131,8 @@ def mismatch_and_dump(comm, folder: str, kind: str = "missing", culprit: int = 1
 
     kind "missing": the culprit skips the second allreduce; kind "type": it
     calls `broadcast` where its peers call `all_reduce`. Returns the first line
-    of this rank's error, Gloo's own words ("ok" if none). The dump keeps the
-    records of this demo's group only, so that ranks reused from a `launch.Pool`
-    bring no records of earlier runs (as fresh ranks would).
+    of this rank's error, Gloo's words ("ok" if none). The dump keeps this demo's
+    group only: a `launch.Pool`'s ranks bring no records of earlier runs.
     """
     if kind not in ("missing", "type"):
         raise ValueError(f"kind={kind!r} must be 'missing' or 'type'")
@@ -143,18 +142,20 @@ def mismatch_and_dump(comm, folder: str, kind: str = "missing", culprit: int = 1
     try:
         if comm.rank != culprit:
             dist.all_reduce(torch.ones(4), group=group)
-        elif kind == "type":
-            # Wait out the peers' timeout first: Gloo matches messages by a per-group
-            # sequence number, not by op type, so a broadcast sent at once can meet the
-            # peers' all_reduce and abort it with a size error instead of the hang this shows.
-            time.sleep(group_timeout + 0.5)
-            dist.broadcast(torch.ones(4), src=comm.rank, group=group)
     except RuntimeError as e:
         outcome = str(e).strip().splitlines()[0]
+    if kind == "type":
+        # after the peers gave up (a default-group barrier orders it): Gloo matches messages by
+        # sequence number, not op, so at once it could meet their all_reduce (a size error)
+        dist.barrier()
+        if comm.rank == culprit:
+            try:
+                dist.broadcast(torch.ones(4), src=comm.rank, group=group)
+            except RuntimeError as e:
+                outcome = str(e).strip().splitlines()[0]
     dump = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())  # never dumped on its own
     mine = [e for e in dump["entries"] if e["process_group"][0] == group.group_name]
-    # numbered afresh: record ids count every collective of the process, and
-    # the analyzer matches ranks' records by them
+    # numbered afresh: the analyzer matches ranks by record ids, which count the process's all
     dump["entries"] = [{**e, "record_id": i} for i, e in enumerate(mine)]
     with open(os.path.join(folder, f"rank_{comm.rank}"), "wb") as f:
         pickle.dump(dump, f)

@@ -1,17 +1,16 @@
-"""Checkers for notebooks/00_start_here's exercises.
+"""Checkers for notebooks/00_start_here's exercises (simulated ranks: instant, and a
+deadlock is reported instead of hanging).
 
-1. `sum_of_squares`: one all_reduce, on real ranks (1 and 3), watched by a spy on the
-   comm: rank r must give it (r+1)^2 and return what it gave back;
-2. `pass_the_token`: the learner's ring pass on simulated ranks (2, 3 and 5):
-   each rank's value, one message sent and one received per rank, the trace's
-   pattern (r to r + 1), and a deadlock explained;
-and the quick check `ring_bytes`.
-Wrong answers each checker rejects: tests/ui/test_exercises00.py.
+1. `sum_of_squares`: one all_reduce on 1 and 3 ranks, watched by a spy on the comm:
+   rank r must give it (r+1)^2 and return what it gave back;
+2. `pass_the_token`: the ring pass on 2, 3 and 5 ranks: each rank's value, one
+   message sent and one received per rank, the trace's pattern (r to r + 1);
+and the quick check `ring_bytes`. Wrong answers each rejects: tests/ui/test_exercises00.py.
 """
 
 from __future__ import annotations
 
-from syncedu.comm import launch, sim
+from syncedu.comm import sim
 from syncedu.comm.errors import DeadlockError
 from syncedu.comm.ledger import ring_allreduce_elements
 from syncedu.ui.checkers import attempt, checker, verdict
@@ -46,14 +45,13 @@ def _spied(worker, offset: float = 0.0):
 def sum_of_squares(worker, world_sizes=(1, 3)) -> bool:
     """Exercise 00.1: every rank must return 1^2 + 2^2 + ... + N^2, summed by the all_reduce.
 
-    Rejects: a wrong value; no or several all_reduces; a closed-form answer with the
-    collective called on something else (rank r's input must hold (r+1)^2); an answer
-    that does not come from the all_reduce's result (Step 2 marks that result with an
-    offset of 1000 and expects the answer to follow it).
+    Rejects: a wrong value; no or several all_reduces; a closed form with the collective
+    called on something else (rank r's input must hold (r+1)^2); an answer that ignores
+    the all_reduce's result (a second run marks that result with +1000).
     """
     name = "Exercise 1 (sum of squares)"
     for n in world_sizes:
-        ok, res = attempt(name, lambda n=n: launch.run(_spied(worker), n, output="quiet"))
+        ok, res = attempt(name, lambda n=n: sim.run(_spied(worker), n))
         if not ok:
             return False
         want = n * (n + 1) * (2 * n + 1) // 6
@@ -75,8 +73,8 @@ def sum_of_squares(worker, world_sizes=(1, 3)) -> bool:
             if float(value) not in outs[0]:
                 return verdict(name, False, f"rank {r} returned {value}, which is not what its "
                                f"all_reduce produced ({outs[0][:4]}): return the reduced value")
-    # Step 2: once more with the all_reduce's result marked (+1000): a closed formula misses it
-    ok, res = attempt(name, lambda: launch.run(_spied(worker, 1000.0), n, output="quiet"))
+    # once more with the all_reduce's result marked (+1000): a closed formula misses it
+    ok, res = attempt(name, lambda: sim.run(_spied(worker, 1000.0), n))
     if not ok:
         return False
     if [float(v) for v, _, _ in res] != [float(want + 1000)] * n:
@@ -124,10 +122,7 @@ def _token_mistake(name: str, n: int, got: list, want: list) -> bool | None:
 
 @checker
 def pass_the_token(worker, world_sizes=(2, 3, 5)) -> bool:
-    """Exercise 00.2: rank 0 starts a token 0; each rank adds its rank and passes it on.
-
-    Runs on simulated ranks (quick, and a deadlock is reported instead of hanging).
-    """
+    """Exercise 00.2: rank 0 starts a token 0; each rank adds its rank and passes it on."""
     name = "Exercise 2 (pass the token)"
     for n in world_sizes:
         try:

@@ -137,11 +137,10 @@ def pass_the_token(worker, world_sizes=(2, 3, 5)) -> bool:
         wrong = _token_mistake(name, n, list(res), _token_values(n))
         if wrong is not None:
             return wrong
-        sent = [sum(op.msgs_sent[r] for op in res.ledger.ops.values()) for r in range(n)]
+        sent, got = res.ledger.counted.msgs_sent, res.ledger.counted.msgs_received
         if sent != [1] * n:
             return verdict(name, False, f"with {n} ranks the ranks sent {sent} messages; "
                             "each rank sends exactly one (rank r to r + 1, the last to 0)")
-        got = [sum(op.msgs_received[r] for op in res.ledger.ops.values()) for r in range(n)]
         if got != [1] * n:
             return verdict(name, False, f"with {n} ranks the ranks received {got} messages; "
                             "each rank receives exactly one (rank 0 the token that comes back)")

@@ -1,8 +1,8 @@
 """ipywidgets dashboards that re-run real or simulated ranks when a control moves.
 
-Shared pieces: `show_text` / `show_figure` (fill an Output widget without
-printing), `figure_png`, `Dashboard` (the display hook), `Explorer` (controls ->
-text and figure).
+`show_text` / `show_figure` fill an Output widget without printing; `figure_png`;
+`Dashboard` (the display hook); lesson 00's two explorers; `Explorer` (controls ->
+text and figure), the base of the topics' own.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import io
 import ipywidgets as w
 import matplotlib.pyplot as plt
 
-from syncedu.comm import launch
+from syncedu.comm import launch, sim
+from syncedu.comm.network import PRESETS
 
 
 def show_text(out: w.Output, text: str) -> None:
@@ -51,90 +52,66 @@ class Dashboard:
         display(self.widget)
 
 
-class PoolCache:
-    """One warm `launch.Pool` per world size, started on first use, closed together."""
-
-    def __init__(self, **pool_kwargs):
-        self.pool_kwargs = pool_kwargs
-        self._pools: dict[int, launch.Pool] = {}
-
-    def get(self, world_size: int) -> launch.Pool:
-        if world_size not in self._pools:
-            self._pools[world_size] = launch.Pool(world_size, **self.pool_kwargs)
-        return self._pools[world_size]
-
-    def close(self) -> None:
-        for pool in self._pools.values():
-            pool.close()
-        self._pools.clear()
-
-
 class WorldSizeExplorer(Dashboard):
-    """A world-size slider that re-runs `fn` on a warm pool and shows `describe(res)`.
+    """A world-size slider that re-runs `fn(comm)` on warm real ranks; shows `describe(res)`.
 
-    `fn(comm)` runs on every rank; `describe(res)` turns the `RunResult` into the
-    text shown under the slider. `.result` is the last result, `.text` its text.
+    `pools`: {world size: `launch.Pool`} to reuse (a size without one gets its own, started
+    on first use and closed by `close()`). `.result` is the last `RunResult`, `.text` its text.
     """
 
     def __init__(self, fn, describe, *, value: int = 2, max_world_size: int = 4,
-                 pools: PoolCache | None = None):
+                 pools: dict | None = None):
         if not 1 <= value <= max_world_size:
             raise ValueError(f"value={value} must be in 1..max_world_size={max_world_size}")
-        self.fn, self.describe = fn, describe
-        self.pools = pools or PoolCache(output="quiet")
+        self.fn, self.describe, self.pools, self._own = fn, describe, dict(pools or {}), []
         self.slider = w.IntSlider(value=value, min=1, max=max_world_size,
                                   description="world size", continuous_update=False)
         self.out = w.Output()
-        self.result, self.text = None, ""
         self.slider.observe(lambda change: self.update(change["new"]), names="value")
         self.widget = w.VBox([self.slider, self.out])
         self.update(value)
 
     def update(self, world_size: int) -> None:
         try:
-            self.result = self.pools.get(world_size).run(self.fn)
+            if world_size not in self.pools:
+                self.pools[world_size] = launch.Pool(world_size, output="quiet")
+                self._own.append(self.pools[world_size])
+            self.result = self.pools[world_size].run(self.fn)
             self.text = self.describe(self.result)
         except Exception as e:  # show the failure in the widget, never lose it
             self.result, self.text = None, f"error: {e}"
         show_text(self.out, self.text)
 
     def close(self) -> None:
-        self.pools.close()
+        for pool in self._own:
+            pool.close()
         self.widget.close()
 
 
 class NetworkExplorer(Dashboard):
-    """A network preset menu and a rank-count slider driving simulated ranks.
-
-    Runs `fn(comm)` with `syncedu.sim.run` on the chosen `Network` preset and
-    shows `describe(res, network)`. `.result` / `.text` hold the last run.
-    """
+    """A `Network` preset menu and a rank-count slider: `describe(res, network)` of a
+    `sim.run(fn, ranks, network=...)`. `.result` / `.text` hold the last run."""
 
     def __init__(self, fn, describe, *, preset: str = "ethernet_10g", world_size: int = 64,
                  world_sizes=(2, 4, 8, 16, 32, 64, 128, 256)):
-        from syncedu.comm import sim
-        from syncedu.comm.network import PRESETS
-
         if preset not in PRESETS:
             raise ValueError(f"preset={preset!r} must be one of {sorted(PRESETS)}")
         if world_size not in world_sizes:
             raise ValueError(f"world_size={world_size} must be one of {list(world_sizes)}")
-        self._sim, self._presets = sim, PRESETS
         self.fn, self.describe = fn, describe
         self.menu = w.Dropdown(options=list(PRESETS), value=preset, description="network")
         self.slider = w.SelectionSlider(options=list(world_sizes), value=world_size,
                                         description="ranks", continuous_update=False)
         self.out = w.Output()
-        self.result, self.text = None, ""
         for control in (self.menu, self.slider):
             control.observe(lambda change: self.update(), names="value")
         self.widget = w.VBox([w.HBox([self.menu, self.slider]), self.out])
         self.update()
 
     def update(self) -> None:
-        network = self._presets[self.menu.value]
         try:
-            self.result = self._sim.run(self.fn, self.slider.value, network=network)
+            network = PRESETS[self.menu.value]
+            self.result = sim.run(self.fn, self.slider.value, network=network)
             self.text = self.describe(self.result, network)
         except Exception as e:
             self.result, self.text = None, f"error: {e}"

@@ -203,8 +203,8 @@ def test_ring_checker_rejects_wrong_rings(capsys):
         (_closed_form_with_call, "ready-made collective (saw ['all_reduce'])"),
         (_hard_coded_four, "with 3 ranks"),
         (_whole_tensor_ring, "never the whole tensor"),
-        (_reduce_scatter_only, "rank 0's chunk 0 (elements 0..2) is [1.0, 101.0, 201.0], "
-                               "expected [7.0, 307.0, 607.0]; element 0 holds only this rank's own"),
+        (_reduce_scatter_only, "rank 0's chunk 0 (elements 0..2) is [1.0, 101.0, 201.0], expected "
+                               "[7.0, 307.0, 607.0]; element 0 holds only this rank's own"),
         (_ring_with_chunk, "tensor_split"),
         (collectives.ring_allreduce, "ready-made collective (saw ['ring_allreduce'])"),
         (_naive, "2(N-1) = 4 steps"),

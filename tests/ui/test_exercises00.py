@@ -151,7 +151,7 @@ def token_twice(comm):
 
 
 def test_token_checker_names_the_mistake(capsys):
-    cases = [(token_before_adding, "rank 1 returned 0, expected 1: it returned the token before adding"),
+    cases = [(token_before_adding, "rank 1 returned 0, expected 1: it returned the token before"),
              (token_everyone_waits, "every rank waits for a message nobody sends"),
              (token_twice, "each rank sends exactly one"),
              (wrong_value, "with 2 ranks rank 0 returned 0, expected 1"),

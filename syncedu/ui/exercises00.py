@@ -17,7 +17,8 @@ from syncedu.ui.checkers import attempt, checker, verdict
 
 
 class _Spy:
-    """The learner's comm, recording what each all_reduce was given and gave back."""
+    """The learner's comm, recording what each all_reduce was given and gave back (after
+    adding `offset` to its result: an answer that ignores the result is found out)."""
 
     def __init__(self, comm, offset: float = 0.0):
         self._comm, self.offset, self.inputs, self.outputs = comm, offset, [], []
@@ -28,7 +29,7 @@ class _Spy:
     def all_reduce(self, tensor, *args, **kwargs):
         self.inputs.append(tensor.detach().flatten().tolist())
         out = self._comm.all_reduce(tensor, *args, **kwargs)
-        tensor.add_(self.offset)  # a marked result: an answer that ignores it is found out
+        tensor.add_(self.offset)
         self.outputs.append(tensor.detach().flatten().tolist())
         return out
 
@@ -95,11 +96,6 @@ def ring_bytes(answer, numel: int = 1000, world_size: int = 4, itemsize: int = 4
                     f"{value!r} is not it: count the chunks sent in each of the two phases")
 
 
-def _token_values(n: int) -> list[int]:
-    """What each rank holds last: rank r > 0 what it sent on (0 + ... + r), rank 0 the total."""
-    return [n * (n - 1) // 2] + [r * (r + 1) // 2 for r in range(1, n)]
-
-
 def _token_mistake(name: str, n: int, got: list, want: list) -> bool | None:
     """A verdict naming the first rank whose value is wrong, or None if all are right."""
     for r, (g, w) in enumerate(zip(got, want)):
@@ -134,7 +130,9 @@ def pass_the_token(worker, world_sizes=(2, 3, 5)) -> bool:
                             "receive first")
         if not ok:
             return False
-        wrong = _token_mistake(name, n, list(res), _token_values(n))
+        # rank r > 0 returns what it sent on (0 + ... + r), rank 0 the total that came back
+        want = [n * (n - 1) // 2] + [r * (r + 1) // 2 for r in range(1, n)]
+        wrong = _token_mistake(name, n, list(res), want)
         if wrong is not None:
             return wrong
         sent, got = res.ledger.counted.msgs_sent, res.ledger.counted.msgs_received

@@ -1,19 +1,12 @@
 """Lessons 01-02, collectives: AllReduce from scratch on `Comm`, and what it costs.
 
-Open in this order:
-
-1. `algorithms.py`: naive, ring (reduce-scatter + all-gather), tree,
-   halving-doubling, recursive doubling, hierarchical, each `(comm, tensor)`
-   summing in place;
-2. `ring_pipelined.py`: the segmented ring, for large tensors;
-3. `cost.py`: the alpha-beta time of each (public as `syncedu.cost`);
-4. the notebooks' helpers: `lesson01.py`, `lesson02.py` (widgets), `plots.py`
-   (figures), `exercises01.py`, `exercises02.py` (checkers). Import them by
-   name (`from syncedu.collectives import lesson02`): they need matplotlib and
-   ipywidgets, the algorithms do not.
-
-`ALGORITHMS` maps a name to its function; `allreduce(comm, t, algorithm=name)`
-calls the entry.
+Open in this order: `algorithms.py` (naive, ring = reduce-scatter + all-gather, tree,
+halving-doubling, recursive doubling, hierarchical: each `(comm, tensor)`, summing in
+place); `ring_pipelined.py` (the segmented ring); `cost.py` (their alpha-beta times,
+public as `syncedu.cost`); then the notebooks' helpers, imported by name because they
+need matplotlib and ipywidgets: `lesson01.py`, `lesson02.py` (widgets), `plots.py`,
+`exercises01.py`, `exercises02.py` (checkers). `ALGORITHMS` maps a name to its
+function; `allreduce(comm, t, algorithm=name)` calls it.
 """
 
 from __future__ import annotations
@@ -46,23 +39,17 @@ __all__ = ["ALGORITHMS", "DTYPES", "SEGMENT_BYTES", "allreduce", "halving_doubli
            "ring_segments", "tree_allreduce"]
 
 # Name -> function(comm, tensor) that sums `tensor` in place over all ranks.
-ALGORITHMS = {
-    "naive": naive_allreduce,
-    "ring": ring_allreduce,
-    "ring_pipelined": ring_pipelined_allreduce,
-    "tree": tree_allreduce,
-    "halving_doubling": halving_doubling_allreduce,
-    "recursive_doubling": recursive_doubling_allreduce,
-    "hierarchical": hierarchical_allreduce,
-}
+ALGORITHMS = {"naive": naive_allreduce, "ring": ring_allreduce,
+              "ring_pipelined": ring_pipelined_allreduce, "tree": tree_allreduce,
+              "halving_doubling": halving_doubling_allreduce,
+              "recursive_doubling": recursive_doubling_allreduce,
+              "hierarchical": hierarchical_allreduce}
 
 
 def allreduce(comm, tensor: torch.Tensor, algorithm: str = "ring", op: str = "sum"
               ) -> torch.Tensor:
-    """Sum (op="sum") or average (op="avg") `tensor` over all ranks in place; returns it.
-
-    `algorithm`: a key of `ALGORITHMS`. A non-contiguous tensor goes through a copy.
-    """
+    """Sum (op="sum") or average (op="avg") `tensor` over all ranks in place with
+    `ALGORITHMS[algorithm]`; returns it. A non-contiguous tensor goes through a copy."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm={algorithm!r} is unknown; choose one of {list(ALGORITHMS)}")
     if op not in ("sum", "avg"):

@@ -1,13 +1,11 @@
 """AllReduce from scratch, plain enough to read top to bottom beside lesson 02.
 
-Each algorithm is a function `(comm, tensor)` that sums in place, written once
-against `Comm` (send/recv, isend/irecv) for real and simulated ranks, any N,
-any length, float32/float16/bfloat16, charged to a ledger op of its own name.
-In order: naive (the oracle); ring (Patarasuk & Yuan, JPDC 2009); binomial
-tree, halving-doubling (Rabenseifner 2004) and recursive doubling (Thakur,
-Rabenseifner & Gropp, IJHPCA 2005); hierarchical (rings inside and across
-nodes, like Horovod's). The pipelined ring is in ring_pipelined.py; the
-alpha-beta times in `syncedu.cost`. `allreduce(comm, t, algorithm=name)` picks one.
+Each algorithm is a function `(comm, tensor)` summing in place, written once against
+`Comm` (send/recv, isend/irecv) for real and simulated ranks, any N and length,
+float32/float16/bfloat16, charged to a ledger op of its own name. In order: naive
+(the oracle); ring (Patarasuk & Yuan, JPDC 2009); binomial tree, halving-doubling
+(Rabenseifner 2004) and recursive doubling (Thakur, Rabenseifner & Gropp, IJHPCA
+2005); hierarchical (rings inside and across nodes, like Horovod's).
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
-"""Checkers for notebooks/01_collectives' exercises (run on simulated ranks: instant, exact).
+"""Checkers for notebooks/01_collectives' exercises (simulated ranks: instant, exact).
 
-1. `all_gather_from_send_recv`: a *ring* all-gather from send/recv. Each rank's data is
-   seeded differently (so no answer can be computed in closed form) and larger than the
-   simulator's eager limit (so a blocking send-first ring deadlocks, as on a real network).
-   The trace must show the ring: N-1 messages per rank, all to one neighbour.
-2. `allreduce_from_collectives`: reduce-scatter then all-gather; the counted ledger must show
-   that each collective carried the whole tensor (not a dummy), in that order.
-and the quick check `quick_busbw`.
-Wrong answers each checker rejects: tests/collectives/test_exercises01.py.
+1. `all_gather_from_send_recv`: a ring all-gather from send/recv, on differently seeded
+   data above the eager limit (a blocking send-first ring deadlocks); the trace must show
+   N-1 messages per rank, all to one neighbour;
+2. `allreduce_from_collectives`: reduce-scatter then all-gather, each carrying the whole
+   tensor's chunks (the counted ledger), in that order; and the quick check `quick_busbw`.
+Wrong answers each rejects: tests/collectives/test_exercises01.py.
 """
 
 from __future__ import annotations
@@ -47,22 +45,18 @@ def all_gather_from_send_recv(my_all_gather, world_sizes=(2, 3, 5)) -> bool:
     name = "Exercise 1 (ring all-gather from send/recv)"
 
     def worker(comm):
-        out = my_all_gather(comm, rank_data(comm.rank))
-        return [torch.as_tensor(t).clone() for t in out]
+        return [torch.as_tensor(t).clone() for t in my_all_gather(comm, rank_data(comm.rank))]
 
     for n in world_sizes:
         ok, res = _run(name, worker, n)
         if not ok:
             return False
-        wrong = _gather_mistake(n, list(res))
+        builtin = sorted(set(res.ledger.ops) - _P2P)
+        wrong = (_gather_mistake(n, list(res)) or (builtin and "use only send/recv (or "
+                 f"isend/irecv), no built-in collective (saw {builtin})") or
+                 _ring_mistake(n, res.trace))
         if wrong:
             return verdict(name, False, wrong)
-        if set(res.ledger.ops) - _P2P:
-            return verdict(name, False, "use only send/recv (or isend/irecv), no built-in "
-                            f"collective (saw {sorted(set(res.ledger.ops) - _P2P)})")
-        pattern = _ring_mistake(n, res.trace)
-        if pattern:
-            return verdict(name, False, pattern)
     return verdict(name, True)
 
 
@@ -114,14 +108,11 @@ def allreduce_from_collectives(my_allreduce, world_sizes=(2, 3, 4), numel: int =
             return False
         want = sum(rank_data(r, numel) for r in range(n)).tolist()
         bad = [r for r, got in enumerate(res) if got != want]
-        if bad:
-            return verdict(name, False, f"with {n} ranks rank {bad[0]} got {res[bad[0]][:4]}..., "
-                            f"expected {want[:4]}... (x must hold the sum, in place)")
-        used = set(res.ledger.ops)
-        if used != {"reduce_scatter", "all_gather"}:
-            return verdict(name, False, f"use comm.reduce_scatter then comm.all_gather "
-                            f"(used {sorted(used)})")
-        wrong = _collectives_mistake(n, res, numel * 4)
+        used = sorted(res.ledger.ops)
+        wrong = ((bad and f"with {n} ranks rank {bad[0]} got {res[bad[0]][:4]}..., expected "
+                  f"{want[:4]}... (x must hold the sum, in place)") or
+                 (used != ["all_gather", "reduce_scatter"] and "use comm.reduce_scatter then "
+                  f"comm.all_gather (used {used})") or _collectives_mistake(n, res, numel * 4))
         if wrong:
             return verdict(name, False, wrong)
     return verdict(name, True)
@@ -153,7 +144,7 @@ def quick_busbw(answer) -> bool:
     ok, got = attempt(name, answer if callable(answer) else lambda: answer)
     if not ok:
         return False
-    want = cost.busbw("all_reduce", s, t, n)
+    want = cost.busbw("all_reduce", s, t, n)  # the wrong answers a learner would give:
     wrong = {cost.algbw(s, t): "that is the algorithm bandwidth S/t; multiply by 2(N-1)/N",
              cost.busbw("all_gather", s, t, n): "(N-1)/N is the factor of reduce-scatter and "
              "all-gather; an all-reduce is both, 2(N-1)/N",

@@ -1,7 +1,11 @@
-"""Checkers for notebooks/02_allreduce_algorithms' exercises (simulated ranks: instant, exact)."""
+"""Checkers for notebooks/02_allreduce_algorithms' exercises (simulated ranks: instant, exact).
+
+Wrong answers each rejects: tests/collectives/test_exercises02.py.
+"""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -11,7 +15,7 @@ from syncedu.comm import sim
 from syncedu.comm.errors import DeadlockError
 from syncedu.comm.ledger import ring_allreduce_elements, ring_chunks
 from syncedu.comm.network import Network
-from syncedu.ui.checkers import attempt, checker, simulated_allreduces, verdict
+from syncedu.ui.checkers import attempt, checker, verdict
 
 _P2P = {"send", "recv"}
 
@@ -49,11 +53,16 @@ def rotated_naive(my_allreduce, world_sizes=(2, 3, 6)) -> bool:
     """Exercise 02.3: a naive allreduce whose root is the LAST rank, from send/recv."""
     name = "Exercise 3 (naive allreduce, root = last rank)"
 
-    runs = simulated_allreduces(name, my_allreduce, world_sizes,
-                                lambda r: torch.full((5,), float(r + 1)))
-    if runs is None:
-        return False
-    for n, res, want in runs:
+    def worker(comm):
+        x = torch.full((5,), float(comm.rank + 1))
+        my_allreduce(comm, x)
+        return x.tolist()
+
+    for n in world_sizes:
+        ok, res = attempt(name, lambda n=n: sim.run(worker, n))
+        if not ok:
+            return False
+        want = [n * (n + 1) / 2] * 5
         if any(got != want for got in res):
             bad = next(r for r, got in enumerate(res) if got != want)
             return verdict(name, False, f"with {n} ranks rank {bad} got {res[bad]}, "
@@ -97,26 +106,23 @@ def _explain(value: float, i: int, rank: int, n: int) -> str:
             "chunk was not added")
 
 
-def _first_wrong(res, n: int, numel: int):
-    """(rank, chunk, start, stop) of the first chunk that differs from the full sum, or None."""
+def _first_wrong(res, n: int, numel: int) -> str:
+    """Which rank's which chunk first differs from the full sum, and what it holds ('' if none)."""
     want = sum(_ring_input(r, numel) for r in range(n)).tolist()
-    sizes = ring_chunks(numel, n)
+    starts = [0, *itertools.accumulate(ring_chunks(numel, n))]
     for rank, got in enumerate(res):
-        start = 0
-        for k, size in enumerate(sizes):
-            if got[start:start + size] != want[start:start + size]:
-                return rank, k, start, start + size, want
-            start += size
-    return None
+        for k, (lo, hi) in enumerate(zip(starts, starts[1:])):
+            if got[lo:hi] != want[lo:hi]:
+                bad = next(i for i in range(lo, hi) if got[i] != want[i])
+                return (f"rank {rank}'s chunk {k} (elements {lo}..{hi - 1}) is {got[lo:hi]}, "
+                        f"expected {want[lo:hi]}; element {bad} holds "
+                        f"{_explain(got[bad], bad, rank, n)}")
+    return ""
 
 
 def _ring_pattern(trace, n: int) -> str:
-    """What is wrong with the trace's pattern for a ring of n ranks ('' if nothing).
-
-    A ring sends only to a neighbour, (rank + 1) % N or (rank - 1) % N, one way
-    round: a direct exchange (rank r sends chunk k to rank k) has the ring's
-    message count and bytes, and only the trace tells it apart.
-    """
+    """What is wrong with the trace's pattern for a ring of n ranks ('' if nothing): a
+    direct exchange has the ring's message count and bytes; only the trace tells it apart."""
     if len(trace) == 0:
         return "no message was sent: the answer must come from the other ranks' data"
     step = {(d - s) % n for s, d in zip(trace.src.tolist(), trace.dst.tolist())}
@@ -135,14 +141,12 @@ def _ring_pattern(trace, n: int) -> str:
 def ring_from_send_recv(my_ring_allreduce, cases=((3, 7), (5, 13), (5, 7), (4, 9))) -> bool:
     """Exercise 02.4: the two-phase ring allreduce, written from send/recv (isend/irecv).
 
-    Runs `my_ring_allreduce(comm, x)` (sums `x` in place) on simulated ranks for
-    each (world size, length) in `cases`: uneven sizes, lengths that N does not
-    divide, on `Network(eager_limit=0)`, so that every send is rendezvous (it
-    waits for the matching receive, as a large message does under Gloo or NCCL):
-    a ring in which every rank sends before it receives deadlocks there. Checks
-    every rank's every chunk, then the trace (only to a neighbour, one way
-    round) and the counted traffic: only point-to-point messages, 2(N-1) per
-    rank, 2(N-1)/N * S bytes per rank on average.
+    Runs `my_ring_allreduce(comm, x)` on simulated ranks for each (world size, length)
+    in `cases` (lengths N does not divide), on `Network(eager_limit=0)`: every send
+    waits for its receive, as a large one does on Gloo or NCCL, so a send-first ring
+    deadlocks. Checks every rank's every chunk, then the trace (only to a neighbour,
+    one way round) and the counted traffic: point-to-point only, 2(N-1) messages and
+    2(N-1)/N * S bytes per rank.
     """
     name = "Exercise 4 (the two-phase ring from send/recv)"
     rendezvous = Network(eager_limit=0)
@@ -176,13 +180,7 @@ def ring_from_send_recv(my_ring_allreduce, cases=((3, 7), (5, 13), (5, 7), (4, 9
                             f"{'; '.join(x.strip() for x in lines[:n + 1])}{hint}")
         wrong = _first_wrong(res, n, numel)
         if wrong:
-            rank, k, lo, hi, want = wrong
-            got = res[rank][lo:hi]
-            bad = next(i for i in range(lo, hi) if res[rank][i] != want[i])
-            return verdict(name, False, f"with {n} ranks and {numel} elements, rank {rank}'s "
-                            f"chunk {k} (elements {lo}..{hi - 1}) is {got}, expected "
-                            f"{want[lo:hi]}; element {bad} holds "
-                            f"{_explain(res[rank][bad], bad, rank, n)}{hint}")
+            return verdict(name, False, f"with {n} ranks and {numel} elements, {wrong}{hint}")
         used = set(res.ledger.ops) - _P2P
         if used:
             return verdict(name, False, "write it from comm.send/recv or isend/irecv, not a "

@@ -1,9 +1,8 @@
 """Notebook 01's helpers: who holds what before and after each collective, and a widget.
 
-Every rank starts with the value 2^rank in each of N slots, so after any sum a
-slot's value, read as a bitmask, says exactly whose inputs it contains. A slot
-whose content the API does not define (a non-root rank's buffer after
-`reduce`) is reported as `UNDEFINED` (-1) and drawn as "?": we never read it.
+Every rank starts with 2^rank in each of N slots, so a summed slot, read as a bitmask,
+says whose inputs it holds. A slot the API leaves undefined (a non-root rank's buffer
+after `reduce`) is reported as `UNDEFINED` (-1), drawn as "?", and never read.
 """
 
 from __future__ import annotations
@@ -59,16 +58,13 @@ def holdings_of(op: str, run) -> tuple[list, list]:
 
 class CollectiveExplorer(Dashboard):
     """Pick a collective and a world size; see who holds what (simulated ranks, instant).
-
-    `.before`, `.after` are the last bitmasks; `.image` shows the picture.
-    """
+    `.before`, `.after` are the last bitmasks; `.image` shows the picture."""
 
     def __init__(self, op: str = "all_reduce", world_size: int = 4, max_world_size: int = 8):
         self.op = w.Dropdown(options=OPS, value=op, description="collective")
         self.n = w.IntSlider(value=world_size, min=2, max=max_world_size, description="ranks",
                              continuous_update=False)
         self.image = w.Image(format="png")
-        self.before = self.after = None
         for c in (self.op, self.n):
             c.observe(lambda _: self.update(), names="value")
         self.widget = w.VBox([w.HBox([self.op, self.n]), self.image])

@@ -1,10 +1,8 @@
 """Notebook 02's interactive comparison: which allreduce wins, by N, message size and network.
 
-The networks are the flat presets (one hop between any two ranks) and two
-clusters of 8-rank nodes (NVLink inside a node, one NIC per node into 100 GbE
-or InfiniBand NDR; `Network.cluster`). Times are `cost.allreduce_time`, the
-formulas the simulator's logical clock is tested equal to on flat networks; on a
-cluster, where flows share a NIC, a lockstep approximation of it (comm/alphabeta.py).
+Networks: the flat presets, and clusters of 8-rank nodes (NVLink inside, one NIC per
+node into 100 GbE or InfiniBand NDR). Times are `cost.allreduce_time`: the simulator's
+clock exactly on flat networks; on a cluster, a lockstep approximation of it.
 """
 
 from __future__ import annotations
@@ -40,27 +38,15 @@ def network(choice: str, world_size: int) -> Network:
     return Network.cluster(world_size // per_node, per_node, intra, inter)
 
 
-def simulate(name: str, world_size: int, choice: str, nbytes: int, progress=None) -> float:
-    """Logical seconds of one `name` allreduce of `nbytes` per rank, simulated on `choice`.
-
-    Every rank runs the package's algorithm on a real tensor of float32 ones
-    (`nbytes` / 4 of them); `progress` is passed to `sim.run` (a tqdm bar of messages).
-    """
+def simulate(name: str, world_size: int, choice: str, nbytes: int, progress=None):
+    """The `RunResult` of one `name` allreduce of `nbytes` of float32 ones per rank, on
+    simulated ranks of network `choice` (`progress`: `sim.run`'s tqdm bar of messages)."""
     if name not in ALGORITHMS:
         raise ValueError(f"name={name!r} is unknown; choose one of {list(ALGORITHMS)}")
     if nbytes < 4 or nbytes % 4:
         raise ValueError(f"nbytes={nbytes!r} must be a positive multiple of 4 (float32)")
     return sim.run(lambda c: ALGORITHMS[name](c, torch.ones(nbytes // 4)), world_size,
-                   network=network(choice, world_size), progress=progress,
-                   output="quiet").seconds
-
-
-def describe(times: dict, nbytes: int, world_size: int, net: Network) -> str:
-    best = min(times, key=times.get)
-    lines = [f"{net.describe()}; N = {world_size}, S = {plots.size_label(nbytes)}"]
-    for name, t in times.items():
-        lines.append(f"  {name:<19}{t * 1e3:12.4f} ms{'   <- fastest' if name == best else ''}")
-    return "\n".join(lines)
+                   network=network(choice, world_size), progress=progress, output="quiet")
 
 
 class AlgorithmExplorer(Dashboard):
@@ -107,23 +93,10 @@ class AlgorithmExplorer(Dashboard):
         names = list(self.algos.value) or list(ALGORITHMS)
         self.times = {a: cost.allreduce_time(a, s, n, net) for a in names}
         self.best = min(self.times, key=self.times.get)
-        self.text = describe(self.times, s, n, net)
+        self.text = "\n".join([f"{net.describe()}; N = {n}, S = {plots.size_label(s)}"] + [
+            f"  {a:<19}{t * 1e3:12.4f} ms{'   <- fastest' if a == self.best else ''}"
+            for a, t in self.times.items()])
         show_text(self.out, self.text)
         curves = {a: [cost.allreduce_time(a, x, n, net) for x in SIZES] for a in names}
         fig = plots.time_vs_size(curves, SIZES, marker=s, title=f"N = {n}, {net.name}")
         self.image.value = figure_png(fig)
-
-
-def simulate_counted(name: str, world_size: int, choice: str, nbytes: int) -> tuple[float, int]:
-    """(logical seconds, messages the simulator moved) of one `simulate(...)` run.
-
-    The message count is the counted ledger's (every point-to-point message on
-    simulated ranks), so a table can check it against 2(N-1) per rank.
-    """
-    if name not in ALGORITHMS:
-        raise ValueError(f"name={name!r} is unknown; choose one of {list(ALGORITHMS)}")
-    if nbytes < 4 or nbytes % 4:
-        raise ValueError(f"nbytes={nbytes!r} must be a positive multiple of 4 (float32)")
-    res = sim.run(lambda c: ALGORITHMS[name](c, torch.ones(nbytes // 4)), world_size,
-                  network=network(choice, world_size), output="quiet")
-    return res.seconds, sum(res.ledger.counted.msgs_sent)

@@ -18,21 +18,15 @@ ALGO_COLORS = {"naive": "tab:red", "ring": "tab:blue", "ring_pipelined": "tab:cy
 
 
 def _label(mask: int, n: int) -> str:
-    if mask < 0:  # contents the collective leaves undefined
-        return "?"
-    if mask <= 0:
-        return ""
     ranks = [r for r in range(n) if mask >> r & 1]
-    if len(ranks) == n and n > 2:
-        return "Σ"
-    return "+".join(f"x{r}" for r in ranks)
+    if mask <= 0:  # negative: contents the collective leaves undefined
+        return "?" if mask < 0 else ""
+    return "Σ" if len(ranks) == n and n > 2 else "+".join(f"x{r}" for r in ranks)
 
 
 def _color(mask: int, n: int):
-    if mask < 0:
-        return (0.85, 0.85, 0.85)
     if mask <= 0:
-        return (1.0, 1.0, 1.0)
+        return (0.85, 0.85, 0.85) if mask < 0 else (1.0, 1.0, 1.0)
     ranks = [r for r in range(n) if mask >> r & 1]
     if len(ranks) == n and n > 1:
         return (0.25, 0.25, 0.3)
@@ -74,24 +68,26 @@ def holdings(before, after, title: str = ""):
     return fig
 
 
+def _finish(fig, ax, xlabel: str, ylabel: str, title: str, legend: bool = True):
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if legend:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def bytes_per_rank(sent: dict, formula: float | None = None, title: str = "bytes sent per rank"):
     """Grouped bars: {algorithm: [bytes per rank]}, with an optional horizontal formula line."""
     fig, ax = plt.subplots(figsize=(7, 3.2))
-    names = list(sent)
-    n = len(next(iter(sent.values())))
-    width = 0.8 / len(names)
-    for i, name in enumerate(names):
-        ax.bar(np.arange(n) + i * width, sent[name], width, label=name,
-               color=ALGO_COLORS.get(name))
+    n, width = len(next(iter(sent.values()))), 0.8 / len(sent)
+    for i, (name, values) in enumerate(sent.items()):
+        ax.bar(np.arange(n) + i * width, values, width, label=name, color=ALGO_COLORS.get(name))
     if formula is not None:
         ax.axhline(formula, color="black", ls="--", lw=1, label="2(N-1)/N · S")
     ax.set_xticks(np.arange(n) + 0.4 - width / 2, [str(r) for r in range(n)])
-    ax.set_xlabel("rank")
-    ax.set_ylabel("bytes")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, "rank", "bytes", title)
 
 
 def time_vs_size(curves: dict, sizes, *, measured: dict | None = None, title: str = "",
@@ -106,13 +102,17 @@ def time_vs_size(curves: dict, sizes, *, measured: dict | None = None, title: st
         ax.axvline(marker, color="black", lw=0.8, ls=":")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("message size S (bytes)")
-    ax.set_ylabel("seconds")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, "message size S (bytes)", "seconds", title)
+
+
+def time_vs_ranks(times: dict, world_sizes, title: str = ""):
+    """Log-log lines: logical time against N, one line per algorithm ({name: [seconds]})."""
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for name, ts in times.items():
+        ax.loglog(world_sizes, [t * 1e3 for t in ts], marker="o", label=name)
+    ax.grid(True, which="both", alpha=0.3)
+    return _finish(fig, ax, "ranks N", "simulated time (ms)", title)
 
 
 def winners(best, sizes, world_sizes, title: str = ""):
@@ -124,14 +124,10 @@ def winners(best, sizes, world_sizes, title: str = ""):
     ax.imshow(idx, cmap=cmap, vmin=-0.5, vmax=len(names) - 0.5, aspect="auto")
     ax.set_xticks(range(len(sizes)), [size_label(s) for s in sizes], rotation=45, fontsize=7)
     ax.set_yticks(range(len(world_sizes)), [str(n) for n in world_sizes])
-    ax.set_xlabel("message size")
-    ax.set_ylabel("ranks N")
     used = sorted({b for row in best for b in row}, key=names.index)
     handles = [plt.Rectangle((0, 0), 1, 1, color=ALGO_COLORS[n]) for n in used]
     ax.legend(handles, used, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    ax.set_title(title)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, "message size", "ranks N", title, legend=False)
 
 
 def size_label(nbytes: float) -> str:
@@ -139,19 +135,3 @@ def size_label(nbytes: float) -> str:
         if nbytes >= scale:
             return f"{nbytes / scale:g} {unit}"
     return f"{nbytes:g} B"
-
-
-def time_vs_ranks(times: dict, world_sizes, title: str = ""):
-    """Log-log lines: logical time against N, one line per algorithm ({name: [seconds]})."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for name, ts in times.items():
-        ax.loglog(world_sizes, [t * 1e3 for t in ts], marker="o", label=name)
-    ax.set_xlabel("ranks N")
-    ax.set_ylabel("simulated time (ms)")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig

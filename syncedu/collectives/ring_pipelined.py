@@ -1,30 +1,24 @@
 """The ring allreduce, pipelined in segments: the fast twin of `collectives.ring_allreduce`.
 
-Same chunks, same neighbours, same bytes as the plain two-phase ring
-(Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of
-workstations", JPDC 2009): ring step s (0..N-2 reduce-scatter, N-1..2N-3
-all-gather) sends chunk (r-1-s) mod N to the right neighbour and receives chunk
-(r-2-s) mod N from the left one. What changes is *when* the bytes move. The
-plain ring sends a whole chunk, waits for a whole chunk, adds it, and only then
-sends again: the wire idles while the rank adds, and the adding waits for the
-last byte. Here every chunk is cut into G segments (`ring_segments`), and work
-item (s, g), segment g of step s, leaves as soon as segment g of step s-1 has
-arrived and been added. Steps:
+Same chunks, neighbours and bytes as the plain two-phase ring (Patarasuk & Yuan,
+JPDC 2009): ring step s (0..N-2 reduce-scatter, N-1..2N-3 all-gather) sends chunk
+(r-1-s) mod N right and receives chunk (r-2-s) mod N from the left. What changes
+is *when* bytes move: the plain ring idles the wire while it adds a whole chunk.
+Here every chunk is cut into G segments (`ring_segments`), and item (s, g),
+segment g of step s, leaves as soon as segment g of step s-1 has arrived and
+been added. Steps:
 
-1. Post receives a window ahead (`WINDOW` items): into one of `WINDOW`
-   segment-sized buffers during the reduce-scatter, straight into the tensor
-   during the all-gather.
+1. Post receives `WINDOW` items ahead: into segment buffers during the
+   reduce-scatter, straight into the tensor during the all-gather.
 2. Walk the items in order; item (s, g) sends segment g of the chunk that item
    (s-1, g) just completed (Step 3 for that item runs first).
-3. Finish an item: wait for its receive, add the buffer into the tensor
-   (reduce-scatter only), and post the receive `WINDOW` items further on.
-4. Wait for every send before returning: the tensor is the caller's again.
+3. Finish an item: wait for its receive, add the buffer in (reduce-scatter
+   only), post the receive `WINDOW` items further on.
+4. Wait for every send: the tensor is the caller's again.
 
-What this hides is bandwidth and reduction time (adding one segment while the
-next ones are on the wire, in both directions), not latency: every step still
-starts with a message, so the ring pays 2(N-1) latencies per segment, 2(N-1)G
-in all (`syncedu.cost.allreduce_time("ring_pipelined", ...)`). It carries the
-benchmark, `python -m syncedu.bench collectives`.
+It hides reduction time and bandwidth, not latency: 2(N-1)G latencies in all
+(`syncedu.cost.allreduce_time("ring_pipelined", ...)`). `python -m syncedu.bench
+collectives` measures it against Gloo.
 """
 
 from __future__ import annotations
@@ -65,11 +59,11 @@ class _Pipeline:
         chunks = torch.split(flat, ring_chunks(flat.numel(), n))
         # segments[k][g]: segment g of chunk k, split as ring_chunks splits a chunk
         self.segments = [torch.split(c, ring_chunks(c.numel(), self.g)) for c in chunks]
-        self.seg_len = max(s.numel() for s in self.segments[0])
         self.items = [(s, g) for s in range(2 * n - 2) for g in range(self.g)]
         # Buffers live for one call only: simulated ranks share a process, so any cache
         # outside the call would be shared between them.
-        self.buffers: list[torch.Tensor | None] = [None] * WINDOW
+        seg_len = max(s.numel() for s in self.segments[0])
+        self.buffers = [flat.new_empty(seg_len) for _ in range(min(WINDOW, (n - 1) * self.g))]
         self.pending: dict[int, tuple] = {}
 
     def post(self, i: int) -> None:
@@ -77,11 +71,7 @@ class _Pipeline:
         s, g = self.items[i]
         into = self.segments[(self.r - 2 - s) % self.n][g]
         add = s < self.n - 1  # reduce-scatter: receive aside, then add
-        buf = into
-        if add:
-            if self.buffers[i % WINDOW] is None:
-                self.buffers[i % WINDOW] = self.flat.new_empty(self.seg_len)
-            buf = self.buffers[i % WINDOW][: into.numel()]
+        buf = self.buffers[i % WINDOW][: into.numel()] if add else into
         left = (self.r - 1) % self.n
         self.pending[i] = (self.comm.irecv(buf, left), buf, into, add)
 
@@ -112,13 +102,9 @@ class _Pipeline:
 
 def ring_pipelined_allreduce(comm, tensor: torch.Tensor, *,
                              segment_bytes: int | None = SEGMENT_BYTES) -> torch.Tensor:
-    """Ring allreduce (sum) in place, pipelined in segments of `segment_bytes`; returns `tensor`.
-
-    Rank r sends exactly what the plain ring (and `comm.all_reduce`'s charge)
-    sends: every chunk but r in the reduce-scatter, every chunk but r+1 in the
-    all-gather.
-    """
-
+    """Ring allreduce (sum) in place, pipelined in segments of `segment_bytes`; returns
+    `tensor`. Rank r sends what the plain ring sends: every chunk but r in the
+    reduce-scatter, every chunk but r+1 in the all-gather."""
     flat = _flat(tensor)
     with comm.scope("ring_pipelined_allreduce"):
         if comm.world_size > 1:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 
-from syncedu.comm import launch, sim
+from syncedu.comm import launch
 
 
 def checker(grade):
@@ -47,7 +47,6 @@ def attempt(name: str, call):
         return False, None
 
 
-
 def number(name: str, answer):
     """(ok, value) of a quick check's answer: a number, or a function returning one."""
     ok, got = attempt(name, answer if callable(answer) else lambda: answer)
@@ -58,25 +57,3 @@ def number(name: str, answer):
         verdict(name, False, f"answer with a number, got {got!r}")
         return False, None
     return ok, got
-
-
-def simulated_allreduces(name: str, my_allreduce, world_sizes, make_input):
-    """Run the learner's `my_allreduce(comm, x)` on simulated ranks, once per world size.
-
-    Rank r starts from `make_input(r)`. Returns a list of (n, res, want) with
-    `res[r]` the list each rank ended with and `want` the true sum, or None if
-    the learner has not answered yet or a rank failed (the message is printed).
-    """
-    def worker(comm):
-        x = make_input(comm.rank)
-        my_allreduce(comm, x)
-        return x.tolist()
-
-    runs = []
-    for n in world_sizes:
-        ok, res = attempt(name, lambda n=n: sim.run(worker, n))
-        if not ok:
-            return None
-        runs.append((n, res, sum(make_input(r) for r in range(n)).tolist()))
-    return runs
-

@@ -34,8 +34,9 @@ class Claim:
 CLAIMS: tuple[Claim, ...] = (
     Claim("A1", "AllReduce: 最常用的同步方式，通过Reduce-Scatter和AllGather操作实现梯度聚合",
           "AllReduce, the commonest way, sums gradients by a reduce-scatter then an all-gather",
-          "true for the ring: its two phases are exactly a reduce-scatter and an all-gather, "
-          "and each equals the built-in; a tree does not split this way", 1),
+          "true for the ring: its two phases are a reduce-scatter and an all-gather, which "
+          "together equal the built-in all_reduce; a tree does not split this way (each of "
+          "its messages carries the whole tensor)", 1),
     Claim("A2", "Parameter Server: 异步更新机制，允许部分参数先更新",
           "a parameter server is an asynchronous update mechanism",
           "false: a parameter server can be synchronous (then it trains exactly like one "

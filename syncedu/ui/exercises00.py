@@ -1,24 +1,24 @@
-"""Checkers for notebooks/00_start_here's exercises.
+"""Checkers for notebooks/00_start_here's exercises (simulated ranks: instant, and a
+deadlock is reported instead of hanging).
 
-1. `sum_of_squares`: one all_reduce, on real ranks (1 and 3), watched by a spy on the
-   comm: rank r must give it (r+1)^2 and return what it gave back;
-2. `pass_the_token`: the learner's ring pass on simulated ranks (2, 3 and 5):
-   each rank's value, one message sent and one received per rank, the trace's
-   pattern (r to r + 1), and a deadlock explained;
-and the quick check `ring_bytes`.
-Wrong answers each checker rejects: tests/ui/test_exercises00.py.
+1. `sum_of_squares`: one all_reduce on 1 and 3 ranks, watched by a spy on the comm:
+   rank r must give it (r+1)^2 and return what it gave back;
+2. `pass_the_token`: the ring pass on 2, 3 and 5 ranks: each rank's value, one
+   message sent and one received per rank, the trace's pattern (r to r + 1);
+and the quick check `ring_bytes`. Wrong answers each rejects: tests/ui/test_exercises00.py.
 """
 
 from __future__ import annotations
 
-from syncedu.comm import launch, sim
+from syncedu.comm import sim
 from syncedu.comm.errors import DeadlockError
 from syncedu.comm.ledger import ring_allreduce_elements
 from syncedu.ui.checkers import attempt, checker, verdict
 
 
 class _Spy:
-    """The learner's comm, recording what each all_reduce was given and gave back."""
+    """The learner's comm, recording what each all_reduce was given and gave back (after
+    adding `offset` to its result: an answer that ignores the result is found out)."""
 
     def __init__(self, comm, offset: float = 0.0):
         self._comm, self.offset, self.inputs, self.outputs = comm, offset, [], []
@@ -29,7 +29,7 @@ class _Spy:
     def all_reduce(self, tensor, *args, **kwargs):
         self.inputs.append(tensor.detach().flatten().tolist())
         out = self._comm.all_reduce(tensor, *args, **kwargs)
-        tensor.add_(self.offset)  # a marked result: an answer that ignores it is found out
+        tensor.add_(self.offset)
         self.outputs.append(tensor.detach().flatten().tolist())
         return out
 
@@ -46,14 +46,13 @@ def _spied(worker, offset: float = 0.0):
 def sum_of_squares(worker, world_sizes=(1, 3)) -> bool:
     """Exercise 00.1: every rank must return 1^2 + 2^2 + ... + N^2, summed by the all_reduce.
 
-    Rejects: a wrong value; no or several all_reduces; a closed-form answer with the
-    collective called on something else (rank r's input must hold (r+1)^2); an answer
-    that does not come from the all_reduce's result (Step 2 marks that result with an
-    offset of 1000 and expects the answer to follow it).
+    Rejects: a wrong value; no or several all_reduces; a closed form with the collective
+    called on something else (rank r's input must hold (r+1)^2); an answer that ignores
+    the all_reduce's result (a second run marks that result with +1000).
     """
     name = "Exercise 1 (sum of squares)"
     for n in world_sizes:
-        ok, res = attempt(name, lambda n=n: launch.run(_spied(worker), n, output="quiet"))
+        ok, res = attempt(name, lambda n=n: sim.run(_spied(worker), n))
         if not ok:
             return False
         want = n * (n + 1) * (2 * n + 1) // 6
@@ -75,8 +74,8 @@ def sum_of_squares(worker, world_sizes=(1, 3)) -> bool:
             if float(value) not in outs[0]:
                 return verdict(name, False, f"rank {r} returned {value}, which is not what its "
                                f"all_reduce produced ({outs[0][:4]}): return the reduced value")
-    # Step 2: once more with the all_reduce's result marked (+1000): a closed formula misses it
-    ok, res = attempt(name, lambda: launch.run(_spied(worker, 1000.0), n, output="quiet"))
+    # once more with the all_reduce's result marked (+1000): a closed formula misses it
+    ok, res = attempt(name, lambda: sim.run(_spied(worker, 1000.0), n))
     if not ok:
         return False
     if [float(v) for v, _, _ in res] != [float(want + 1000)] * n:
@@ -95,11 +94,6 @@ def ring_bytes(answer, numel: int = 1000, world_size: int = 4, itemsize: int = 4
     want = ring_allreduce_elements(numel, world_size, 0)[0] * itemsize
     return verdict(name, value == want, "" if value == want else
                     f"{value!r} is not it: count the chunks sent in each of the two phases")
-
-
-def _token_values(n: int) -> list[int]:
-    """What each rank holds last: rank r > 0 what it sent on (0 + ... + r), rank 0 the total."""
-    return [n * (n - 1) // 2] + [r * (r + 1) // 2 for r in range(1, n)]
 
 
 def _token_mistake(name: str, n: int, got: list, want: list) -> bool | None:
@@ -124,10 +118,7 @@ def _token_mistake(name: str, n: int, got: list, want: list) -> bool | None:
 
 @checker
 def pass_the_token(worker, world_sizes=(2, 3, 5)) -> bool:
-    """Exercise 00.2: rank 0 starts a token 0; each rank adds its rank and passes it on.
-
-    Runs on simulated ranks (quick, and a deadlock is reported instead of hanging).
-    """
+    """Exercise 00.2: rank 0 starts a token 0; each rank adds its rank and passes it on."""
     name = "Exercise 2 (pass the token)"
     for n in world_sizes:
         try:
@@ -139,14 +130,15 @@ def pass_the_token(worker, world_sizes=(2, 3, 5)) -> bool:
                             "receive first")
         if not ok:
             return False
-        wrong = _token_mistake(name, n, list(res), _token_values(n))
+        # rank r > 0 returns what it sent on (0 + ... + r), rank 0 the total that came back
+        want = [n * (n - 1) // 2] + [r * (r + 1) // 2 for r in range(1, n)]
+        wrong = _token_mistake(name, n, list(res), want)
         if wrong is not None:
             return wrong
-        sent = [sum(op.msgs_sent[r] for op in res.ledger.ops.values()) for r in range(n)]
+        sent, got = res.ledger.counted.msgs_sent, res.ledger.counted.msgs_received
         if sent != [1] * n:
             return verdict(name, False, f"with {n} ranks the ranks sent {sent} messages; "
                             "each rank sends exactly one (rank r to r + 1, the last to 0)")
-        got = [sum(op.msgs_received[r] for op in res.ledger.ops.values()) for r in range(n)]
         if got != [1] * n:
             return verdict(name, False, f"with {n} ranks the ranks received {got} messages; "
                             "each rank receives exactly one (rank 0 the token that comes back)")

@@ -9,7 +9,6 @@ IPython it is printed as plain text.
 
 from __future__ import annotations
 
-import html
 import inspect
 import os
 import textwrap
@@ -49,13 +48,12 @@ def source(*objs) -> str:
 
 
 def _html(code: str) -> str:
-    """Pygments HTML with inline styles (renders in JupyterLab and on GitHub alike)."""
-    try:
-        from pygments import highlight
-        from pygments.formatters import HtmlFormatter
-        from pygments.lexers import PythonLexer
-    except ImportError:  # no Pygments: still readable, just not coloured
-        return f"<pre>{html.escape(code)}</pre>"
+    """Pygments HTML with inline styles (renders in JupyterLab and on GitHub alike);
+    Pygments comes with IPython, the only place this runs."""
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import PythonLexer
+
     return highlight(code, PythonLexer(), HtmlFormatter(noclasses=True, style="default"))
 
 

@@ -7,8 +7,6 @@ chunk travels round the ring in its own colour) or, where it carries no
 numbered chunk, by its op. This is the "who sends which chunk to whom" picture
 of Patarasuk & Yuan (2009) and Thakur et al. (2005), drawn from the messages
 the simulator really moved rather than from the formula.
-
-Used in: notebooks/01_collectives, 02_allreduce_algorithms, 10_sharded_data_parallel.
 """
 
 from __future__ import annotations

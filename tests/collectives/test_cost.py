@@ -74,8 +74,6 @@ def test_winners_small_vs_large_messages():
     assert cost.best_algorithm(1 << 30, 8, net) in ("ring", "halving_doubling")
     assert cost.allreduce_time("naive", 1 << 20, 64, net) > cost.allreduce_time("ring", 1 << 20,
                                                                                 64, net)
-    rows = cost.what_if([1 << 10, 1 << 26], [8, 1024], net)
-    assert len(rows) == 4 and all(r["best"] in collectives.ALGORITHMS for r in rows)
     assert cost.allreduce_time("ring", 100, 1, net) == 0.0
 
 

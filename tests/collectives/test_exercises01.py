@@ -176,6 +176,11 @@ def test_allreduce_checker(capsys):
 
 
 def test_quick_busbw(capsys):
-    assert ex1.quick_busbw.grade(2**26 / 0.1 * 2 * 7 / 8)
-    assert not ex1.quick_busbw.grade(2**26 / 0.1)
-    assert "algorithm bandwidth" in capsys.readouterr().out
+    right = 2**26 / 0.1 * 2 * 7 / 8
+    assert ex1.quick_busbw.grade(right) and ex1.quick_busbw.grade(lambda: right)
+    for wrong, words in [(2**26 / 0.1, "algorithm bandwidth"),
+                         (2**26 / 0.1 * 7 / 8, "(N-1)/N is the factor of reduce-scatter"),
+                         (right / 1e9, "bytes per second, not GB/s"),
+                         ("fast", "answer with a number")]:
+        assert not ex1.quick_busbw.grade(wrong), wrong
+        assert words in capsys.readouterr().out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from syncedu import collectives
 from syncedu.collectives import exercises02 as ex2
 
 
@@ -136,6 +137,58 @@ def _whole_tensor_ring(comm, x):
         work.wait()
 
 
+def _reduce_scatter_only(comm, x):
+    """Wrong: the reduce-scatter phase alone, no all-gather."""
+    n, r = comm.world_size, comm.rank
+    chunks = list(torch.tensor_split(x, n))
+    for s in range(n - 1):
+        inbox = torch.empty_like(chunks[(r - s - 1) % n])
+        work = comm.isend(chunks[(r - s) % n], (r + 1) % n)
+        comm.recv(inbox, (r - 1) % n)
+        work.wait()
+        chunks[(r - s - 1) % n] += inbox
+
+
+def _ring_with_chunk(comm, x):
+    """Wrong: x.chunk(n), which gives fewer than n chunks for some lengths."""
+    n, r = comm.world_size, comm.rank
+    chunks = list(x.chunk(n))
+    k = len(chunks)
+    for s in range(n - 1):
+        inbox = torch.empty_like(chunks[(r - s - 1) % k])
+        work = comm.isend(chunks[(r - s) % k], (r + 1) % n)
+        comm.recv(inbox, (r - 1) % n)
+        work.wait()
+        chunks[(r - s - 1) % k] += inbox
+    for s in range(n - 1):
+        work = comm.isend(chunks[(r - s + 1) % k], (r + 1) % n)
+        comm.recv(chunks[(r - s) % k], (r - 1) % n)
+        work.wait()
+
+
+def _naive(comm, x, root=0):
+    """A naive allreduce through `root` (right values; not a ring)."""
+    n = comm.world_size
+    if comm.rank != root:
+        comm.send(x, root)
+        comm.recv(x, root)
+        return
+    for src in range(n):
+        if src != root:
+            x += comm.recv(torch.empty_like(x), src)
+    for dst in range(n):
+        if dst != root:
+            comm.send(x, dst)
+
+
+def _nobody_sends(comm, x):
+    comm.recv(x, (comm.rank - 1) % comm.world_size)
+
+
+def _stub(*args):
+    raise NotImplementedError
+
+
 def test_ring_checker_accepts_right_rings(capsys):
     assert ex2.ring_from_send_recv.grade(_ring_right)
     assert ex2.ring_from_send_recv.grade(_ring_even_odd)
@@ -150,6 +203,13 @@ def test_ring_checker_rejects_wrong_rings(capsys):
         (_closed_form_with_call, "ready-made collective (saw ['all_reduce'])"),
         (_hard_coded_four, "with 3 ranks"),
         (_whole_tensor_ring, "never the whole tensor"),
+        (_reduce_scatter_only, "rank 0's chunk 0 (elements 0..2) is [1.0, 101.0, 201.0], expected "
+                               "[7.0, 307.0, 607.0]; element 0 holds only this rank's own"),
+        (_ring_with_chunk, "tensor_split"),
+        (collectives.ring_allreduce, "ready-made collective (saw ['ring_allreduce'])"),
+        (_naive, "2(N-1) = 4 steps"),
+        (_nobody_sends, "with 3 ranks and 7 elements: deadlock"),
+        (_stub, "not attempted yet"),
     ]
     for answer, mistake in cases:
         assert not ex2.ring_from_send_recv.grade(answer), answer.__name__
@@ -197,3 +257,24 @@ def test_naive_checker_rejects_closed_form_and_a_relay(capsys):
     assert not ex2.rotated_naive.grade(relay)
     assert "every message of a naive allreduce goes to or from the root" in \
         capsys.readouterr().out
+
+
+def test_naive_checker_accepts_the_last_root_and_rejects_others(capsys):
+    assert ex2.rotated_naive.grade(lambda comm, x: _naive(comm, x, root=comm.world_size - 1))
+    assert "correct" in capsys.readouterr().out
+    for answer, words in [(_naive, "with 3 ranks messages went [(0, 1), (1, 0)]"),
+                          (lambda comm, x: comm.all_reduce(x), "not a ready-made collective"),
+                          (_stub, "not attempted yet")]:
+        assert not ex2.rotated_naive.grade(answer)
+        assert words in capsys.readouterr().out
+
+
+def test_formula_quick_checks(capsys):
+    assert ex2.ring_time.grade(lambda n, s, a, b: 2 * (n - 1) * (a + s / n * b))
+    assert not ex2.ring_time.grade(lambda n, s, a, b: 2 * (n - 1) * (a + s * b))  # whole tensor
+    assert "N=2, S=1e+06" in capsys.readouterr().out
+    assert not ex2.ring_time.grade(lambda n, s, a, b: (n - 1) * (a + s / n * b))  # one phase
+    assert ex2.crossover.grade(1 << 20) and ex2.crossover.grade(lambda: 1 << 20)
+    for wrong in (1 << 14, 1 << 21, 10**6):
+        assert not ex2.crossover.grade(wrong)
+        assert "is not it" in capsys.readouterr().out

@@ -5,7 +5,6 @@ Each wrong answer is named with the words the checker's message must contain.
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from syncedu.ui import exercises00 as ex
@@ -37,13 +36,30 @@ def two_reduces(comm):
     return good_sum(comm)
 
 
-@pytest.mark.real
+def wrong_value(comm):
+    """Wrong: returns its rank, no communication."""
+    return float(comm.rank)
+
+
+def hard_coded_three(comm):
+    """Wrong: the answer for 3 ranks, whatever the world size (the all_reduce made)."""
+    comm.all_reduce(torch.tensor([float((comm.rank + 1) ** 2)]))
+    return 14.0
+
+
+def stub(comm):
+    raise NotImplementedError
+
+
 def test_sum_of_squares_rejects_closed_forms(capsys):
     assert ex.sum_of_squares.grade(good_sum)
     assert "correct" in capsys.readouterr().out
     for answer, words in [(closed_form_dummy, "let the collective do the sum"),
                           (closed_form_unused, "not a closed formula"),
-                          (two_reduces, "exactly one comm.all_reduce")]:
+                          (two_reduces, "exactly one comm.all_reduce"),
+                          (wrong_value, "expected 1 on each"),
+                          (hard_coded_three, "with 1 ranks got [14.0], expected 1"),
+                          (stub, "not attempted yet")]:
         assert not ex.sum_of_squares.grade(answer), answer.__name__
         out = capsys.readouterr().out
         assert words in out, (answer.__name__, out)
@@ -99,3 +115,56 @@ def test_token_checker_rejects_shortcuts(capsys):
         assert not ex.pass_the_token.grade(answer), answer.__name__
         out = capsys.readouterr().out
         assert words in out, (answer.__name__, out)
+
+
+def token_before_adding(comm):
+    """Wrong: each rank returns the token as it arrived, before adding its rank."""
+    t = torch.zeros(1)
+    n, r = comm.world_size, comm.rank
+    if r == 0:
+        comm.send(t, dst=1)
+        comm.recv(t, src=n - 1)
+        return t.item()
+    comm.recv(t, src=r - 1)
+    seen = t.item()
+    t += r
+    comm.send(t, dst=(r + 1) % n)
+    return seen
+
+
+def token_everyone_waits(comm):
+    """Wrong: every rank receives first, rank 0 too: nobody ever sends."""
+    t = torch.zeros(1)
+    comm.recv(t, src=(comm.rank - 1) % comm.world_size)
+    comm.send(t + comm.rank, dst=(comm.rank + 1) % comm.world_size)
+    return t.item()
+
+
+def token_twice(comm):
+    """Wrong: right values, but rank 0 sends an extra message (one per rank is the rule)."""
+    value = good_token(comm)
+    if comm.rank == 0:
+        comm.send(torch.zeros(1), dst=1)
+    elif comm.rank == 1:
+        comm.recv(torch.zeros(1), src=0)
+    return value
+
+
+def test_token_checker_names_the_mistake(capsys):
+    cases = [(token_before_adding, "rank 1 returned 0, expected 1: it returned the token before"),
+             (token_everyone_waits, "every rank waits for a message nobody sends"),
+             (token_twice, "each rank sends exactly one"),
+             (wrong_value, "with 2 ranks rank 0 returned 0, expected 1"),
+             (stub, "not attempted yet")]
+    for answer, words in cases:
+        assert not ex.pass_the_token.grade(answer), answer.__name__
+        out = capsys.readouterr().out
+        assert words in out, (answer.__name__, out)
+
+
+def test_ring_bytes_quick_check(capsys):
+    assert ex.ring_bytes(6000) is None  # a checker prints its verdict and returns None
+    assert "correct" in capsys.readouterr().out
+    for wrong in (8000, 4000, 1500):  # the whole tensor twice; one phase; chunks, not bytes
+        assert not ex.ring_bytes.grade(wrong)
+        assert "count the chunks" in capsys.readouterr().out

@@ -74,7 +74,8 @@ def outer_gradient(comm, anchor: torch.Tensor, local: torch.Tensor,
     """Step 3: mean over the ranks of (anchor - local), by one allreduce in `wire_dtype`."""
     delta = (anchor - local).to(wire_dtype)
     if comm.world_size > 1:
-        # Divide before summing so fp16 cannot overflow (pytorch#57410's fix).
+        # Divide before summing: the fp16 sum cannot overflow (pytorch#57410), at the price of
+        # underflowing the smallest changes (the trade-off lesson 07 shows).
         delta.div_(comm.world_size)
         comm.all_reduce(delta)
     return delta.to(anchor.dtype)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import ipywidgets as w
 
+from syncedu import ps
 from syncedu.comm.network import PRESETS, Network
-from syncedu.ps import training as ps_train
 from syncedu.tuning import experiments as tuning
 from syncedu.tuning import scaling
 from syncedu.tuning.diloco import DiLoCoConfig
@@ -79,7 +79,7 @@ class AsyncExplorer(_Explorer):
 
     def _run(self, mode: str, tau: int):
         net = Network(latency=self.latency.value, bandwidth=125e6, name="custom wan")
-        return ps_train.run(mode, self.workers, staleness=tau, steps=self.steps,
+        return ps.run(mode, self.workers, staleness=tau, steps=self.steps,
                             global_batch=self.global_batch, lr=0.3, network=net,
                             simulate=True)
 

@@ -6,8 +6,8 @@ Open in this order:
    outer Nesterov step), the algorithms; `train_strategies.py` registers
    "local_sgd" with `train.run`;
 2. `noise_scale.py`: the gradient noise scale (the critical batch size);
-3. `scaling.py`, `scaling_advice.py`, `scaling_published.py`: step time
-   modeled on a network, the advice drawn from it, published numbers checked;
+3. `scaling.py`: the one time model (step time on a network) and the advice
+   drawn from it; `scaling_published.py`: published results predicted by it;
 4. `experiments.py`: the lesson's measured runs;
 5. the notebook's helpers: `lesson09.py`, `exercises09.py` (import them by name).
 """

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from syncedu.tuning.local_sgd import broadcast_state, copy_flat
+
 __all__ = ["DiLoCoConfig", "DiLoCo", "outer_gradient", "nesterov_step"]
 
 _WIRE = (torch.float32, torch.float16, torch.bfloat16)
@@ -72,7 +74,8 @@ def outer_gradient(comm, anchor: torch.Tensor, local: torch.Tensor,
     """Step 3: mean over the ranks of (anchor - local), by one allreduce in `wire_dtype`."""
     delta = (anchor - local).to(wire_dtype)
     if comm.world_size > 1:
-        # Divide before summing so fp16 cannot overflow (pytorch#57410's fix).
+        # Divide before summing: the fp16 sum cannot overflow (pytorch#57410), at the price of
+        # underflowing the smallest changes (the trade-off lesson 07 shows).
         delta.div_(comm.world_size)
         comm.all_reduce(delta)
     return delta.to(anchor.dtype)
@@ -98,7 +101,7 @@ class DiLoCo:
         self.module, self.comm = module, comm
         self.config = cfg = config or DiLoCoConfig()
         self.params = [p for p in module.parameters() if p.requires_grad]
-        self._broadcast_state()  # Step 1
+        broadcast_state(comm, module)  # Step 1
         self.inner = torch.optim.AdamW(self.params, lr=cfg.inner_lr,
                                        weight_decay=cfg.weight_decay)
         self.anchor = self._flat().clone()  # theta: the global parameters
@@ -106,14 +109,8 @@ class DiLoCo:
         self.steps = 0  # inner steps so far
         self.rounds = 0  # outer steps so far
 
-    def _broadcast_state(self) -> None:
-        with torch.no_grad():
-            for t in [*self.module.parameters(), *self.module.buffers()]:
-                if t.numel():
-                    self.comm.broadcast(t.data, src=0)
-
     def _flat(self) -> torch.Tensor:
-        return torch.cat([p.detach().reshape(-1) for p in self.params])
+        return torch.nn.utils.parameters_to_vector(self.params).detach()
 
     def after_step(self) -> bool:
         """Step 2's count: one inner step taken; the outer step when H are done."""
@@ -129,11 +126,7 @@ class DiLoCo:
         delta = outer_gradient(self.comm, self.anchor, self._flat(), cfg.wire_dtype)  # Step 3
         nesterov_step(self.anchor, self.buf, delta, lr=cfg.outer_lr,  # Step 4
                       momentum=cfg.outer_momentum, nesterov=cfg.nesterov)
-        with torch.no_grad():  # Step 5
-            offset = 0
-            for p in self.params:
-                p.copy_(self.anchor[offset:offset + p.numel()].view_as(p))
-                offset += p.numel()
+        copy_flat(self.params, self.anchor)  # Step 5
         self.rounds += 1
 
     def finish(self) -> None:

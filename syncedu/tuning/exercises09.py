@@ -7,9 +7,9 @@ import torch
 from syncedu.comm import sim
 from syncedu.ui.checkers import attempt, checker, verdict
 
-_LIBRARY = {"outer_gradient", "nesterov_step", "outer_step", "DiLoCo", "after_step"}
+_LIBRARY_1 = {"outer_gradient", "nesterov_step", "outer_step", "DiLoCo", "after_step"}
 _LIBRARY_2 = {"two_batch", "NoiseScale", "noise_scale"}
-_LIBRARY_3 = {"_local_sgd", "recommend", "scaling_advice"}
+_LIBRARY_3 = {"local_sgd_every", "recommend"}
 
 
 def _names(code) -> set[str]:
@@ -21,16 +21,10 @@ def _names(code) -> set[str]:
     return out
 
 
-def _library_calls(answer, library=frozenset(_LIBRARY)) -> list[str]:
-    """The package's functions the answer names (it must build the step itself)."""
-    code = getattr(answer, "__code__", None)
-    if code is None:
-        return []
-    return sorted(_names(code) & set(library))
-
-
 def _copied(name: str, answer, library) -> bool:
-    copied = _library_calls(answer, library)
+    """Whether the answer calls the package's own functions (it must build them itself)."""
+    code = getattr(answer, "__code__", None)
+    copied = sorted(_names(code) & library) if code else []
     if copied:
         verdict(name, False, f"your answer calls the package's {', '.join(copied)}: "
                              "build it yourself")
@@ -76,10 +70,8 @@ def _pattern(res, n: int) -> str:
 def outer_step(answer) -> bool:
     """Exercise 09.1: `answer(comm, anchor, local, buf, lr, momentum)`: anchor, buf in place."""
     name = "Exercise 1 (DiLoCo's outer step)"
-    copied = _library_calls(answer)
-    if copied:
-        return verdict(name, False, f"your answer calls the package's {', '.join(copied)}: "
-                                    "build the average and the Nesterov step yourself")
+    if _copied(name, answer, _LIBRARY_1):
+        return False
     for n in (2, 3, 4):
         ok, res = attempt(name, lambda n=n: sim.run(_outer_worker, n, args=(answer, 10 + n)))
         if not ok:
@@ -119,22 +111,22 @@ def two_batch(answer) -> bool:
 
 @checker
 def pick_sync_every(answer) -> bool:
-    """Exercise 09.3: `answer(model_bytes, compute_seconds, network, world_size)` -> smallest H."""
+    """Quick check 09.3: `answer(model_bytes, compute_seconds, world_size, network)` -> H."""
     from syncedu.comm.network import Network
-    from syncedu.tuning.scaling_advice import SYNC_EVERY, _local_sgd
+    from syncedu.tuning.scaling import SYNC_EVERY, local_sgd_every
 
-    name = "Exercise 3 (how often to synchronize)"
+    name = "Quick check 3 (how often to synchronize)"
     if _copied(name, answer, _LIBRARY_3):
         return False
-    cases = [(100e6, 0.1, Network.preset("wan"), 8), (25e6, 0.2, Network.preset("ethernet_1g"), 16),
-             (4e6, 0.05, Network.preset("ethernet_10g"), 64)]
-    for s, c, net, n in cases:
-        ok, got = attempt(name, lambda s=s, c=c, net=net, n=n: answer(s, c, net, n))
+    cases = [(100e6, 0.1, 8, Network.preset("wan")), (25e6, 0.2, 16, Network.preset("ethernet_1g")),
+             (4e6, 0.05, 64, Network.preset("ethernet_10g")), (1e6, 0.5, 4, Network.preset("wan"))]
+    for s, c, n, net in cases:
+        ok, got = attempt(name, lambda s=s, c=c, n=n, net=net: answer(s, c, n, net))
         if not ok:
             return False
-        want = _local_sgd(s, c, n, net, 0.9)[0]
+        want = local_sgd_every(s, c, n, net)[0]
         if got != want:
-            return verdict(name, False, f"{s / 1e6:g} MB, {c} s compute, {net.name}, N={n}: "
+            return verdict(name, False, f"{s / 1e6:g} MB, {c} s compute, N={n}, {net.name}: "
                             f"you said H={got!r}, the smallest H in {SYNC_EVERY} reaching 90% "
                             f"is {want}")
     return verdict(name, True)

@@ -1,26 +1,24 @@
-"""Lesson 09's experiments: DiLoCo against synchronous AdamW, and the noise scale in training.
+"""Lesson 09's experiments: DiLoCo against synchronous AdamW, the noise scale, the batch sweep.
 
-Both run any number of ranks (simulated ones for the checked numbers), on the
-digits and the MLP of `train.run`, with the same global batches
-(`sampling.global_batches`, rank r reading its `shard`):
+The DiLoCo and noise-scale runs go on simulated ranks, on the digits and the
+MLP of `train.run`, with the same global batches (`sampling.global_batches`,
+rank r reading its `shard`); each rank's loop (`_Rank`):
 
-- `run_diloco(method, workers, ...)`: "sync" averages the gradients every step
-  (data-parallel AdamW, one model of traffic per step); "diloco" takes
-  `inner_steps` local AdamW steps and then DiLoCo's outer step
-  (tuning/diloco.py, one model of traffic per round); "local" averages
-  the parameters every `inner_steps` steps instead (local SGD with AdamW;
-  `start_local_at=T` makes it post-local SGD: every step up to step T). Each
-  step charges
-  `compute_seconds` to the rank's clock, so on a simulated WAN the logical
-  time shows what the traffic costs.
-- `run_noise_scale(workers, ...)`: data-parallel SGD whose one allreduce per
-  step also carries each rank's squared gradient norm (tuning/noise_scale.py), so
-  every step yields an estimate of the critical batch B_simple.
+1. seeded model and data; the set-up's broadcast is not counted;
+2. per step, forward and backward on the shard, `compute_seconds` charged to
+   the rank's logical clock;
+3. the method's synchronization: "sync" averages the gradients every step
+   (data-parallel AdamW), "diloco" takes `inner_steps` local AdamW steps and
+   then DiLoCo's outer step (diloco.py), "local" averages the parameters every
+   `inner_steps` steps (local SGD with AdamW; `start_local_at=T`: post-local
+   SGD), and the noise-scale run's allreduce also carries each rank's squared
+   gradient norm (noise_scale.py);
+4. the optimizer step, and the step's logical time;
+5. the result: per-step losses and times, the final (common) parameters,
+   their loss and accuracy on all the data.
 
-Steps of one rank (`_Rank`): 1. seeded model and data; 2. per step, forward
-and backward on the shard and charge compute; 3. the method's
-synchronization; 4. the optimizer step; 5. the result: per-step losses and
-logical times, the final parameters, their loss and accuracy on all the data.
+`train.run` reports no per-step logical time, which time-to-loss needs, so
+these runs keep their own loop over the harness's data, model and sampler.
 """
 
 from __future__ import annotations
@@ -33,10 +31,10 @@ import torch.nn.functional as F
 from syncedu.comm import sim
 from syncedu.train import data, models, sampling
 from syncedu.tuning.diloco import DiLoCo, DiLoCoConfig
-from syncedu.tuning.local_sgd import LocalSGD
+from syncedu.tuning.local_sgd import LocalSGD, broadcast_state, copy_flat
 from syncedu.tuning.noise_scale import NoiseScale, allreduce_with_norms
 
-__all__ = ["TuningRun", "run_diloco", "run_noise_scale", "steps_to", "METHODS", "batch_sweep",
+__all__ = ["TuningRun", "run_diloco", "run_noise_scale", "steps_to", "METHODS", "steps_at",
            "tuned_batch_sweep", "LR_GRID"]
 
 METHODS = ("sync", "diloco", "local")
@@ -50,10 +48,15 @@ class TuningRun:
     times: list[float]  # logical seconds at the end of each step (rank 0, set-up excluded)
     final_loss: float  # loss of the final (common) parameters on all the data
     accuracy: float
-    bytes_sent: int  # rank 0's payload bytes
+    ledger: object  # the training traffic (set-up excluded)
     seconds: float  # logical seconds of the training (rank 0, set-up excluded)
     params: dict[str, torch.Tensor] = field(repr=False)
     noise: list[float] = field(default_factory=list)  # B_simple per step (noise-scale runs)
+
+    @property
+    def bytes_sent(self) -> int:
+        """Rank 0's payload bytes."""
+        return self.ledger.sent[0]
 
     def time_to(self, target: float) -> float:
         """Logical seconds until the step loss first drops to `target` (inf if never)."""
@@ -67,25 +70,23 @@ def steps_to(loss, target: float) -> int:
 
 
 class _Rank:
-    """Steps 1-2 for one rank."""
+    """Steps 1, 2, 4 and 5 for one rank."""
 
     def __init__(self, comm, steps: int, global_batch: int, seed: int, compute: float):
         self.comm, self.compute = comm, compute
         self.x, self.y = data.digits().tensors  # Step 1
         self.model = models.make("mlp", seed=seed)
+        self.params = list(self.model.parameters())
         self.batches = iter(sampling.global_batches(len(self.x), steps, global_batch, seed=seed))
         self.loss: list[float] = []
         self.times: list[float] = []
         self.start = 0.0
 
     def begin(self) -> None:
-        """After the set-up (the initial broadcast): line the ranks up, zero ledger and clock."""
+        """After the set-up: line the ranks up, zero the ledger and the clock."""
         self.comm.barrier()  # the broadcast reached the ranks at different logical times
         self.comm.ledger.reset()
         self.start = self.comm.now()
-
-    def tick(self) -> None:
-        self.times.append(self.comm.now() - self.start)
 
     def forward_backward(self) -> None:  # Step 2
         idx = sampling.shard(next(self.batches), self.comm.rank, self.comm.world_size)
@@ -96,29 +97,27 @@ class _Rank:
             self.comm.compute(self.compute)
 
     def flat_grad(self) -> torch.Tensor:
-        return torch.cat([p.grad.reshape(-1) for p in self.model.parameters()])
+        return torch.cat([p.grad.reshape(-1) for p in self.params])
 
     def set_grad(self, flat: torch.Tensor) -> None:
-        offset = 0
-        for p in self.model.parameters():
-            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
-            offset += p.numel()
+        copy_flat([p.grad for p in self.params], flat)
 
     def result(self, **extra) -> dict:  # Step 5
         with torch.no_grad():
             out = self.model(self.x)
-            final = F.cross_entropy(out, self.y).item()
-            acc = (out.argmax(1) == self.y).float().mean().item()
-        params = {k: v.detach().clone() for k, v in self.model.named_parameters()}
-        return {"loss": self.loss, "times": self.times, "final": final, "acc": acc,
-                "params": params, "elapsed": self.comm.now() - self.start, **extra}
+        return {"loss": self.loss, "times": self.times, "elapsed": self.comm.now() - self.start,
+                "final": F.cross_entropy(out, self.y).item(),
+                "acc": (out.argmax(1) == self.y).float().mean().item(),
+                "params": {k: v.detach().clone() for k, v in self.model.named_parameters()},
+                **extra}
 
 
 def _diloco_worker(comm, method, steps, global_batch, seed, compute, config, start_local_at):
     rank = _Rank(comm, steps, global_batch, seed, compute)
     algo = DiLoCo(rank.model, comm, config)  # broadcasts rank 0's parameters
-    local = LocalSGD(rank.model, comm, config.inner_steps, start_local_at=start_local_at) \
-        if method == "local" else None
+    sync = algo if method == "diloco" else None
+    if method == "local":
+        sync = LocalSGD(rank.model, comm, config.inner_steps, start_local_at=start_local_at)
     rank.begin()  # count the training traffic and time only
     for _ in range(steps):
         algo.inner.zero_grad(set_to_none=False)
@@ -128,112 +127,79 @@ def _diloco_worker(comm, method, steps, global_batch, seed, compute, config, sta
             comm.all_reduce(flat, op="avg")
             rank.set_grad(flat)
         algo.inner.step()  # Step 4
-        if method == "diloco":
-            algo.after_step()  # Step 3: DiLoCo, the outer step every H steps
-        elif local is not None:
-            local.after_step()  # Step 3: local SGD, the parameter average every H steps
-        rank.tick()
-    if method == "diloco":
-        algo.finish()
-    elif local is not None:
-        local.finish()
+        if sync is not None:
+            sync.after_step()  # Step 3: the outer step / the parameter average every H steps
+        rank.times.append(comm.now() - rank.start)
+    if sync is not None:
+        sync.finish()
     return rank.result()
 
 
-def _collect(res, noise=None) -> TuningRun:
+def _collect(res) -> TuningRun:
     n = len(res)
     loss = [sum(r["loss"][i] for r in res) / n for i in range(len(res[0]["loss"]))]
-    return TuningRun(loss=loss, times=res[0]["times"], final_loss=res[0]["final"],
-                     accuracy=res[0]["acc"], bytes_sent=res.ledger.sent[0],
-                     seconds=res[0]["elapsed"], params=res[0]["params"],
-                     noise=noise if noise is not None else [])
+    r0 = res[0]
+    return TuningRun(loss=loss, times=r0["times"], final_loss=r0["final"], accuracy=r0["acc"],
+                     ledger=res.ledger, seconds=r0["elapsed"], params=r0["params"],
+                     noise=r0.get("noise", []))
 
 
-def run_diloco(method: str, workers: int, *, steps: int, global_batch: int, seed: int = 0,
+def run_diloco(method: str, world_size: int, *, steps: int, global_batch: int, seed: int = 0,
                network=None, compute_seconds: float = 0.0,
                config: DiLoCoConfig | None = None, start_local_at: int = 0) -> TuningRun:
-    """Train with `method` ("sync", "diloco" or "local") on `workers` simulated ranks."""
+    """Train with `method` ("sync", "diloco" or "local") on `world_size` simulated ranks."""
     if method not in METHODS:
         raise ValueError(f"method={method!r} is unknown; choose one of {METHODS}")
-    if global_batch % workers:
-        raise ValueError(f"global_batch={global_batch} must be a multiple of workers={workers}")
+    if global_batch % world_size:
+        raise ValueError(f"global_batch={global_batch} must be a multiple of "
+                         f"world_size={world_size}")
     config = config or DiLoCoConfig(inner_steps=10, inner_lr=3e-3, weight_decay=0.0)
-    res = sim.run(_diloco_worker, workers, args=(method, steps, global_batch, seed,
-                                                 compute_seconds, config, start_local_at),
-                  network=network)
-    return _collect(res)
+    return _collect(sim.run(_diloco_worker, world_size, network=network, args=(
+        method, steps, global_batch, seed, compute_seconds, config, start_local_at)))
 
 
 def _noise_worker(comm, steps, global_batch, seed, lr, ema):
     rank = _Rank(comm, steps, global_batch, seed, 0.0)
-    for t in [*rank.model.parameters(), *rank.model.buffers()]:
-        comm.broadcast(t.data, src=0)
-    opt = torch.optim.SGD(rank.model.parameters(), lr=lr)
+    broadcast_state(comm, rank.model)
+    opt = torch.optim.SGD(rank.params, lr=lr)
     scale = NoiseScale(ema=ema)
     rank.begin()
-    b_small, b_big = global_batch // comm.world_size, global_batch
     for _ in range(steps):
         opt.zero_grad(set_to_none=False)
         rank.forward_backward()
         flat, small_sq = allreduce_with_norms(comm, rank.flat_grad())  # Steps 1-2
-        big_sq = float(flat.double().pow(2).sum())
-        scale.update(small_sq, big_sq, b_small, b_big)  # Steps 3-4
+        scale.update(small_sq, float(flat.double().pow(2).sum()),  # Steps 3-4
+                     global_batch // comm.world_size, global_batch)
         rank.set_grad(flat)
         opt.step()
-        rank.tick()
+        rank.times.append(comm.now() - rank.start)
     return rank.result(noise=scale.history)
 
 
-def run_noise_scale(workers: int, *, steps: int, global_batch: int, lr: float = 0.1,
+def run_noise_scale(world_size: int, *, steps: int, global_batch: int, lr: float = 0.1,
                     seed: int = 0, ema: float = 0.9) -> TuningRun:
     """Data-parallel SGD on simulated ranks, estimating B_simple at every step."""
-    if workers < 2 or global_batch % workers:
-        raise ValueError(f"workers={workers} must be >= 2 and divide global_batch={global_batch}")
-    res = sim.run(_noise_worker, workers, args=(steps, global_batch, seed, lr, ema))
-    return _collect(res, noise=res[0]["noise"])
-
-
-def batch_sweep(batches, *, target: float, base_lr: float = 0.05, base_batch: int = 32,
-                warmup_steps: int = 5, max_steps: int = 400, seed: int = 0) -> dict[int, int]:
-    """Steps to reach `target` training loss for each global batch (0: not within max_steps).
-
-    One process, plain SGD, the linear scaling rule lr = base_lr * B / base_batch
-    with `warmup_steps` of linear warm-up (Goyal et al. 2017). The loss checked
-    is the current batch's, smoothed over the last 5 steps.
-    """
-    x, y = data.digits().tensors
-    out = {}
-    for b in batches:
-        model = models.make("mlp", seed=seed)
-        lr = base_lr * b / base_batch
-        opt = torch.optim.SGD(model.parameters(), lr=lr)
-        recent: list[float] = []
-        out[b] = 0
-        for step, idx in enumerate(sampling.global_batches(len(x), max_steps, b, seed=seed)):
-            for group in opt.param_groups:  # warm-up, then the scaled rate
-                group["lr"] = lr * min(1.0, (step + 1) / warmup_steps) if warmup_steps else lr
-            opt.zero_grad()
-            loss = F.cross_entropy(model(x[idx]), y[idx])
-            loss.backward()
-            opt.step()
-            recent = (recent + [loss.item()])[-5:]
-            if len(recent) == 5 and sum(recent) / 5 <= target:
-                out[b] = step + 1
-                break
-    return out
+    if world_size < 2 or global_batch % world_size:
+        raise ValueError(f"world_size={world_size} must be >= 2 and divide "
+                         f"global_batch={global_batch}")
+    return _collect(sim.run(_noise_worker, world_size, args=(steps, global_batch, seed, lr, ema)))
 
 
 LR_GRID = (1.6, 0.8, 0.4, 0.2, 0.1, 0.05)  # high first: a good rate early caps the rest
 
 
-def _steps_at(b: int, lr: float, *, target: float, warmup_steps: int, max_steps: int,
-              seed: int) -> int:
-    """Steps until the 5-step mean loss reaches `target` at batch b, lr (0: never, or diverged)."""
+def steps_at(batch: int, lr: float, *, target: float, warmup_steps: int = 5,
+             max_steps: int = 400, seed: int = 0) -> int:
+    """Steps of plain SGD (one process) until the 5-step mean loss reaches `target`.
+
+    `warmup_steps` of linear warm-up (Goyal et al. 2017); 0: never within
+    `max_steps`, or diverged (a loss above 10).
+    """
     x, y = data.digits().tensors
     model = models.make("mlp", seed=seed)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     recent: list[float] = []
-    for step, idx in enumerate(sampling.global_batches(len(x), max_steps, b, seed=seed)):
+    for step, idx in enumerate(sampling.global_batches(len(x), max_steps, batch, seed=seed)):
         for group in opt.param_groups:
             group["lr"] = lr * min(1.0, (step + 1) / warmup_steps) if warmup_steps else lr
         opt.zero_grad()
@@ -252,14 +218,12 @@ def tuned_batch_sweep(batches, *, target: float, lrs=LR_GRID, warmup_steps: int 
                       max_steps: int = 400, seed: int = 0) -> dict[int, tuple[int, float]]:
     """For each global batch, (fewest steps to `target`, the learning rate that got them).
 
-    The learning rate is retuned per batch size over `lrs` before the steps are
-    compared, as Google's tuning playbook ("Choosing the batch size") and
-    Shallue et al. 2019 do: a fixed rule such as linear scaling can diverge at
-    large batches and fake a plateau. Steps: 1. for each batch, each rate of
-    the grid in turn, train plain SGD with `warmup_steps` of linear warm-up
-    until the loss averaged over 5 steps reaches `target` (a run stops early
-    once it cannot beat the best so far, or diverges); 2. keep the fewest
-    steps and its rate (0 steps: no rate reached the target).
+    The rate is retuned per batch over `lrs` before the steps are compared, as
+    Google's tuning playbook ("Choosing the batch size") and Shallue et al. 2019
+    do: a fixed rule such as linear scaling can diverge at large batches and
+    fake a plateau. Steps: 1. for each batch, each rate in turn, `steps_at`
+    (capped at the best so far: a run stops once it cannot beat it); 2. keep
+    the fewest steps and its rate (0 steps: no rate reached the target).
     """
     out = {}
     for b in batches:
@@ -268,8 +232,8 @@ def tuned_batch_sweep(batches, *, target: float, lrs=LR_GRID, warmup_steps: int 
             cap = best - 1 if best else max_steps
             if cap < 1:
                 break
-            got = _steps_at(b, lr, target=target, warmup_steps=warmup_steps, max_steps=cap,
-                            seed=seed)
+            got = steps_at(b, lr, target=target, warmup_steps=warmup_steps, max_steps=cap,
+                           seed=seed)
             if got and (not best or got < best):  # Step 2
                 best, best_lr = got, lr
         out[b] = (best, best_lr)

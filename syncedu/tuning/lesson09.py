@@ -4,7 +4,7 @@
   local SGD on simulated ranks; time to a target loss, bytes, final loss.
 - `AsyncExplorer`: one-way latency and a staleness bound -> the bounded-staleness
   parameter server of lesson 04 beside the synchronous one; time to target, accuracy.
-- `HelperExplorer`: model size, compute per step, network, N -> `scaling_advice.recommend`.
+- `HelperExplorer`: model size, compute per step, network, N -> `scaling.recommend`.
 
 Every run is simulated (logical time), so a moved control answers in seconds.
 """
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import ipywidgets as w
 
+from syncedu import ps
 from syncedu.comm.network import PRESETS, Network
-from syncedu.ps import training as ps_train
 from syncedu.tuning import experiments as tuning
-from syncedu.tuning import scaling_advice
+from syncedu.tuning import scaling
 from syncedu.tuning.diloco import DiLoCoConfig
 from syncedu.ui.widgets import Dashboard, show_text
 
@@ -79,7 +79,7 @@ class AsyncExplorer(_Explorer):
 
     def _run(self, mode: str, tau: int):
         net = Network(latency=self.latency.value, bandwidth=125e6, name="custom wan")
-        return ps_train.run(mode, self.workers, staleness=tau, steps=self.steps,
+        return ps.run(mode, self.workers, staleness=tau, steps=self.steps,
                             global_batch=self.global_batch, lr=0.3, network=net,
                             simulate=True)
 
@@ -95,7 +95,7 @@ class AsyncExplorer(_Explorer):
 
 
 class HelperExplorer(_Explorer):
-    """`scaling_advice.recommend` for a model, a step time, a network preset and N."""
+    """`scaling.recommend` for a model, a step time, a network preset and N."""
 
     def __init__(self):
         self.mb = _slider(w.FloatLogSlider, "model (MB)", value=100, base=10, min=0, max=3.5)
@@ -108,6 +108,6 @@ class HelperExplorer(_Explorer):
         self._build([self.mb, self.ms, self.network, self.n])
 
     def run(self) -> str:
-        options = scaling_advice.recommend(self.mb.value * 1e6, self.ms.value / 1e3,
+        options = scaling.recommend(self.mb.value * 1e6, self.ms.value / 1e3,
                                            self.n.value, Network.preset(self.network.value))
         return "\n".join(o.line() for o in options)

@@ -30,34 +30,41 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["LocalSGD", "average_parameters"]
+__all__ = ["LocalSGD", "average_parameters", "broadcast_state", "copy_flat"]
 
 
-def average_parameters(comm, params: list[nn.Parameter]) -> None:
-    """Step 3: replace every parameter by its mean over the ranks (one allreduce)."""
-    if not params:
-        return
+def broadcast_state(comm, module: nn.Module) -> None:
+    """Step 1: every rank takes rank 0's parameters and buffers."""
     with torch.no_grad():
-        flat = torch.cat([p.detach().reshape(-1) for p in params])
-        comm.all_reduce(flat, op="avg")
+        for t in [*module.parameters(), *module.buffers()]:
+            if t.numel():
+                comm.broadcast(t.data, src=0)
+
+
+def copy_flat(params, flat: torch.Tensor) -> None:
+    """Copy one flat vector back into `params`, in order."""
+    with torch.no_grad():
         offset = 0
         for p in params:
             p.copy_(flat[offset:offset + p.numel()].view_as(p))
             offset += p.numel()
 
 
+def average_parameters(comm, params: list[nn.Parameter]) -> None:
+    """Step 3: replace every parameter by its mean over the ranks (one allreduce)."""
+    if params:
+        flat = torch.nn.utils.parameters_to_vector(params).detach()
+        comm.all_reduce(flat, op="avg")
+        copy_flat(params, flat)
+
+
 class LocalSGD:
     """Average `module`'s trainable parameters every `sync_every` optimizer steps.
 
-    Args:
-        module: the model every rank trains (on `comm.device` or the CPU).
-        comm: this rank's `Comm`.
-        sync_every: H, optimizer steps between two averages (1 = every step).
-        start_local_at: post-local SGD: average after every step up to this
-            step, then every `sync_every` (0: local from the start).
-
-    Call `after_step()` after each `optimizer.step()`, and `finish()` after the
-    last one (a last average, if the final period was cut short).
+    `start_local_at`: post-local SGD, average after every step up to this step
+    (0: local from the start). Call `after_step()` after each
+    `optimizer.step()`, and `finish()` after the last one (a last average if
+    the final period was cut short, so every rank ends with the same model).
     """
 
     def __init__(self, module: nn.Module, comm, sync_every: int = 1, *,
@@ -66,30 +73,20 @@ class LocalSGD:
                                  ("start_local_at", start_local_at, 0)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"{name}={value!r} must be an int >= {low}")
-        self.module, self.comm = module, comm
-        self.sync_every, self.start_local_at = sync_every, start_local_at
+        self.comm, self.sync_every, self.start_local_at = comm, sync_every, start_local_at
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.steps = 0  # optimizer steps taken so far
         self.averages = 0  # parameter averages done so far
         self._last = 0  # the step of the last average
-        self._broadcast_state()  # Step 1
-
-    def _broadcast_state(self) -> None:
-        with torch.no_grad():
-            for t in [*self.module.parameters(), *self.module.buffers()]:
-                if t.is_contiguous() and t.numel():
-                    self.comm.broadcast(t.data, src=0)
-
-    def due(self) -> bool:
-        """Whether the step just taken ends a period (Step 3's rule)."""
-        return self.steps <= self.start_local_at or self.steps % self.sync_every == 0
+        broadcast_state(comm, module)  # Step 1
 
     def after_step(self) -> bool:
-        """Count one optimizer step; average the parameters if due. Returns whether it did."""
+        """Count one optimizer step; average the parameters if due (Step 3). Returns whether."""
         self.steps += 1
-        if self.comm.world_size == 1 or not self.due():
+        due = self.steps <= self.start_local_at or self.steps % self.sync_every == 0
+        if self.comm.world_size == 1 or not due:
             return False
-        self.average()  # Step 3
+        self.average()
         return True
 
     def average(self) -> None:
@@ -99,9 +96,6 @@ class LocalSGD:
         self._last = self.steps
 
     def finish(self) -> None:
-        """At the end of training: average once more if steps were taken since the last average.
-
-        So every rank ends with the same model, whatever the number of steps.
-        """
+        """At the end of training: average once more if steps were taken since the last one."""
         if self.comm.world_size > 1 and self.steps > self._last:
             self.average()

@@ -1,49 +1,65 @@
-"""Scaling efficiency from the alpha-beta model: one step = compute + exposed communication.
+"""Scaling efficiency from the alpha-beta model, and the tuning advice drawn from it.
 
-A data-parallel step computes for `compute_seconds` (forward, then backward,
-the backward being `BACKWARD_SHARE` of it) and allreduces `model_bytes` of
-gradients (`cost.allreduce_time`: Thakur, Rabenseifner & Gropp 2005; Patarasuk
-& Yuan 2009). Communication that runs while the backward still computes is
-hidden; only the rest is *exposed*. Scaling efficiency is then
+The one time model of lesson 09. A data-parallel step computes for
+`compute_seconds` (forward, then a backward of `BACKWARD_SHARE` of it) and
+allreduces `model_bytes` of gradients (`cost.allreduce_time`: Thakur,
+Rabenseifner & Gropp 2005; Patarasuk & Yuan 2009). Communication that runs
+while the backward still computes is hidden; only the rest is *exposed*:
 
     efficiency = compute / (compute + exposed)
 
-the throughput of N ranks over N times that of one (the convention of
-Horovod's and PyTorch DDP's benchmarks). Steps of `step_time`:
+the throughput of N ranks over N times that of one (Horovod's and PyTorch
+DDP's benchmark convention). Steps of `step_time`:
 
 1. backward time T_b = BACKWARD_SHARE * compute;
 2. communication: one allreduce of the whole model, or one per bucket of
    `bucket_bytes` (each bucket pays the latency terms again);
 3. exposed time. Without buckets (the fluid limit of many small buckets), a
-   fraction `overlap` of the backward hides communication:
+   share `overlap` of the backward hides communication:
    exposed = max(0, T_comm - overlap * T_b). With buckets, bucket i of k is
    ready when the backward has produced it (spread over the last `overlap`
-   share of the backward; overlap 0: all at the end), buckets go one at a
-   time, and exposed = (when the last one is done) - T_b. So tiny buckets are
-   latency-bound and one huge bucket cannot overlap: the shape of Li et al.'s
-   bucket-size curve (PyTorch DDP, VLDB 2020).
+   share of the backward), buckets go one at a time, and exposed = (when the
+   last one is done) - T_b. So tiny buckets are latency-bound and one huge
+   bucket cannot overlap: the shape of Li et al.'s bucket-size curve (PyTorch
+   DDP, VLDB 2020).
 
-`published_comparisons()` feeds this model the inputs of published scaling
-results (parameter counts, published per-GPU step times, the clusters'
-networks) and puts the prediction beside the published efficiency;
-`recommend()` ranks tuning options by predicted efficiency.
+`recommend(model_bytes, compute_seconds, world_size, network)` prices each
+option of the lesson with this model, recommended one marked:
+
+1. baseline: fp32 gradients, one allreduce after the backward (no overlap);
+2. buckets: the best bucket size, overlapped with the whole backward (exact);
+3. fp16 on the wire: half the bytes (lesson 07);
+4. PowerSGD: an m x n layer sends (m + n) r numbers instead of m n, so on
+   256 x 256 layers rank r sends r/128 of the bytes; the *weakest* ratio of
+   `POWERSGD_RATIOS` (the least lossy) that reaches the target (Vogels et
+   al. 2019; lossy, needs error feedback);
+5. local SGD: the smallest H of `SYNC_EVERY` that reaches the target, 1/H of
+   the traffic (Lin et al. 2020); changes the optimization;
+6. asynchronous parameter servers, one shard per worker (`cost.ps_time`): no
+   barrier, the same bytes, stale gradients;
+7. recommend the first of 2-6 (exact before lossy, small changes before
+   large) that reaches `target`; else the most efficient.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from syncedu.collectives import cost
 from syncedu.comm.network import Network
 
-# Also `Comparison`, `published_comparisons`, `Option`, `recommend` (loaded on first use).
 __all__ = ["BACKWARD_SHARE", "DEFAULT_OVERLAP", "step_time", "efficiency", "relative_efficiency",
-           "comm_seconds", "best_bucket"]
+           "comm_seconds", "best_bucket", "Option", "recommend", "SYNC_EVERY", "POWERSGD_RATIOS"]
 
 # Backward costs about twice the forward (two matrix products per layer instead of one).
 BACKWARD_SHARE = 2 / 3
 # The share of the backward that hides communication unless a caller says otherwise.
 DEFAULT_OVERLAP = 0.5
+MB = 2 ** 20
+POWERSGD_RATIOS = (4, 8, 16, 32)  # rank 32, 16, 8, 4 on 256 x 256 layers
+POWERSGD_SIDE = 256
+SYNC_EVERY = (2, 4, 8, 16, 32, 64)
 
 
 def _check(model_bytes, compute_seconds, world_size, overlap) -> None:
@@ -76,7 +92,7 @@ def comm_seconds(model_bytes: float, world_size: int, network: Network, *,
 def step_time(model_bytes: float, compute_seconds: float, world_size: int, network: Network, *,
               algorithm: str = "ring", overlap: float = DEFAULT_OVERLAP,
               bucket_bytes: float | None = None) -> float:
-    """Seconds of one data-parallel step (see the module docstring's steps)."""
+    """Seconds of one data-parallel step (the module docstring's steps)."""
     _check(model_bytes, compute_seconds, world_size, overlap)
     if world_size == 1:
         return compute_seconds
@@ -92,13 +108,11 @@ def step_time(model_bytes: float, compute_seconds: float, world_size: int, netwo
     return compute_seconds + max(0.0, done - backward)
 
 
-def efficiency(model_bytes: float, compute_seconds: float, world_size: int, network: Network, *,
-               algorithm: str = "ring", overlap: float = DEFAULT_OVERLAP,
-               bucket_bytes: float | None = None) -> float:
-    """Scaling efficiency compute / step time (1.0 on one rank)."""
+def efficiency(model_bytes: float, compute_seconds: float, world_size: int, network: Network,
+               **options) -> float:
+    """Scaling efficiency compute / step time (1.0 on one rank); options as `step_time`."""
     return compute_seconds / step_time(model_bytes, compute_seconds, world_size, network,
-                                       algorithm=algorithm, overlap=overlap,
-                                       bucket_bytes=bucket_bytes)
+                                       **options)
 
 
 def relative_efficiency(model_bytes: float, compute_seconds: float, base: tuple[int, Network],
@@ -109,9 +123,67 @@ def relative_efficiency(model_bytes: float, compute_seconds: float, base: tuple[
 
 
 def best_bucket(model_bytes: float, compute_seconds: float, world_size: int, network: Network,
-                candidates=(2 ** 18, 2 ** 20, 4 * 2 ** 20, 25 * 2 ** 20, 100 * 2 ** 20),
+                candidates=(2 ** 18, MB, 4 * MB, 25 * MB, 100 * MB),
                 **options) -> tuple[float, float]:
-    """(bucket_bytes, efficiency) of the best of `candidates` (the first on a tie)."""
+    """(bucket_bytes, efficiency) of the best of `candidates` (the smallest on a tie)."""
     effs = [(b, efficiency(model_bytes, compute_seconds, world_size, network, bucket_bytes=b,
                            **options)) for b in candidates]
     return max(effs, key=lambda be: (round(be[1], 12), -be[0]))
+
+
+# ------------------------------------------------------------------ the advice
+@dataclass(frozen=True)
+class Option:
+    """One tuning option: what to set, the predicted efficiency, and why."""
+
+    name: str
+    setting: str
+    efficiency: float
+    reason: str
+    recommended: bool = False
+
+    def line(self) -> str:
+        mark = "->" if self.recommended else "  "
+        return f"{mark} {self.name:<10} {self.setting:<28} {self.efficiency:6.1%}  {self.reason}"
+
+
+def local_sgd_every(model_bytes, compute, world_size, network, target=0.9) -> tuple[int, float]:
+    """Step 5: (H, efficiency) of the smallest H of SYNC_EVERY reaching `target` (else the last)."""
+    t_comm = comm_seconds(model_bytes, world_size, network)
+    effs = [(h, compute / (compute + t_comm / h)) for h in SYNC_EVERY]
+    return next(((h, e) for h, e in effs if e >= target), effs[-1])
+
+
+def recommend(model_bytes: float, compute_seconds: float, world_size: int, network: Network,
+              *, target: float = 0.9) -> list[Option]:
+    """The options of steps 1-6, the recommended one (step 7) marked."""
+    if not 0 < target <= 1:
+        raise ValueError(f"target={target!r} must be in (0, 1]")
+    s, c, n, net = model_bytes, compute_seconds, world_size, network
+
+    def bucketed(nbytes):  # Steps 2-4: the best bucket, the whole backward overlapping
+        return best_bucket(nbytes, c, n, net, overlap=1.0)
+
+    b32, e32 = bucketed(s)
+    b16, e16 = bucketed(s / 2)
+    tried = [(r, *bucketed(s / r)) for r in POWERSGD_RATIOS]
+    ratio, _, ep = next((t for t in tried if t[2] >= target), tried[-1])
+    h, eh = local_sgd_every(s, c, n, net, target)
+    ps = cost.ps_time(s, n, net, servers=n) if n > 1 else 0.0
+    options = [
+        Option("baseline", "fp32, no overlap", efficiency(s, c, n, net, overlap=0.0),
+               "all gradient traffic after the backward"),
+        Option("buckets", f"bucket_cap_mb={b32 / MB:g}", e32,
+               "overlap the allreduce with the backward; tiny buckets pay alpha each"),
+        Option("fp16", f"fp16, bucket_cap_mb={b16 / MB:g}", e16,
+               "half the bytes, same convergence in practice (lesson 07)"),
+        Option("powersgd", f"PowerSGD rank {POWERSGD_SIDE // (2 * ratio)}, 1/{ratio} bytes", ep,
+               "the weakest ratio reaching the target; lossy: error feedback, warm-up"),
+        Option("local_sgd", f"sync_every={h}", eh,
+               f"1/{h} of the traffic; the copies drift, so check the loss per step"),
+        Option("async_ps", f"async, {n} server shards", c / (c + ps),
+               "no barrier (stragglers, jittery links) but the same bytes, stale gradients"),
+    ]
+    pick = next((o for o in options[1:] if o.efficiency >= target),  # Step 7
+                max(options, key=lambda o: o.efficiency))
+    return [Option(o.name, o.setting, o.efficiency, o.reason, o is pick) for o in options]

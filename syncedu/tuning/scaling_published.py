@@ -3,41 +3,32 @@
 An honest prediction (lesson 09, section 7): every input is fixed from the
 paper's stated hardware and a published step time *before* the published
 efficiency is looked at, one rule for all rows, and the miss is reported
-whichever way it goes. Each `Comparison` takes
+whichever way it goes. Each `Comparison` holds the parameter count (fp32
+gradients), a published per-GPU step time, the cluster's network as the
+source states it, the framework's bucket size and the base (1 GPU, or 8 in
+one node), and asks `scaling.relative_efficiency`:
 
-- the model's parameter count (fp32 gradients, 4 bytes each);
-- a published per-GPU step time (images per GPU / published images/s);
-- the cluster's network as the source states it, and the framework's bucket
-  (fusion buffer) size;
-- the base it is relative to (1 GPU, or 8 GPUs in one node),
-
-and asks `scaling.relative_efficiency` three times, with the same overlap
-rule as everywhere else in the lesson:
-
-1. `predicted`: buckets, `scaling.DEFAULT_OVERLAP` of the backward available
-   to hide them (the model's default, not tuned per row): the point prediction;
+1. `predicted`: buckets, `scaling.DEFAULT_OVERLAP` of the backward hiding them;
 2. `best_case`: buckets, the whole backward available (`overlap=1`);
 3. `no_overlap`: every gradient byte after the backward;
 
-then `miss = predicted - published`. `blind` says what the model cannot see
-for that row (it has no term for it), so a miss has a named suspect.
+then `miss = predicted - published`; `blind` names what the model has no
+term for, so a miss has a suspect.
 
-Sources (cite these, not this file):
+Sources:
 - Horovod, docs/benchmarks: 128 servers x 4 Pascal GPUs, 25 Gbit/s RoCE,
-  tf_cnn_benchmarks at batch 64 per GPU: 90% for Inception V3 and ResNet-101,
-  68% for VGG-16 on 512 GPUs. Its example run: ResNet-101 on 16 GPUs, 1656.82
-  images/s.
-- TensorFlow's benchmarks page (DGX-1, P100, synthetic data, batch 64 per GPU,
-  May 2017): one GPU does 142 images/s (Inception V3), 154 (VGG-16).
-- Goyal et al. 2017, "Accurate, Large Minibatch SGD": ResNet-50 on Big Basin
-  servers (8 P100 with NVLink, 50 Gbit/s Ethernet), 32 images per GPU, ~90%
-  scaling efficiency from 8 to 256 GPUs; ~100 MB of gradients, ~120 ms backward.
-- PyTorch's DDP benchmark (pytorch/pytorch, benchmarks/distributed/ddp/README.md,
-  example output; DGX machines of 8 V100 with NVLink, "4x 100Gb InfiniBand per
-  machine"): ResNet-50 at batch 32 per GPU, 329 images/s on 1 GPU without DDP,
-  319 with DDP on 1 GPU, 307 per GPU on 8 (one machine), 306 on 16 (two).
-Parameter counts: torchvision / Keras application models (Inception V3
-23.8 M, ResNet-50 25.6 M, ResNet-101 44.5 M, VGG-16 138.4 M).
+  batch 64 per GPU: 90% for Inception V3 and ResNet-101, 68% for VGG-16 on
+  512 GPUs; its example run: ResNet-101 on 16 GPUs, 1656.82 images/s.
+- TensorFlow's benchmarks page (DGX-1, P100, batch 64, May 2017): one GPU does
+  142 images/s (Inception V3), 154 (VGG-16).
+- Goyal et al. 2017: ResNet-50 on servers of 8 P100 with NVLink, 50 Gbit/s
+  Ethernet, ~90% scaling efficiency from 8 to 256 GPUs; ~100 MB of
+  gradients, ~120 ms backward.
+- PyTorch's DDP benchmark (benchmarks/distributed/ddp/README.md; DGX machines
+  of 8 V100, "4x 100Gb InfiniBand per machine"): ResNet-50, batch 32 per GPU,
+  329 images/s on 1 GPU without DDP, 319 with, 307 per GPU on 8, 306 on 16.
+Parameter counts: torchvision / Keras models (Inception V3 23.8 M, ResNet-50
+25.6 M, ResNet-101 44.5 M, VGG-16 138.4 M).
 """
 
 from __future__ import annotations

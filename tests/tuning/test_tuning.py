@@ -9,7 +9,7 @@ import torch
 
 from syncedu import Network, sim
 from syncedu.collectives import cost
-from syncedu.tuning import diloco, noise_scale, scaling, scaling_advice, scaling_published
+from syncedu.tuning import diloco, noise_scale, scaling, scaling_published
 from syncedu.tuning import experiments as tuning
 from syncedu.tuning.local_sgd import average_parameters
 
@@ -71,13 +71,13 @@ def test_diloco_config_names_the_bad_parameter(field, value):
 
 
 def test_diloco_sends_one_model_per_round_and_fp16_halves_it():
-    kw = dict(steps=20, global_batch=32)
+    kw = dict(steps=10, global_batch=32)
     sync = tuning.run_diloco("sync", 2, **kw)
-    cfg = diloco.DiLoCoConfig(inner_steps=10, inner_lr=3e-3, weight_decay=0.0)
+    cfg = diloco.DiLoCoConfig(inner_steps=5, inner_lr=3e-3, weight_decay=0.0)
     loco = tuning.run_diloco("diloco", 2, config=cfg, **kw)
     half = tuning.run_diloco("diloco", 2, **kw, config=diloco.DiLoCoConfig(
-        inner_steps=10, inner_lr=3e-3, weight_decay=0.0, wire_dtype=torch.float16))
-    assert sync.bytes_sent == 10 * loco.bytes_sent
+        inner_steps=5, inner_lr=3e-3, weight_decay=0.0, wire_dtype=torch.float16))
+    assert sync.bytes_sent == 5 * loco.bytes_sent
     assert loco.bytes_sent == 2 * half.bytes_sent
     assert loco.loss[-1] < loco.loss[0] and sync.loss[-1] < sync.loss[0]
     with pytest.raises(ValueError, match="method"):
@@ -190,21 +190,21 @@ def test_published_comparisons_state_inputs_and_report_the_miss():
 
 
 def test_recommend_prefers_exact_options_on_fast_networks_and_local_sgd_on_a_wan():
-    fast = scaling_advice.recommend(100e6, 0.1, 64, Network.cluster(8, 8))
+    fast = scaling.recommend(100e6, 0.1, 64, Network.cluster(8, 8))
     assert len(fast) == 6 and sum(o.recommended for o in fast) == 1
     assert next(o for o in fast if o.recommended).name == "buckets"
-    wan = scaling_advice.recommend(100e6, 0.1, 8, Network.preset("wan"))
+    wan = scaling.recommend(100e6, 0.1, 8, Network.preset("wan"))
     assert next(o for o in wan if o.recommended).name == "local_sgd"
     assert all(0 < o.efficiency <= 1 and o.reason for o in wan)
     # 10 Gbit/s, 64 ranks: 1/4 of the bytes already reaches 90%, so not rank 4's 1/32
-    ten = {o.name: o for o in scaling_advice.recommend(
+    ten = {o.name: o for o in scaling.recommend(
         100e6, 0.1, 64, Network(latency=10e-6, bandwidth=10e9 / 8))}
     assert ten["powersgd"].recommended and "1/4 " in ten["powersgd"].setting
-    slow = {o.name: o for o in scaling_advice.recommend(
+    slow = {o.name: o for o in scaling.recommend(
         100e6, 0.1, 64, Network(latency=10e-6, bandwidth=1e9 / 8))}
     assert "1/32" in slow["powersgd"].setting  # only the strongest reaches it at 1 Gbit/s
     with pytest.raises(ValueError, match="target"):
-        scaling_advice.recommend(100e6, 0.1, 8, Network.preset("wan"), target=0)
+        scaling.recommend(100e6, 0.1, 8, Network.preset("wan"), target=0)
 
 
 # --------------------------------------------------------------- exercises
@@ -218,7 +218,7 @@ def test_lesson09_checkers_accept_the_reference_and_reject_wrong_answers(capsys)
         buf.mul_(momentum).add_(d)
         anchor.sub_(lr * (d + momentum * buf))
 
-    def pick(s, c, net, n):
+    def pick(s, c, n, net):
         t = scaling.comm_seconds(s, n, net)
         return next((h for h in (2, 4, 8, 16, 32, 64) if c / (c + t / h) >= 0.9), 64)
 
@@ -286,8 +286,8 @@ def test_outer_step_checker_rejects_copied_library_calls(capsys):
     assert not ex.two_batch.grade(lambda s, b, x, y: noise_scale.two_batch(s, b, x, y))
     assert "two_batch" in capsys.readouterr().out
     assert not ex.pick_sync_every.grade(
-        lambda s, c, net, n: scaling_advice._local_sgd(s, c, n, net, 0.9)[0])
-    assert "_local_sgd" in capsys.readouterr().out
+        lambda s, c, n, net: scaling.local_sgd_every(s, c, n, net)[0])
+    assert "local_sgd_every" in capsys.readouterr().out
 
 
 def test_outer_step_checker_rejects_gathering_every_ranks_parameters(capsys):
@@ -349,3 +349,41 @@ def test_outer_step_checker_rejects_a_point_to_point_gather(capsys):
 
     assert not ex.outer_step.grade(p2p_gather)
     assert "one allreduce of the model per step" in capsys.readouterr().out
+
+
+def test_two_batch_checker_rejects_plausible_mistakes(capsys):
+    from syncedu.tuning import exercises09 as ex
+
+    def swapped(small_sq, big_sq, b_small, b_big):  # (tr(Sigma), |G|^2): the order mixed up
+        g2 = (b_big * big_sq - b_small * small_sq) / (b_big - b_small)
+        return (small_sq - big_sq) / (1 / b_small - 1 / b_big), g2
+
+    def batch_not_inverse(small_sq, big_sq, b_small, b_big):  # noise * B instead of / B
+        trace = (small_sq - big_sq) / (b_small - b_big)
+        return big_sq - trace * b_big, trace
+
+    def big_batch_is_truth(small_sq, big_sq, b_small, b_big):  # |G_big|^2 taken as |G|^2
+        return big_sq, (small_sq - big_sq) * b_small
+
+    for answer in (swapped, batch_not_inverse, big_batch_is_truth):
+        assert not ex.two_batch.grade(answer), answer.__name__
+        assert "solve E|G_B|^2" in capsys.readouterr().out
+
+
+def test_sync_every_checker_rejects_plausible_mistakes(capsys):
+    from syncedu.tuning import exercises09 as ex
+
+    def no_latency(s, c, n, net):  # the bandwidth term only: misses the WAN's alpha
+        t = 2 * (n - 1) / n * s / net.bandwidth
+        return next((h for h in (2, 4, 8, 16, 32, 64) if c / (c + t / h) >= 0.9), 64)
+
+    def largest(s, c, n, net):  # the largest H that reaches 90%, not the smallest
+        t = scaling.comm_seconds(s, n, net)
+        return max((h for h in (2, 4, 8, 16, 32, 64) if c / (c + t / h) >= 0.9), default=64)
+
+    def every_step(s, c, n, net):  # H = 1 is not an option
+        return 1
+
+    for answer in (no_latency, largest, every_step):
+        assert not ex.pick_sync_every.grade(answer), answer.__name__
+        assert "the smallest H" in capsys.readouterr().out

@@ -1,37 +1,32 @@
-"""HSDP: shard inside a node, replicate across nodes; and accumulation under sharding.
+"""HSDP: shard inside a node, replicate across nodes (`HybridShard`); accumulation under it.
 
-Hybrid sharding (PyTorch FSDP's HYBRID_SHARD; FSDP2's 2-D device mesh of
-`replicate` x `shard`; Zhao et al., VLDB 2023, sec. 3.2) cuts the parameters
-in G = world_size / nodes shards, one per rank of a node, and keeps `nodes`
-replicas of that sharded model. Consecutive ranks share a node (as torchrun
-and `Network.cluster` number them), so rank r is shard r mod G of replica
-r // G. A step's gradient traffic is FSDP's reduce-scatter, but inside the
-node only, then an allreduce of the 1/G piece across the replicas; the
-parameters are all-gathered inside the node. Plain FSDP is the case nodes=1
-(one group of all ranks, nothing to allreduce), so both run the same code:
+Hybrid sharding (PyTorch FSDP's HYBRID_SHARD; FSDP2's 2-D mesh of `replicate` x
+`shard`; Zhao et al., VLDB 2023, sec. 3.2) cuts the parameters in G = world_size /
+nodes shards, one per rank of a node, and keeps `nodes` replicas of that sharded
+model. Consecutive ranks share a node (as torchrun and `Network.cluster` number
+them): rank r is shard r mod G of replica r // G. Plain FSDP is nodes=1.
 
-1. `node_reduce_scatter`: ring reduce-scatter among the node's G ranks
-   (zero_shards' ring, on a `SubComm` of them; ledger op
-   "node_reduce_scatter"): each rank gets the node's sum of its 1/G piece;
+1. `node_reduce_scatter`: ring reduce-scatter among the node's G ranks (a
+   `SubComm`; ledger op "node_reduce_scatter"): each rank gets the node's sum of
+   its 1/G piece;
 2. `replica_all_reduce`: ring allreduce of that piece among the ranks with the
-   same local rank (one per node): the sum over all ranks ("replica_*");
-3. `node_all_gather`: ring all-gather of the updated shards inside the node
-   ("node_all_gather"). `hybrid_shard.HybridShard` trains a model this way.
+   same local rank, one per node ("replica_*"): the sum over all ranks;
+3. `node_all_gather`: the updated shards, inside the node ("node_all_gather").
 
-Gradient accumulation over M micro-batches has three flavours under HSDP
-(PyTorch pull request 126166 names them): sync every micro-batch
-(reduce-scatter and allreduce each time); skip the reduce-scatter (FSDP2's
-`set_requires_gradient_sync(False)`: whole gradients kept, memory Psi,
-everything reduced once); defer only the cross-replica allreduce
-(`set_requires_all_reduce(False)`: the reduce-scatter still runs, gradients
-stay sharded, the slow inter-node link is used once). `accumulation_worker`
-runs one optimizer step of each on simulated ranks; `COSMOS_162` is the
-measured run that motivated the last one.
-
-Used in: notebooks/10_sharded_data_parallel; tests/zero/test_hsdp.py.
+`HybridShard` trains a model so: `FullyShard`'s units cut over the node, their
+gradients reduce-scattered in the node, then allreduced across the replicas.
+Under accumulation over M micro-batches (PyTorch pull request 126166 names the
+flavours, `MODES`): sync every micro-batch; skip the reduce-scatter (FSDP2's
+`set_requires_gradient_sync(False)`, our `no_sync()`: whole gradients kept,
+memory Psi); or defer only the cross-replica allreduce
+(`set_requires_all_reduce(False)`: gradients stay sharded, the slow inter-node
+link is used once). `accumulation_worker` runs one step of each, modeled;
+`COSMOS_162` is the measured run that motivated the last.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -41,7 +36,9 @@ from syncedu.zero.shards import (
     ring_reduce_scatter_pieces,
 )
 
-__all__ = ["SubComm", "check_nodes", "node_reduce_scatter", "replica_all_reduce",
+from syncedu.zero.fully_shard import FullyShard
+
+__all__ = ["HybridShard", "SubComm", "check_nodes", "node_reduce_scatter", "replica_all_reduce",
            "node_all_gather", "hsdp_mean", "MODES", "accumulation_worker", "COSMOS_162"]
 
 MODES = ("every", "no_reduce_scatter", "defer_all_reduce")
@@ -70,13 +67,9 @@ def check_nodes(world_size: int, nodes: int) -> int:
 
 class SubComm:
     """Some of `parent`'s ranks as one ring: point-to-point, and the two collectives
-    FullyShard's units call (`all_gather`, `reduce_scatter`), as zero_shards' rings.
-
-    `label` names the group in the ledger: the rings' traffic is charged to
-    "{label}_reduce_scatter" and "{label}_all_gather". `counts` adds up the bytes
-    this rank sends inside its node ("intra") and to other nodes ("inter"), by the
-    parent's network (one node when it is not a cluster).
-    """
+    FullyShard's units call, as rings charged to "{label}_reduce_scatter" and
+    "{label}_all_gather". `counts` adds up the bytes this rank sends inside its node
+    ("intra") and to other nodes ("inter"), by the parent's network."""
 
     def __init__(self, parent, ranks, counts: dict | None = None, label: str = ""):
         self.parent, self.ranks, self.label = parent, list(ranks), label
@@ -152,6 +145,72 @@ def hsdp_mean(comm, flat: torch.Tensor, nodes: int, counts=None) -> torch.Tensor
     """Steps 1-2: this rank's 1/G piece of the mean of `flat` over all ranks."""
     piece = node_reduce_scatter(comm, flat, nodes, counts)
     return replica_all_reduce(comm, piece, nodes, counts).div_(comm.world_size)
+
+
+class HybridShard(FullyShard):
+    """`FullyShard` over each node's ranks, replicated over `nodes` nodes.
+
+    Args:
+        module, comm, compute_dtype, shard, reshard_after_forward: as FullyShard.
+        nodes: how many nodes (replicas); None: those of `comm.network`
+            (a `Network.cluster`). It must divide the world size.
+    """
+
+    def __init__(self, module, comm=None, *, nodes: int | None = None, **kwargs):
+        if comm is None:
+            from syncedu.comm import TorchComm
+            comm = TorchComm()
+        if nodes is None:
+            net = comm.network
+            if net is None or not getattr(net, "is_cluster", False):
+                raise ValueError("nodes=None needs comm.network to be a Network.cluster; "
+                                 "give nodes= (the number of replicas)")
+            nodes = net.nodes
+        check_nodes(comm.world_size, nodes)
+        self.nodes = nodes
+        self.require_all_reduce = self._all_reduce_armed = True
+        super().__init__(module, comm, **kwargs)
+
+    def _shard_comm(self, comm):
+        return groups(comm, self.nodes)[0]  # Step 1: this rank's node
+
+    def _arm(self, module, args):
+        super()._arm(module, args)
+        self._all_reduce_armed = self.require_all_reduce
+
+    def set_requires_all_reduce(self, requires: bool) -> None:
+        """False: defer the cross-node allreduce (FSDP2's name) until it is True again."""
+        if requires not in (True, False):
+            raise ValueError(f"requires={requires!r} must be a bool")
+        self.require_all_reduce = requires
+
+    @contextlib.contextmanager
+    def no_all_reduce(self):
+        """`set_requires_all_reduce(False)` inside the block (the forward decides, as no_sync)."""
+        old, self.require_all_reduce = self.require_all_reduce, False
+        try:
+            yield
+        finally:
+            self.require_all_reduce = old
+
+    def _backward(self, u, grads, sync: bool) -> list:
+        mine = super()._backward(u, grads, sync)  # the node's mean, or None (no_sync)
+        if mine[0] is None:
+            return mine
+        flat = torch.cat([g.reshape(-1) for g in mine])
+        pending = getattr(u, "pending_replica", None)
+        if pending is not None:
+            flat.add_(pending)
+        if not self._all_reduce_armed:  # deferred: keep the node's sum for later
+            u.pending_replica = flat
+            return [None] * len(mine)
+        u.pending_replica = None
+        replica_all_reduce(self.comm, flat, self.nodes).div_(self.nodes)  # Step 2
+        out, a = [], 0
+        for g in mine:
+            out.append(flat[a: a + g.numel()].view_as(g))
+            a += g.numel()
+        return out
 
 
 def accumulation_worker(comm, numel: int, nodes: int, mode: str = "every", micro: int = 1,

@@ -1,36 +1,25 @@
 """`ShardedOptimizer`: ZeRO stage 1 as an optimizer, over any `torch.optim` optimizer.
 
-Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
-Parameter Models", SC 2020, stage 1 (P_os): every rank keeps whole parameters
-and gradients but the optimizer state of 1/N of them. torch ships the same idea
-as `torch.distributed.optim.ZeroRedundancyOptimizer(params, optimizer_class,
-**defaults)`, which hands each rank whole parameters (greedily by size) and
-broadcasts them after the step. Here the trainable parameters are laid end to
-end, in parameter-group order (each tensor once, so tied weights count once),
-and cut by `zero_shards.Layout` into N contiguous shards of ceil or floor
-(Psi / N) elements ("uneven": sizes differ by at most one, as a ring
-allreduce cuts a buffer). Rank r's shard is a list of pieces, each a view of
-one parameter's storage; the local optimizer `.optim` (an `optimizer_cls`)
-holds those pieces, so its state (Adam's moments, SGD's momentum) exists for
-the shard alone. Element-wise optimizers (SGD, Adam, AdamW, ...) therefore do
-exactly the arithmetic of the unsharded one. A step:
+Rajbhandari et al., SC 2020, stage 1 (P_os): whole parameters and gradients on
+every rank, the optimizer state of 1/N of them. torch's `ZeroRedundancyOptimizer(
+params, optimizer_class, **defaults)` hands each rank whole parameters (greedily by
+size) and broadcasts them after the step. Here the trainable parameters are laid
+end to end in group order (each tensor once, so tied weights count once) and cut
+by `shards.Layout` ("uneven": sizes differ by at most one, as a ring allreduce
+cuts a buffer). Rank r's shard is a list of pieces, each a view of one
+parameter's storage; the local optimizer `.optim` holds those pieces, so its state
+exists for the shard alone and element-wise optimizers (SGD, Adam, AdamW, ...) do
+the arithmetic of the unsharded one. A step:
 
-1. gradients: with `reduce_scatter=False` they were averaged already (DDP or
-   `dp.DataParallel`); with `reduce_scatter=True` this optimizer averages them
-   itself with a ring reduce-scatter (the first half of a ring allreduce), so
-   each rank receives the mean of its shard only;
-2. copy every hyperparameter of `param_groups` (which the user or a scheduler
-   may change, as on any torch optimizer) into the local groups and run
-   `.optim.step()` on the shard (a piece whose parameter has no gradient is
-   skipped, as torch skips such a parameter);
-3. all-gather the updated shards (the second half of the allreduce), so every
-   rank again holds the whole, equal parameters.
+1. gradients: averaged already (DDP or `dp.DataParallel`), or with
+   `reduce_scatter=True` averaged here by a ring reduce-scatter (the first half of
+   an allreduce), so each rank receives the mean of its shard only;
+2. the hyperparameters of `param_groups` (which a scheduler may change) copied into
+   the local groups, then `.optim.step()` on the shard;
+3. the updated shards all-gathered (the second half), so the ranks agree again.
 
-Traffic per step: an all-gather of Psi elements (and, with `reduce_scatter`,
-a reduce-scatter of Psi): together exactly one ring allreduce, 1x data
-parallelism's bytes, by the ledger.
-
-Used in: notebooks/10_sharded_data_parallel; tests/zero/test_sharded_optimizer.py.
+Traffic per step: an all-gather of Psi (with `reduce_scatter`, plus a
+reduce-scatter of Psi: one ring allreduce, 1x data parallelism's bytes).
 """
 
 from __future__ import annotations
@@ -44,15 +33,7 @@ from syncedu.zero.shards import (
     ring_reduce_scatter_pieces,
 )
 
-__all__ = ["ShardedOptimizer", "check_optimizer_cls"]
-
-
-def check_optimizer_cls(optimizer_cls) -> type:
-    """Raise ValueError unless `optimizer_cls` is a subclass of torch.optim.Optimizer."""
-    if not (isinstance(optimizer_cls, type) and issubclass(optimizer_cls, torch.optim.Optimizer)):
-        raise ValueError(f"optimizer_cls={optimizer_cls!r} must be a torch.optim.Optimizer "
-                         f"subclass, e.g. torch.optim.AdamW (the class, not an instance)")
-    return optimizer_cls
+__all__ = ["ShardedOptimizer"]
 
 
 def _groups(params) -> list[dict]:
@@ -88,7 +69,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params, optimizer_cls, comm=None, *, reduce_scatter: bool = False,
                  **kwargs):
-        check_optimizer_cls(optimizer_cls)
+        if not (isinstance(optimizer_cls, type) and issubclass(optimizer_cls, torch.optim.Optimizer)):
+            raise ValueError(f"optimizer_cls={optimizer_cls!r} must be a torch.optim.Optimizer "
+                             f"subclass, e.g. torch.optim.AdamW (the class, not an instance)")
         if reduce_scatter not in (True, False):
             raise ValueError(f"reduce_scatter={reduce_scatter!r} must be a bool")
         if comm is None:
@@ -224,34 +207,26 @@ class ShardedOptimizer(torch.optim.Optimizer):
         Per-element state (Adam's `exp_avg`, SGD's `momentum_buffer`) is all-gathered;
         other state (`step`) comes from the rank that owns the parameter's first element.
         """
-        # Step 1: agree on the state's names (a rank that never stepped has none).
-        elem, scalar = self._state_names()
+        elem, scalar = self._state_names()  # Step 1: the same names on every rank
         index = {id(p): k for k, p in enumerate(q for g in self.param_groups for q in g["params"])}
-        n = len(self.params)
         # Step 2: per parameter, "has state" and its scalars, from its first element's owner.
-        small = self.params[0].new_zeros(n, 1 + len(scalar), dtype=torch.float64)
+        small = self.params[0].new_zeros(len(self.params), 1 + len(scalar), dtype=torch.float64)
+        flats = {key: self.params[0].new_zeros(self.layout.numel) for key in elem}
         for i, piece in self.pieces:
             st = self.optim.state.get(piece)
-            if st and self._mine(i)[0] == 0:
-                small[i, 0] = 1
-                for j, key in enumerate(scalar):
-                    small[i, 1 + j] = float(st[key])
+            if not st:
+                continue
+            if self._mine(i)[0] == 0:
+                small[i] = torch.tensor([1.0] + [float(st[key]) for key in scalar])
+            a = self.offsets[i] + self._mine(i)[0]
+            for key in elem:
+                flats[key][a: a + piece.numel()] = st[key].reshape(-1)
         self.comm.all_reduce(small)
-        # Step 3: each per-element state all-gathered as one flat buffer.
-        flats = {}
-        for key in elem:
-            flat = self.params[0].new_zeros(self.layout.numel)
-            for i, piece in self.pieces:
-                st = self.optim.state.get(piece)
-                if st:
-                    a = self.offsets[i] + self._mine(i)[0]
-                    flat[a: a + piece.numel()] = st[key].reshape(-1)
+        for flat in flats.values():  # Step 3: each per-element state, all-gathered
             ring_all_gather_pieces(self.comm, self.layout.pieces(flat))
-            flats[key] = flat
         state = {}
-        for i, p in enumerate(self.params):
+        for i, (p, a) in enumerate(zip(self.params, self.offsets)):
             if small[i, 0]:
-                a = self.offsets[i]
                 st = {key: flats[key][a: a + p.numel()].view_as(p).clone() for key in elem}
                 st.update({key: torch.tensor(small[i, 1 + j].item(), dtype=torch.float32)
                            for j, key in enumerate(scalar)})
@@ -261,23 +236,17 @@ class ShardedOptimizer(torch.optim.Optimizer):
         return {"state": state, "param_groups": groups}
 
     def _state_names(self) -> tuple[list[str], list[str]]:
-        """(per-element, scalar) state names, the same on every rank (an allreduce of max)."""
-        elem, scalar = [], []
-        for _, piece in self.pieces:
-            st = self.optim.state.get(piece)
-            if st:
-                elem = sorted(k for k, v in st.items()
-                              if isinstance(v, torch.Tensor) and v.shape == piece.shape)
-                scalar = sorted(k for k in st if k not in elem)
-                break
-        code = torch.zeros(512, dtype=torch.int32)
-        text = (",".join(elem) + "|" + ",".join(scalar)).encode()
-        if len(text) > code.numel():
-            raise ValueError("optimizer state names are too long to consolidate")
-        code[: len(text)] = torch.tensor(list(text), dtype=torch.int32)
-        self.comm.all_reduce(code, op="max")
-        e, s = bytes(code[code > 0].tolist()).decode().split("|")
-        return [k for k in e.split(",") if k], [k for k in s.split(",") if k]
+        """(per-element, scalar) state names: those of `optimizer_cls` stepped on one-element
+        probes with this optimizer's groups (no traffic: every rank finds the same)."""
+        probes = [torch.zeros(1, requires_grad=True) for _ in self.optim.param_groups]
+        opt = type(self.optim)([{**{k: v for k, v in g.items() if k != "params"}, "params": [p]}
+                                for g, p in zip(self.optim.param_groups, probes)])
+        for p in probes:
+            p.grad = torch.zeros(1)
+        opt.step()
+        names = {k: v for st in opt.state.values() for k, v in st.items()}
+        elem = sorted(k for k, v in names.items() if torch.is_tensor(v) and v.shape == (1,))
+        return elem, sorted(k for k in names if k not in elem)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a whole optimizer's state (from `state_dict()` or an unsharded optimizer)."""
@@ -297,7 +266,3 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 k: (v.reshape(-1)[lo:hi].clone() if isinstance(v, torch.Tensor)
                     and v.shape == self.params[i].shape else
                     (v.clone() if isinstance(v, torch.Tensor) else v)) for k, v in st.items()}
-
-    def __repr__(self) -> str:
-        return (f"ShardedOptimizer({type(self.optim).__name__}, rank={self.comm.rank}, "
-                f"world_size={self.comm.world_size}, pieces={len(self.pieces)})")

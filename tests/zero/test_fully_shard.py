@@ -179,7 +179,7 @@ def test_bad_arguments_name_the_parameter():
 
 def test_per_parameter_spreads_each_layer_over_every_rank():
     from syncedu.zero import torch_zero as zt
-    from syncedu.zero.sharding_compare import spread
+    from syncedu.zero.fully_shard_units import spread
 
     rows = spread(zt.model(), 4)  # 64 -> 13 -> 13 -> 10: 1,167 parameters
     assert [r["numel"] for r in rows] == [845, 182, 140]

@@ -97,7 +97,7 @@ def _one_process(n, steps=3):
 
 
 def _hybrid_worker(comm, micro=1, defer=False, steps=3):
-    from syncedu.zero.hybrid_shard import HybridShard
+    from syncedu.zero.hsdp import HybridShard
 
     hs = HybridShard(_Net(), comm)  # nodes from the cluster network
     opt = torch.optim.SGD(hs.module.parameters(), lr=0.1)
@@ -137,7 +137,7 @@ def test_hybrid_shard_trains_like_one_process():
 
 
 def test_hybrid_shard_needs_nodes_that_divide_the_world():
-    from syncedu.zero.hybrid_shard import HybridShard
+    from syncedu.zero.hsdp import HybridShard
 
     def worker(comm, nodes):
         HybridShard(_Net(), comm, nodes=nodes)

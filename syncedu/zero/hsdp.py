@@ -30,16 +30,12 @@ import contextlib
 
 import torch
 
-from syncedu.zero.shards import (
-    Layout,
-    ring_all_gather_pieces,
-    ring_reduce_scatter_pieces,
-)
-
 from syncedu.zero.fully_shard import FullyShard
+from syncedu.zero.shards import Layout, ring_all_gather_pieces, ring_reduce_scatter_pieces
 
 __all__ = ["HybridShard", "SubComm", "check_nodes", "node_reduce_scatter", "replica_all_reduce",
-           "node_all_gather", "hsdp_mean", "MODES", "accumulation_worker", "COSMOS_162"]
+           "node_all_gather", "hsdp_mean", "MODES", "accumulation_worker", "inter_node_bytes",
+           "COSMOS_162"]
 
 MODES = ("every", "no_reduce_scatter", "defer_all_reduce")
 
@@ -68,21 +64,14 @@ def check_nodes(world_size: int, nodes: int) -> int:
 class SubComm:
     """Some of `parent`'s ranks as one ring: point-to-point, and the two collectives
     FullyShard's units call, as rings charged to "{label}_reduce_scatter" and
-    "{label}_all_gather". `counts` adds up the bytes this rank sends inside its node
-    ("intra") and to other nodes ("inter"), by the parent's network."""
+    "{label}_all_gather"."""
 
-    def __init__(self, parent, ranks, counts: dict | None = None, label: str = ""):
+    def __init__(self, parent, ranks, label: str = ""):
         self.parent, self.ranks, self.label = parent, list(ranks), label
         self.rank, self.world_size = self.ranks.index(parent.rank), len(self.ranks)
-        self.counts = counts if counts is not None else {"intra": 0, "inter": 0}
-        net = parent.network
-        self._node = net.node_of if net is not None and net.is_cluster else (lambda r: 0)
 
     def isend(self, tensor, dst: int, tag: int = 0):
-        peer = self.ranks[dst]
-        kind = "inter" if self._node(peer) != self._node(self.parent.rank) else "intra"
-        self.counts[kind] += tensor.nbytes
-        return self.parent.isend(tensor, peer, tag)
+        return self.parent.isend(tensor, self.ranks[dst], tag)
 
     def irecv(self, tensor, src: int, tag: int = 0):
         return self.parent.irecv(tensor, self.ranks[src], tag)
@@ -106,24 +95,24 @@ class SubComm:
         return output.div_(self.world_size) if op == "avg" else output
 
 
-def groups(comm, nodes: int, counts: dict | None = None) -> tuple[SubComm, SubComm]:
+def groups(comm, nodes: int) -> tuple[SubComm, SubComm]:
     """(this rank's node, this rank's replica group): consecutive ranks share a node."""
     g = check_nodes(comm.world_size, nodes)
     node, local = divmod(comm.rank, g)
-    return (SubComm(comm, range(node * g, node * g + g), counts, "node"),
-            SubComm(comm, range(local, comm.world_size, g), counts, "replica"))
+    return (SubComm(comm, range(node * g, node * g + g), "node"),
+            SubComm(comm, range(local, comm.world_size, g), "replica"))
 
 
-def node_reduce_scatter(comm, flat: torch.Tensor, nodes: int, counts=None) -> torch.Tensor:
+def node_reduce_scatter(comm, flat: torch.Tensor, nodes: int) -> torch.Tensor:
     """Step 1: the node's sum of this rank's 1/G piece of `flat` (a new tensor)."""
-    node, _ = groups(comm, nodes, counts)
+    node, _ = groups(comm, nodes)
     pieces = Layout(flat.numel(), node.world_size, "uneven").pieces(flat.clone())
     return ring_reduce_scatter_pieces(node, pieces).clone()
 
 
-def replica_all_reduce(comm, piece: torch.Tensor, nodes: int, counts=None) -> torch.Tensor:
+def replica_all_reduce(comm, piece: torch.Tensor, nodes: int) -> torch.Tensor:
     """Step 2: sum `piece` (in place) over the replicas: a ring allreduce across nodes."""
-    _, replicas = groups(comm, nodes, counts)
+    _, replicas = groups(comm, nodes)
     if replicas.world_size > 1:
         parts = Layout(piece.numel(), replicas.world_size, "uneven").pieces(piece)
         ring_reduce_scatter_pieces(replicas, parts)  # ledger: replica_reduce_scatter
@@ -131,9 +120,9 @@ def replica_all_reduce(comm, piece: torch.Tensor, nodes: int, counts=None) -> to
     return piece
 
 
-def node_all_gather(comm, piece: torch.Tensor, numel: int, nodes: int, counts=None):
+def node_all_gather(comm, piece: torch.Tensor, numel: int, nodes: int):
     """Step 3: the whole `numel` elements from the node's G pieces (this rank's is `piece`)."""
-    node, _ = groups(comm, nodes, counts)
+    node, _ = groups(comm, nodes)
     full = piece.new_zeros(numel)
     pieces = Layout(numel, node.world_size, "uneven").pieces(full)
     pieces[node.rank].copy_(piece)
@@ -141,10 +130,10 @@ def node_all_gather(comm, piece: torch.Tensor, numel: int, nodes: int, counts=No
     return full
 
 
-def hsdp_mean(comm, flat: torch.Tensor, nodes: int, counts=None) -> torch.Tensor:
+def hsdp_mean(comm, flat: torch.Tensor, nodes: int) -> torch.Tensor:
     """Steps 1-2: this rank's 1/G piece of the mean of `flat` over all ranks."""
-    piece = node_reduce_scatter(comm, flat, nodes, counts)
-    return replica_all_reduce(comm, piece, nodes, counts).div_(comm.world_size)
+    piece = node_reduce_scatter(comm, flat, nodes)
+    return replica_all_reduce(comm, piece, nodes).div_(comm.world_size)
 
 
 class HybridShard(FullyShard):
@@ -221,37 +210,43 @@ def accumulation_worker(comm, numel: int, nodes: int, mode: str = "every", micro
     1/3 of `compute_seconds`, all-gather again (backward, resharded after
     forward), compute 2/3, then the gradients of `mode` (see MODES and the
     module docstring). Gradients are seeded per rank and micro-batch, so the
-    result can be checked. Returns seconds, bytes sent ("intra", "inter"), the
-    gradient bytes kept between micro-batches, and this rank's gradient shard.
+    result can be checked. Returns seconds, the gradient bytes kept between
+    micro-batches, and this rank's gradient shard.
     """
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is unknown; choose one of {MODES}")
     if isinstance(micro, bool) or not isinstance(micro, int) or micro < 1:
         raise ValueError(f"micro={micro!r} must be an int >= 1")
     g = check_nodes(comm.world_size, nodes)
-    counts = {"intra": 0, "inter": 0}
     shard = torch.zeros(Layout(numel, g, "uneven").sizes[comm.rank % g])
     acc_full = acc_shard = None
     for m in range(micro):
         for part in (1 / 3, 2 / 3):  # forward, then backward, each after its all-gather
-            node_all_gather(comm, shard, numel, nodes, counts)
+            node_all_gather(comm, shard, numel, nodes)
             comm.compute(compute_seconds * part)
         grad = torch.randn(numel, generator=torch.Generator().manual_seed(97 * comm.rank + m))
         last = m == micro - 1
         if mode == "no_reduce_scatter":  # whole gradients kept until the last micro-batch
             acc_full = grad if acc_full is None else acc_full.add_(grad)
             if last:
-                acc_shard = hsdp_mean(comm, acc_full, nodes, counts).mul_(comm.world_size)
+                acc_shard = hsdp_mean(comm, acc_full, nodes).mul_(comm.world_size)
             continue
-        piece = node_reduce_scatter(comm, grad, nodes, counts)
+        piece = node_reduce_scatter(comm, grad, nodes)
         if mode == "every":
-            replica_all_reduce(comm, piece, nodes, counts)
+            replica_all_reduce(comm, piece, nodes)
         acc_shard = piece if acc_shard is None else acc_shard.add_(piece)
         if mode == "defer_all_reduce" and last:
-            replica_all_reduce(comm, acc_shard, nodes, counts)
+            replica_all_reduce(comm, acc_shard, nodes)
     kept = (numel if mode == "no_reduce_scatter" else shard.numel()) * 4
-    return {"seconds": comm.now(), "intra": counts["intra"], "inter": counts["inter"],
-            "grad_bytes_kept": kept, "grad": acc_shard.div_(comm.world_size * micro)}
+    return {"seconds": comm.now(), "grad_bytes_kept": kept,
+            "grad": acc_shard.div_(comm.world_size * micro)}
+
+
+def inter_node_bytes(res, network) -> int:
+    """Bytes the trace of `res` shows crossing between nodes of `network` (a cluster)."""
+    node = torch.tensor([network.node_of(r) for r in range(len(res))])
+    src, dst = torch.from_numpy(res.trace.src), torch.from_numpy(res.trace.dst)
+    return int(res.trace.nbytes[(node[src] != node[dst]).numpy()].sum())
 
 
 def _sim(numel, nodes, gpus_per_node, shard_nodes, mode, micro, compute_seconds, intra, inter):
@@ -260,8 +255,9 @@ def _sim(numel, nodes, gpus_per_node, shard_nodes, mode, micro, compute_seconds,
     net = Network.cluster(nodes, gpus_per_node, intra=intra, inter=inter)
     res = sim.run(accumulation_worker, nodes * gpus_per_node, network=net, output="quiet",
                   args=(numel, shard_nodes, mode, micro, compute_seconds))
-    return {"seconds": res.seconds, "inter_bytes": sum(r["inter"] for r in res),
-            "intra_bytes": sum(r["intra"] for r in res),
+    inter = inter_node_bytes(res, net)
+    return {"seconds": res.seconds, "inter_bytes": inter,
+            "intra_bytes": sum(res.ledger.sent) - inter,
             "grad_bytes_kept": max(r["grad_bytes_kept"] for r in res),
             "shard_elements": max(r["grad"].numel() for r in res)}
 

@@ -69,7 +69,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params, optimizer_cls, comm=None, *, reduce_scatter: bool = False,
                  **kwargs):
-        if not (isinstance(optimizer_cls, type) and issubclass(optimizer_cls, torch.optim.Optimizer)):
+        if not (isinstance(optimizer_cls, type)
+                and issubclass(optimizer_cls, torch.optim.Optimizer)):
             raise ValueError(f"optimizer_cls={optimizer_cls!r} must be a torch.optim.Optimizer "
                              f"subclass, e.g. torch.optim.AdamW (the class, not an instance)")
         if reduce_scatter not in (True, False):

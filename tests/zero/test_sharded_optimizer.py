@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from syncedu import dp, launch
+from syncedu import dp
 from syncedu.comm import sim
 from syncedu.comm.ledger import ring_allreduce_elements
 from syncedu.zero.sharded_optimizer import ShardedOptimizer
@@ -117,12 +117,11 @@ def test_dp_then_sharded_sends_twice_dp_is_just_the_all_gather():
 
 
 @pytest.mark.real
-def test_equal_to_unsharded_adamw_on_real_ranks():
+def test_equal_to_unsharded_adamw_on_real_ranks(pool2):
     want, _ = _reference(2)
-    with launch.Pool(2, output="quiet", timeout=120) as pool:
-        for reduce_scatter, ddp in ((True, False), (False, False), (False, True)):
-            for params, *_ in pool.run(_worker, (reduce_scatter, True, ddp)):
-                _close(params, want)
+    for reduce_scatter, ddp in ((True, False), (False, False), (False, True)):
+        for params, *_ in pool2.run(_worker, (reduce_scatter, True, ddp)):
+            _close(params, want)
 
 
 def test_load_state_dict_round_trip_and_lr_change():

@@ -117,12 +117,6 @@ def test_world_size_one_and_four():
             assert zt.max_diff(res[0][0], _one_process(n, "adam")) < 1e-4
 
 
-@pytest.fixture(scope="module")
-def pool2():
-    with launch.Pool(2, timeout=120) as pool:
-        yield pool
-
-
 def test_stages_on_two_real_ranks(pool2):
     for opt, cases in (("sgd", [(2, "padded", False)]),
                        ("adam", [(1, "padded", False), (3, "padded", False),

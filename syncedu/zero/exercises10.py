@@ -5,8 +5,9 @@ with momentum, the momentum kept in `state`) run the answer at N = 3 and 4 with
 Psi = 10 (neither divides it) and ask, in this order:
 
 1. are every rank's parameters those of one process stepping the mean gradient (1e-6)?
-2. is it data parallelism (`comm.all_reduce`), or a parameter server around a
-   root (`comm.reduce`/`gather`, then `comm.broadcast`/`scatter`: nothing is sharded)?
+2. is it data parallelism (`comm.all_reduce`, or an allreduce by hand that leaves the
+   whole mean gradient on every rank), or a parameter server around a root
+   (`comm.reduce`/`gather`, then `comm.broadcast`/`scatter`: nothing is sharded)?
 3. does a rank send or receive more than a ring reduce-scatter plus all-gather,
    2 (N-1) ceil(Psi/N) elements per step (a root built from send/recv does: rank
    0 receives (N-1) Psi)? The trace says who sent to whom;
@@ -40,13 +41,13 @@ def _grads(rank: int, step: int, numel: int) -> torch.Tensor:
 def _worker(comm, answer, numel: int, steps: int):
     params, state = torch.linspace(-1.0, 1.0, numel), {}
     for step in range(steps):
-        grads = _grads(comm.rank, step, numel)
+        grads = _grads(comm.rank, step, numel)  # the answer may use it as a buffer
         if steps == 1:  # exercise 1: rank r owns sum(sizes[:r]) .. sum(sizes[:r+1]) - 1
             answer(comm, params, grads, ring_chunks(numel, comm.world_size), LR)
         else:
             answer(comm, params, grads, state, LR, MOMENTUM)
     held = sum(t.numel() for t in state.values() if isinstance(t, torch.Tensor))
-    return params.tolist(), held
+    return params.tolist(), held, grads.tolist()
 
 
 def _reference(n: int, numel: int, steps: int) -> list[float]:
@@ -61,14 +62,17 @@ def _reference(n: int, numel: int, steps: int) -> list[float]:
 def _judge(n: int, numel: int, steps: int, res) -> str | None:
     """Steps 1-4 of the module docstring: what is wrong at world size n (None: nothing)."""
     want, ceil = _reference(n, numel, steps), -(-numel // n)
-    for r, (got, _) in enumerate(res):
+    for r, (got, *_) in enumerate(res):
         if len(got) != numel or any(abs(a - b) > 1e-6 for a, b in zip(got, want)):
             return (f"N={n}: rank {r}'s parameters are not those of one process stepping the "
                     "mean gradient (divide the sum by N? all-gather every rank's shard?)")
     ops = set(res.ledger.ops)
-    if "all_reduce" in ops:
-        return (f"N={n}: you called comm.all_reduce: that is data parallelism, not ZeRO - "
-                "reduce-scatter, update your shard, all-gather")
+    total = sum(_grads(r, steps - 1, numel) for r in range(n))
+    whole = [(total / k).tolist() for k in (1, n)]  # the sum or the mean, on every rank
+    if "all_reduce" in ops or any(all(max(abs(a - b) for a, b in zip(g, w)) < 1e-5
+                                      for *_, g in res) for w in whole):
+        return (f"N={n}: every rank ends with the whole summed gradient (an allreduce): that is "
+                "data parallelism, not ZeRO - reduce-scatter, update your shard, all-gather")
     root = [op for op in ROOT_OPS if op in ops]
     if root:
         return (f"N={n}: you used comm.{' / comm.'.join(root)}: that is a parameter server - "
@@ -83,7 +87,7 @@ def _judge(n: int, numel: int, steps: int, res) -> str | None:
                     f"{sorted(set(src[dst == r].tolist()))}); a ring reduce-scatter plus "
                     f"all-gather moves at most {bound} per rank - is one rank (a root) "
                     "collecting everything?")
-    for r, (_, held) in enumerate(res):
+    for r, (_, held, _) in enumerate(res):
         if held > ceil:
             return (f"N={n}: rank {r} keeps momentum for {held} elements; its shard is at "
                     f"most ceil(Psi/N) = {ceil}")

@@ -4,7 +4,7 @@ Rajbhandari et al., SC 2020 (ZeRO-3); PyTorch FSDP2 (`torch.distributed.fsdp.ful
 shards every parameter along dim 0 (fully_shard_units.py) and swaps the module's
 parameters for the rank's shards, so `module.named_parameters()` are the shards
 (fp32 masters) and any optimizer built on `.parameters()` updates 1/N of the model.
-Modules chosen by `shard` (FSDP's wrap policy) are sharded, one `Unit` each; all
+Modules chosen by `shard` (FSDP's wrap policy) are sharded, one `RowUnit` each; all
 other parameters are replicated, as in DDP.
 
 1. set-up: rank 0's parameters to every rank (one broadcast); each sharded
@@ -37,9 +37,8 @@ import torch
 from torch import nn
 
 from syncedu.dp.data_parallel import sync_paused
-from syncedu.zero.shards import held_bytes
-
-from .fully_shard_units import Unit, shardable
+from syncedu.zero.fully_shard_units import RowUnit, shardable
+from syncedu.zero.shards import broadcast_params, flatten, held_bytes, unflatten
 
 __all__ = ["FullyShard", "COMPUTE_DTYPES"]
 
@@ -109,9 +108,12 @@ class FullyShard(nn.Module):
         self.module, self.comm, self.compute_dtype = module, comm, compute_dtype
         self.reshard_after_forward = reshard_after_forward
         self.require_sync, self._armed = True, False
-        self._live: dict[int, tuple[Unit, int, torch.Tensor]] = {}  # storage -> gathered tensor
+        self._live: dict[int, tuple] = {}  # storage -> (unit, index, gathered tensor)
         self.gathered_bytes = self.peak_gathered_bytes = 0  # full weights held (see _held)
-        self._broadcast()  # Step 1
+        params = list(dict.fromkeys(module.parameters()))
+        if not params:
+            raise ValueError("module has no parameters to shard")
+        broadcast_params(comm, params)  # Step 1
         self.shard_comm = self._shard_comm(comm)  # whom the units are sharded over
         self.units = self._build_units(chosen)
         sharded = {id(s) for u in self.units for s in u.shards}
@@ -124,23 +126,11 @@ class FullyShard(nn.Module):
             u.module.register_forward_hook(self._post_forward(u))
 
     # ------------------------------------------------------------ set-up
-    @torch.no_grad()
-    def _broadcast(self) -> None:
-        params = list(dict.fromkeys(self.module.parameters()))
-        if not params:
-            raise ValueError("module has no parameters to shard")
-        flat = torch.cat([p.detach().reshape(-1) for p in params])
-        self.comm.broadcast(flat, src=0)
-        a = 0
-        for p in params:
-            p.copy_(flat[a: a + p.numel()].view_as(p))
-            a += p.numel()
-
     def _shard_comm(self, comm):
         """The ranks each parameter is cut over: all of them (HSDP: the node's)."""
         return comm
 
-    def _build_units(self, chosen) -> list[Unit]:
+    def _build_units(self, chosen) -> list[RowUnit]:
         count: dict[int, int] = {}
         for m in self.module.modules():  # a parameter two modules own (tied) stays replicated
             for p in m._parameters.values():
@@ -152,7 +142,7 @@ class FullyShard(nn.Module):
                      if p is not None and shardable(p) and count[id(p)] == 1]
             if not names or not chosen(m):
                 continue
-            u = Unit(m, names, [m._parameters[k].shape for k in names], n, r)
+            u = RowUnit(m, names, [m._parameters[k].shape for k in names], n, r)
             for i, k in enumerate(names):
                 full = m._parameters[k]
                 if full.dtype != torch.float32 and self.compute_dtype is not None:
@@ -174,7 +164,7 @@ class FullyShard(nn.Module):
         # As DDP: the forward decides whether the coming backward synchronizes.
         self._armed = self.require_sync and torch.is_grad_enabled()
 
-    def _pre_forward(self, u: Unit):
+    def _pre_forward(self, u: RowUnit):
         def hook(module, args):
             fulls = _Gather.apply(self, u, *u.shards)  # Step 2
             u.held_forward += self._held(sum(f.nbytes for f in fulls))
@@ -188,7 +178,7 @@ class FullyShard(nn.Module):
             return None
         return hook
 
-    def _post_forward(self, u: Unit):
+    def _post_forward(self, u: RowUnit):
         def hook(module, _args, _output):
             if self.reshard_after_forward:
                 self._held(-u.held_forward)
@@ -223,7 +213,7 @@ class FullyShard(nn.Module):
         return delta
 
     # ------------------------------------------------------------ backward
-    def _backward(self, u: Unit, grads, sync: bool) -> list:
+    def _backward(self, u: RowUnit, grads, sync: bool) -> list:
         """Step 3: reduce-scatter the unit's gradients (or, in no_sync, add them up)."""
         if u.cache is not None:
             self._held(-sum(f.nbytes for f in u.cache))
@@ -257,12 +247,10 @@ class FullyShard(nn.Module):
         if self.replicated:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p)
                      for p in self.replicated]
-            flat = torch.cat([g.reshape(-1) for g in grads])
+            flat = flatten(grads)
             self.comm.all_reduce(flat, op="avg")
-            a = 0
-            for p in self.replicated:
-                p.grad = flat[a: a + p.numel()].view_as(p).clone()
-                a += p.numel()
+            for p, g in zip(self.replicated, unflatten(flat, grads)):
+                p.grad = g.clone()
 
     # ------------------------------------------------------------ inspection
     @torch.no_grad()

@@ -4,7 +4,7 @@ Zhao et al. (PyTorch FSDP, VLDB 2023) describe FSDP1: a unit's parameters
 flattened into one buffer cut in N (our `shards.Layout`). FSDP2 (torch's
 `fully_shard`) shards each parameter on its own along dim 0: a weight of d0 rows
 gives every rank c = ceil(d0 / N) rows (the last ranks fewer, maybe none), so
-each shard is a real tensor that any optimizer can step. A `Unit` is one
+each shard is a real tensor that any optimizer can step. A `RowUnit` is one
 module's sharded parameters; for its collectives every shard is padded to c
 rows, so all ranks send equal pieces:
 
@@ -35,7 +35,7 @@ def rows(d0: int, world_size: int, rank: int) -> tuple[int, int]:
     return min(d0, rank * c), min(d0, (rank + 1) * c)
 
 
-class Unit:
+class RowUnit:
     """One module's sharded parameters (`names` in `module._parameters`)."""
 
     def __init__(self, module: nn.Module, names: list[str], shapes: list[torch.Size],

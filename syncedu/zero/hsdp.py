@@ -31,7 +31,13 @@ import contextlib
 import torch
 
 from syncedu.zero.fully_shard import FullyShard
-from syncedu.zero.shards import Layout, ring_all_gather_pieces, ring_reduce_scatter_pieces
+from syncedu.zero.shards import (
+    Layout,
+    flatten,
+    ring_all_gather_pieces,
+    ring_reduce_scatter_pieces,
+    unflatten,
+)
 
 __all__ = ["HybridShard", "SubComm", "check_nodes", "node_reduce_scatter", "replica_all_reduce",
            "node_all_gather", "hsdp_mean", "MODES", "accumulation_worker", "inter_node_bytes",
@@ -186,7 +192,7 @@ class HybridShard(FullyShard):
         mine = super()._backward(u, grads, sync)  # the node's mean, or None (no_sync)
         if mine[0] is None:
             return mine
-        flat = torch.cat([g.reshape(-1) for g in mine])
+        flat = flatten(mine)
         pending = getattr(u, "pending_replica", None)
         if pending is not None:
             flat.add_(pending)
@@ -195,11 +201,7 @@ class HybridShard(FullyShard):
             return [None] * len(mine)
         u.pending_replica = None
         replica_all_reduce(self.comm, flat, self.nodes).div_(self.nodes)  # Step 2
-        out, a = [], 0
-        for g in mine:
-            out.append(flat[a: a + g.numel()].view_as(g))
-            a += g.numel()
-        return out
+        return unflatten(flat, mine)
 
 
 def accumulation_worker(comm, numel: int, nodes: int, mode: str = "every", micro: int = 1,

@@ -28,9 +28,12 @@ import torch
 
 from syncedu.zero.shards import (
     Layout,
+    broadcast_params,
+    flatten,
     held_bytes,
     ring_all_gather_pieces,
     ring_reduce_scatter_pieces,
+    unflatten,
 )
 
 __all__ = ["ShardedOptimizer"]
@@ -102,7 +105,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self.layout = Layout(a, comm.world_size, "uneven")
         self.optim = self._local_optimizer(groups, optimizer_cls, kwargs)
         super().__init__(self._full_groups(groups), dict(self.optim.defaults))
-        self._broadcast()
+        broadcast_params(comm, self.params)  # start from rank 0's, as DDP does
 
     # ------------------------------------------------------------ set-up
     def _mine(self, p_index: int) -> tuple[int, int]:
@@ -136,24 +139,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
         return [{**lg, "params": g["params"]}
                 for g, lg in zip(groups, self.optim.param_groups)]
 
-    @torch.no_grad()
-    def _broadcast(self) -> None:
-        """Start from rank 0's parameters (as DDP and ZeroRedundancyOptimizer do)."""
-        flat = torch.cat([p.detach().reshape(-1) for p in self.params])
-        self.comm.broadcast(flat, src=0)
-        self._scatter(flat)
-
-    def _scatter(self, flat: torch.Tensor) -> None:
-        for p, a in zip(self.params, self.offsets):
-            p.detach().copy_(flat[a: a + p.numel()].view_as(p))
-
     # ------------------------------------------------------------ a step
     @torch.no_grad()
     def _average(self) -> None:
         """Step 1 (reduce_scatter=True): every rank receives the mean of its own shard."""
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        mean = ring_reduce_scatter_pieces(self.comm, self.layout.pieces(flat))
+        mean = ring_reduce_scatter_pieces(self.comm, self.layout.pieces(flatten(grads)))
         mean.div_(self.comm.world_size)
         start = self.layout.start(self.comm.rank)
         for i, piece in self.pieces:
@@ -180,9 +171,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
         for _, piece in self.pieces:
             piece.grad = None  # the views must not outlive this step
         # Step 3: every rank's updated shard to every rank (a ring all-gather).
-        flat = torch.cat([p.detach().reshape(-1) for p in self.params])
+        flat = flatten(self.params)
         ring_all_gather_pieces(self.comm, self.layout.pieces(flat))
-        self._scatter(flat)
+        for p, v in zip(self.params, unflatten(flat, self.params)):
+            p.copy_(v)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget the whole parameters' gradients, as torch's optimizers do."""

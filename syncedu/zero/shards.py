@@ -86,6 +86,32 @@ class Layout:
         return [buf[lo - a: hi - a] for lo, hi in self.ranges(a, a + buf.numel())]
 
 
+def flatten(tensors, numel: int | None = None) -> torch.Tensor:
+    """`tensors` end to end in one new buffer (of `numel` elements: zeros after them)."""
+    flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+    return flat if numel is None else torch.cat([flat, flat.new_zeros(numel - flat.numel())])
+
+
+def unflatten(flat: torch.Tensor, like) -> list[torch.Tensor]:
+    """`flat` cut into views shaped like the tensors `like` (the inverse of `flatten`)."""
+    out, a = [], 0
+    for t in like:
+        out.append(flat[a: a + t.numel()].view_as(t))
+        a += t.numel()
+    return out
+
+
+@torch.no_grad()
+def broadcast_params(comm, params, numel: int | None = None) -> torch.Tensor:
+    """Rank 0's `params` on every rank, as DDP starts: one broadcast of one flat buffer
+    (returned; `numel`: padded to that length)."""
+    flat = flatten(params, numel)
+    comm.broadcast(flat, src=0)
+    for p, v in zip(params, unflatten(flat, params)):
+        p.copy_(v)
+    return flat
+
+
 def ring_reduce_scatter_pieces(comm, pieces: list[torch.Tensor]) -> torch.Tensor:
     """Ring reduce-scatter in place: afterwards `pieces[r]` on rank r is the sum over ranks.
 

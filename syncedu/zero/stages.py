@@ -48,6 +48,7 @@ from syncedu.zero.shards import (
     MemoryMeter,
     Unit,
     all_gather,
+    broadcast_params,
     layer_units,
     reduce_scatter_mean,
     start_direct_all_gather,
@@ -109,7 +110,8 @@ class ZeroDataParallel(nn.Module):
         self.layout = Layout(self.units[-1].b, comm.world_size, cfg.split)
         self.flat_grad: torch.Tensor | None = None
         with torch.no_grad():
-            self.shard = nn.Parameter(self._shard_from(self._broadcast_flat()))
+            flat = broadcast_params(comm, self.params, self.layout.padded_numel)
+            self.shard = nn.Parameter(self._shard_from(flat))
         self.opt = make_optimizer([self.shard], cfg)  # Step 3's optimizer, on the shard only
         if self.stage == 1:  # stage 1 keeps whole gradients, views of one buffer
             self.flat_grad = self.shard.new_zeros(self.layout.padded_numel)
@@ -118,13 +120,6 @@ class ZeroDataParallel(nn.Module):
         self.memory = MemoryMeter(self)
         self._hooks = self._install_hooks() if self.stage > 1 else []
         self.memory.sample("start")
-
-    def _broadcast_flat(self) -> torch.Tensor:
-        """All parameters in one buffer, rank 0's on every rank (as DDP starts)."""
-        flat = self.params[0].new_zeros(self.layout.padded_numel)
-        torch.cat([p.detach().reshape(-1) for p in self.params], out=flat[: self.layout.numel])
-        self.comm.broadcast(flat, src=0)
-        return flat
 
     def _shard_from(self, flat: torch.Tensor) -> torch.Tensor:
         mine = self.layout.pieces(flat)[self.comm.rank]

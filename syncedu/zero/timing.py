@@ -98,14 +98,14 @@ def _worker(comm, stage: int, hidden: int, depth: int, seconds: float, steps: in
     return (comm.now() - start) / steps
 
 
-def simulate_step(stage: int, n: int, network, *, hidden: int = 32, depth: int = 4,
+def simulate_step(stage: int, world_size: int, *, network, hidden: int = 32, depth: int = 4,
                   forward_seconds: float = 1e-3, steps: int = 2, prefetch: bool = False) -> float:
-    """Logical seconds of one step of our ZeRO `stage` (0: "flat" DP) on `n` simulated ranks.
+    """Logical seconds of one step of our ZeRO `stage` (0: "flat" DP) on simulated ranks.
 
     The model is `depth` Linear(hidden, hidden) layers; each charges forward_seconds /
     depth in forward and twice that in backward. `prefetch` (stage 3): start each
     layer's all-gather one layer ahead.
     """
-    res = sim.run(_worker, n, args=(stage, hidden, depth, 3 * forward_seconds, steps, prefetch),
-                  network=network)
+    res = sim.run(_worker, world_size, network=network,
+                  args=(stage, hidden, depth, 3 * forward_seconds, steps, prefetch))
     return max(res)

@@ -115,7 +115,7 @@ def test_stub_is_not_attempted(capsys):
     assert "not attempted yet" in capsys.readouterr().out
 
 
-def test_lesson10_checkers_accept_a_right_answer_and_reject_wrong_ones():
+def test_lesson10_checkers_accept_a_right_answer_and_reject_wrong_ones(capsys):
 
     def right(comm, params, grads, sizes, lr):
         starts = [sum(sizes[:r]) for r in range(len(sizes))]
@@ -149,7 +149,17 @@ def test_lesson10_checkers_accept_a_right_answer_and_reject_wrong_ones():
             comm.send(grads, 0)
             params.copy_(comm.recv(torch.empty_like(params), 0))
 
+    def ring_allreduce_by_hand(comm, params, grads, sizes, lr):
+        # Data parallelism from point-to-point: a ring allreduce (1x the bytes), whole update.
+        pieces = Layout(params.numel(), comm.world_size, "uneven").pieces(grads)
+        ring_reduce_scatter_pieces(comm, pieces)
+        ring_all_gather_pieces(comm, pieces)
+        params.sub_(lr * grads / comm.world_size)
+
     assert zero2_step.grade(right)
+    capsys.readouterr()
+    assert not zero2_step.grade(ring_allreduce_by_hand)
+    assert "data parallelism" in capsys.readouterr().out
     assert not zero2_step.grade(allreduce_and_broadcast)
     assert not zero2_step.grade(parameter_server)
     assert not zero2_step.grade(p2p_root)

@@ -180,3 +180,31 @@ def test_bad_arguments_name_the_parameter():
         ShardedOptimizer(lin.parameters(), nn.Linear, comm=object())
     with pytest.raises(ValueError, match="reduce_scatter"):
         ShardedOptimizer(lin.parameters(), torch.optim.SGD, comm=object(), reduce_scatter="yes")
+
+
+def test_state_dict_of_sgd_with_and_without_momentum():
+    """The state's names come from the optimizer class itself: SGD with momentum has a
+    per-element `momentum_buffer`, without momentum no state at all (as torch's)."""
+    def worker(comm, momentum):
+        torch.manual_seed(0)
+        lin = nn.Linear(3, 4)
+        opt = ShardedOptimizer(lin.parameters(), torch.optim.SGD, comm, reduce_scatter=True,
+                               lr=0.1, momentum=momentum)
+        for _ in range(2):
+            opt.zero_grad()
+            lin(torch.ones(2, 3)).sum().backward()
+            opt.step()
+        return opt.state_dict()["state"]
+
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 4)
+    ref = torch.optim.SGD(lin.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(2):
+        ref.zero_grad()
+        lin(torch.ones(2, 3)).sum().backward()
+        ref.step()
+    for state in sim.run(worker, 3, args=(0.9,)):
+        assert state.keys() == ref.state_dict()["state"].keys() == {0, 1}
+        for i, st in ref.state_dict()["state"].items():
+            torch.testing.assert_close(state[i]["momentum_buffer"], st["momentum_buffer"])
+    assert all(state == {} for state in sim.run(worker, 3, args=(0.0,)))

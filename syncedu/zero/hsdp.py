@@ -6,30 +6,33 @@ nodes shards, one per rank of a node, and keeps `nodes` replicas of that sharded
 model. Consecutive ranks share a node (as torchrun and `Network.cluster` number
 them): rank r is shard r mod G of replica r // G. Plain FSDP is nodes=1.
 
-1. `node_reduce_scatter`: ring reduce-scatter among the node's G ranks (a
-   `SubComm`; ledger op "node_reduce_scatter"): each rank gets the node's sum of
-   its 1/G piece;
-2. `replica_all_reduce`: ring allreduce of that piece among the ranks with the
-   same local rank, one per node ("replica_*"): the sum over all ranks;
-3. `node_all_gather`: the updated shards, inside the node ("node_all_gather").
+`HybridShard` is `FullyShard` with its units cut over the node's `SubComm`:
 
-`HybridShard` trains a model so: `FullyShard`'s units cut over the node, their
-gradients reduce-scattered in the node, then allreduced across the replicas.
+1. backward: a unit's gradients ring-reduce-scattered among the node's G ranks
+   (ledger op "node_reduce_scatter"): each rank gets the node's mean of its 1/G piece;
+2. `replica_all_reduce`: that piece ring-allreduced among the ranks with the same
+   local rank, one per node ("replica_*"): the mean over all ranks;
+3. forward (and backward, resharded): the shards all-gathered inside the node
+   ("node_all_gather"), so parameters never cross the slow link.
+
 Under accumulation over M micro-batches (PyTorch pull request 126166 names the
 flavours, `MODES`): sync every micro-batch; skip the reduce-scatter (FSDP2's
 `set_requires_gradient_sync(False)`, our `no_sync()`: whole gradients kept,
 memory Psi); or defer only the cross-replica allreduce
 (`set_requires_all_reduce(False)`: gradients stay sharded, the slow inter-node
-link is used once). `accumulation_worker` runs one step of each, modeled;
-`COSMOS_162` is the measured run that motivated the last.
+link is used once). `accumulation_worker` trains one step of each with `HybridShard`
+and modeled compute; `COSMOS_162` is the measured run that motivated the last.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 
+from syncedu.train.layer_compute import LayerCompute
+from syncedu.train.memory import held_bytes
 from syncedu.zero.fully_shard import FullyShard
 from syncedu.zero.shards import (
     Layout,
@@ -39,9 +42,8 @@ from syncedu.zero.shards import (
     unflatten,
 )
 
-__all__ = ["HybridShard", "SubComm", "check_nodes", "node_reduce_scatter", "replica_all_reduce",
-           "node_all_gather", "hsdp_mean", "MODES", "accumulation_worker", "inter_node_bytes",
-           "COSMOS_162"]
+__all__ = ["HybridShard", "SubComm", "check_nodes", "replica_all_reduce", "MODES",
+           "accumulation_worker", "inter_node_bytes", "COSMOS_162"]
 
 MODES = ("every", "no_reduce_scatter", "defer_all_reduce")
 
@@ -109,37 +111,15 @@ def groups(comm, nodes: int) -> tuple[SubComm, SubComm]:
             SubComm(comm, range(local, comm.world_size, g), "replica"))
 
 
-def node_reduce_scatter(comm, flat: torch.Tensor, nodes: int) -> torch.Tensor:
-    """Step 1: the node's sum of this rank's 1/G piece of `flat` (a new tensor)."""
-    node, _ = groups(comm, nodes)
-    pieces = Layout(flat.numel(), node.world_size, "uneven").pieces(flat.clone())
-    return ring_reduce_scatter_pieces(node, pieces).clone()
-
-
 def replica_all_reduce(comm, piece: torch.Tensor, nodes: int) -> torch.Tensor:
-    """Step 2: sum `piece` (in place) over the replicas: a ring allreduce across nodes."""
+    """Step 2: sum `piece` (in place) over the replicas: a ring allreduce across nodes (its
+    two halves, charged to "replica_reduce_scatter" and "replica_all_gather")."""
     _, replicas = groups(comm, nodes)
     if replicas.world_size > 1:
         parts = Layout(piece.numel(), replicas.world_size, "uneven").pieces(piece)
-        ring_reduce_scatter_pieces(replicas, parts)  # ledger: replica_reduce_scatter
-        ring_all_gather_pieces(replicas, parts)  # and replica_all_gather
+        ring_reduce_scatter_pieces(replicas, parts)
+        ring_all_gather_pieces(replicas, parts)
     return piece
-
-
-def node_all_gather(comm, piece: torch.Tensor, numel: int, nodes: int):
-    """Step 3: the whole `numel` elements from the node's G pieces (this rank's is `piece`)."""
-    node, _ = groups(comm, nodes)
-    full = piece.new_zeros(numel)
-    pieces = Layout(numel, node.world_size, "uneven").pieces(full)
-    pieces[node.rank].copy_(piece)
-    ring_all_gather_pieces(node, pieces)
-    return full
-
-
-def hsdp_mean(comm, flat: torch.Tensor, nodes: int) -> torch.Tensor:
-    """Steps 1-2: this rank's 1/G piece of the mean of `flat` over all ranks."""
-    piece = node_reduce_scatter(comm, flat, nodes)
-    return replica_all_reduce(comm, piece, nodes).div_(comm.world_size)
 
 
 class HybridShard(FullyShard):
@@ -206,49 +186,49 @@ class HybridShard(FullyShard):
 
 def accumulation_worker(comm, numel: int, nodes: int, mode: str = "every", micro: int = 1,
                         compute_seconds: float = 0.0) -> dict:
-    """One optimizer step of M=`micro` micro-batches of sharded training, modeled.
+    """One optimizer step's gradients over M=`micro` micro-batches, by `HybridShard` (nodes=1:
+    FSDP over all ranks) on a d x d linear layer (d^2 = `numel`), gradients by `mode` (MODES).
 
-    Per micro-batch: all-gather the parameters in the node (forward), compute
-    1/3 of `compute_seconds`, all-gather again (backward, resharded after
-    forward), compute 2/3, then the gradients of `mode` (see MODES and the
-    module docstring). Gradients are seeded per rank and micro-batch, so the
-    result can be checked. Returns seconds, the gradient bytes kept between
-    micro-batches, and this rank's gradient shard.
+    `compute_seconds` per micro-batch is modeled (train.layer_compute: 1/3 forward, 2/3
+    backward). Returns the logical seconds from a common start (`start`), the gradient
+    bytes kept between micro-batches (measured), and this rank's gradient shard.
     """
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is unknown; choose one of {MODES}")
     if isinstance(micro, bool) or not isinstance(micro, int) or micro < 1:
         raise ValueError(f"micro={micro!r} must be an int >= 1")
-    g = check_nodes(comm.world_size, nodes)
-    shard = torch.zeros(Layout(numel, g, "uneven").sizes[comm.rank % g])
-    acc_full = acc_shard = None
+    d = math.isqrt(numel)
+    if d * d != numel:
+        raise ValueError(f"numel={numel!r} must be a square (a d x d layer)")
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(d, d, bias=False)
+    hs = HybridShard(layer, comm, nodes=nodes)
+    LayerCompute(layer, comm, compute_seconds)
+    x = torch.randn(micro, 2, d, generator=torch.Generator().manual_seed(comm.rank))
+    x.requires_grad_(True)  # a layer inside a network: its backward needs the weights again
+    comm.barrier()
+    start, kept = comm.now(), 0
     for m in range(micro):
-        for part in (1 / 3, 2 / 3):  # forward, then backward, each after its all-gather
-            node_all_gather(comm, shard, numel, nodes)
-            comm.compute(compute_seconds * part)
-        grad = torch.randn(numel, generator=torch.Generator().manual_seed(97 * comm.rank + m))
-        last = m == micro - 1
-        if mode == "no_reduce_scatter":  # whole gradients kept until the last micro-batch
-            acc_full = grad if acc_full is None else acc_full.add_(grad)
-            if last:
-                acc_shard = hsdp_mean(comm, acc_full, nodes).mul_(comm.world_size)
-            continue
-        piece = node_reduce_scatter(comm, grad, nodes)
-        if mode == "every":
-            replica_all_reduce(comm, piece, nodes)
-        acc_shard = piece if acc_shard is None else acc_shard.add_(piece)
-        if mode == "defer_all_reduce" and last:
-            replica_all_reduce(comm, acc_shard, nodes)
-    kept = (numel if mode == "no_reduce_scatter" else shard.numel()) * 4
-    return {"seconds": comm.now(), "grad_bytes_kept": kept,
-            "grad": acc_shard.div_(comm.world_size * micro)}
+        defer = {"no_reduce_scatter": hs.no_sync, "defer_all_reduce": hs.no_all_reduce}
+        later = m < micro - 1 and mode in defer
+        with defer[mode]() if later else contextlib.nullcontext():
+            (hs(x[m]).square().mean() / micro).backward()
+        if m < micro - 1:  # what this rank holds until the next micro-batch
+            u = hs.units[0]
+            kept = held_bytes([layer.weight.grad, u.accumulated and u.accumulated[0],
+                               getattr(u, "pending_replica", None)])
+    hs.finish_gradient_synchronization()
+    return {"seconds": comm.now() - start, "start": start, "grad_bytes_kept": kept,
+            "grad": layer.weight.grad}
 
 
-def inter_node_bytes(res, network) -> int:
-    """Bytes the trace of `res` shows crossing between nodes of `network` (a cluster)."""
+def inter_node_bytes(res, network, since: float = 0.0) -> int:
+    """Bytes the trace of `res` shows crossing between nodes of `network` (a cluster),
+    of the messages sent at or after logical time `since`."""
     node = torch.tensor([network.node_of(r) for r in range(len(res))])
     src, dst = torch.from_numpy(res.trace.src), torch.from_numpy(res.trace.dst)
-    return int(res.trace.nbytes[(node[src] != node[dst]).numpy()].sum())
+    mask = (node[src] != node[dst]).numpy() & (res.trace.start >= since)
+    return int(res.trace.nbytes[mask].sum())
 
 
 def _sim(numel, nodes, gpus_per_node, shard_nodes, mode, micro, compute_seconds, intra, inter):
@@ -257,9 +237,11 @@ def _sim(numel, nodes, gpus_per_node, shard_nodes, mode, micro, compute_seconds,
     net = Network.cluster(nodes, gpus_per_node, intra=intra, inter=inter)
     res = sim.run(accumulation_worker, nodes * gpus_per_node, network=net, output="quiet",
                   args=(numel, shard_nodes, mode, micro, compute_seconds))
-    inter = inter_node_bytes(res, net)
-    return {"seconds": res.seconds, "inter_bytes": inter,
-            "intra_bytes": sum(res.ledger.sent) - inter,
+    since = min(r["start"] for r in res)
+    sent = int(res.trace.nbytes[res.trace.start >= since].sum())
+    inter = inter_node_bytes(res, net, since)
+    return {"seconds": max(r["seconds"] for r in res), "inter_bytes": inter,
+            "intra_bytes": sent - inter,
             "grad_bytes_kept": max(r["grad_bytes_kept"] for r in res),
             "shard_elements": max(r["grad"].numel() for r in res)}
 

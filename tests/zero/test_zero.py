@@ -198,6 +198,14 @@ def test_train_run_zero_equals_flat_simulated(opt, momentum, acc):
         assert abs(h.loss[-1] - flat.loss[-1]) < 1e-5
 
 
+def test_train_run_charges_modeled_compute_at_every_stage():
+    # Stage 3 frees the parameters as it wraps: the compute must still be charged per layer.
+    kw = dict(steps=2, global_batch=16, simulate=True, compute_seconds=0.01)
+    assert train.run("flat", 2, **kw).sim_seconds == pytest.approx(0.02)
+    for stage in ("zero1", "zero2", "zero3"):
+        assert train.run(stage, 2, **kw).sim_seconds >= 0.02, stage
+
+
 def test_train_run_zero3_cnn_with_batchnorm_equals_flat():
     kw = dict(steps=2, global_batch=24, model="cnn", optimizer="adam", simulate=True)
     flat = train.run("flat", 3, **kw)

@@ -210,7 +210,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
             if not st:
                 continue
             if self._mine(i)[0] == 0:
-                small[i] = torch.tensor([1.0] + [float(st[key]) for key in scalar])
+                small[i] = torch.tensor([1.0] + [float(st[key]) for key in scalar],
+                                        dtype=torch.float64)
             a = self.offsets[i] + self._mine(i)[0]
             for key in elem:
                 flats[key][a: a + piece.numel()] = st[key].reshape(-1)

@@ -1,21 +1,21 @@
-"""Checkers for notebooks/10_sharded_data_parallel's exercises 1 and 2 (simulated ranks: exact).
+"""Checkers for notebooks/10_sharded_data_parallel's exercises (simulated ranks: exact).
 
-Exercise 1 (`zero2_step`) is judged, at N = 3 and 4 with 10 parameters split
-unevenly, in this order:
+Exercises 1 (`zero2_step`: one SGD step) and 3 (`zero1_step`: two steps of SGD
+with momentum, the momentum kept in `state`) run the answer at N = 3 and 4 with
+Psi = 10 (neither divides it) and ask, in this order:
 
-1. are every rank's `params` params - lr * mean(gradients) (1e-6)?
-2. is it data parallelism (`comm.all_reduce`), or a parameter server around a
-   root (`comm.reduce`/`gather` then `comm.broadcast`/`scatter`: rank 0
-   updates everything, so nothing is sharded)?
-3. does any one rank send or receive more than a ring reduce-scatter plus
-   all-gather of the uneven split, 2 (N-1) max(sizes) elements (a root built
-   from send/recv does: rank 0 receives (N-1) Psi)?
+1. are every rank's parameters those of one process stepping the mean gradient (1e-6)?
+2. is it data parallelism (`comm.all_reduce`, or an allreduce by hand that leaves the
+   whole mean gradient on every rank), or a parameter server around a root
+   (`comm.reduce`/`gather`, then `comm.broadcast`/`scatter`: nothing is sharded)?
+3. does a rank send or receive more than a ring reduce-scatter plus all-gather,
+   2 (N-1) ceil(Psi/N) elements per step (a root built from send/recv does: rank
+   0 receives (N-1) Psi)? The trace says who sent to whom;
+4. exercise 3: does a rank keep momentum for more than ceil(Psi/N) elements?
 
 Exercise 2 (`memory_per_rank`) asks for the three parts separately (a total
 cannot tell sharded parameters from sharded gradients at stage 2: both are 2
 bytes per parameter) and accepts Psi/N or ceil(Psi/N) elements per shard.
-
-Used in: notebooks/10_sharded_data_parallel; tests/zero/test_zero.py.
 """
 
 from __future__ import annotations
@@ -29,69 +29,95 @@ from syncedu.comm.ledger import ring_chunks
 from syncedu.train import memory
 from syncedu.ui.checkers import attempt, checker, verdict
 
-LR = 0.1
+LR, MOMENTUM = 0.1, 0.9
 KINDS = ("params", "grads", "optimizer")
 ROOT_OPS = ("reduce", "gather", "broadcast", "scatter")
 
 
-def _inputs(rank: int, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same parameters on every rank; each rank's own gradients."""
-    params = torch.linspace(-1.0, 1.0, numel)
-    grads = torch.randn(numel, generator=torch.Generator().manual_seed(10 + rank))
-    return params, grads
+def _grads(rank: int, step: int, numel: int) -> torch.Tensor:
+    return torch.randn(numel, generator=torch.Generator().manual_seed(100 * step + rank))
 
 
-def _step_worker(comm, step, numel: int):
-    params, grads = _inputs(comm.rank, numel)
-    sizes = ring_chunks(numel, comm.world_size)  # uneven: the first ranks own one more
-    step(comm, params, grads, sizes, LR)
-    return params.tolist(), comm.ledger.sent, comm.ledger.received, set(comm.ledger.ops)
+def _worker(comm, answer, numel: int, steps: int):
+    params, state = torch.linspace(-1.0, 1.0, numel), {}
+    for step in range(steps):
+        grads = _grads(comm.rank, step, numel)  # the answer may use it as a buffer
+        if steps == 1:  # exercise 1: rank r owns sum(sizes[:r]) .. sum(sizes[:r+1]) - 1
+            answer(comm, params, grads, ring_chunks(numel, comm.world_size), LR)
+        else:
+            answer(comm, params, grads, state, LR, MOMENTUM)
+    held = sum(t.numel() for t in state.values() if isinstance(t, torch.Tensor))
+    return params.tolist(), held, grads.tolist()
 
 
-def _judge_step(n: int, numel: int, res) -> str | None:
-    """Steps 1-3 of the module docstring: what is wrong at world size n (None: nothing)."""
-    p0 = _inputs(0, numel)[0]
-    want = (p0 - LR * sum(_inputs(r, numel)[1] for r in range(n)) / n).tolist()
+def _reference(n: int, numel: int, steps: int) -> list[float]:
+    params, velocity = torch.linspace(-1.0, 1.0, numel), torch.zeros(numel)
+    for step in range(steps):
+        mean = sum(_grads(r, step, numel) for r in range(n)) / n
+        velocity = (MOMENTUM * velocity if steps > 1 else 0) + mean
+        params -= LR * velocity
+    return params.tolist()
+
+
+def _judge(n: int, numel: int, steps: int, res) -> str | None:
+    """Steps 1-4 of the module docstring: what is wrong at world size n (None: nothing)."""
+    want, ceil = _reference(n, numel, steps), -(-numel // n)
     for r, (got, *_) in enumerate(res):
         if len(got) != numel or any(abs(a - b) > 1e-6 for a, b in zip(got, want)):
-            return (f"N={n}: rank {r}'s parameters are not params - lr * mean(gradients) "
-                    "everywhere (did every rank all-gather the updated shards? divide the "
-                    "sum by N?)")
-    ops = set().union(*(o for *_, o in res))
-    if "all_reduce" in ops:
-        return (f"N={n}: you called comm.all_reduce: that is data parallelism, not ZeRO-2 - "
-                "reduce-scatter, update your shard, all-gather")
-    root = sorted(ops & set(ROOT_OPS))
+            return (f"N={n}: rank {r}'s parameters are not those of one process stepping the "
+                    "mean gradient (divide the sum by N? all-gather every rank's shard?)")
+    ops = set(res.ledger.ops)
+    total = sum(_grads(r, steps - 1, numel) for r in range(n))
+    whole = [(total / k).tolist() for k in (1, n)]  # the sum or the mean, on every rank
+    if "all_reduce" in ops or any(all(max(abs(a - b) for a, b in zip(g, w)) < 1e-5
+                                      for *_, g in res) for w in whole):
+        return (f"N={n}: every rank ends with the whole summed gradient (an allreduce): that is "
+                "data parallelism, not ZeRO - reduce-scatter, update your shard, all-gather")
+    root = [op for op in ROOT_OPS if op in ops]
     if root:
         return (f"N={n}: you used comm.{' / comm.'.join(root)}: that is a parameter server - "
-                "rank 0 sums, updates and holds everything, nothing is sharded; each rank "
-                "must update only its own shard")
-    bound = 4 * 2 * (n - 1) * max(ring_chunks(numel, n))
-    for r, (_, sent, received, _) in enumerate(res):
+                "rank 0 sums, updates and holds everything, so nothing is sharded; each rank "
+                "must update only its own ceil(Psi/N) elements")
+    bound = steps * 2 * (n - 1) * ceil * 4
+    src, dst, nbytes = res.trace.src, res.trace.dst, res.trace.nbytes
+    for r in range(n):
+        sent, received = int(nbytes[src == r].sum()), int(nbytes[dst == r].sum())
         if max(sent, received) > bound:
-            return (f"N={n}: rank {r} sent {sent} and received {received} bytes; a ring "
-                    f"reduce-scatter plus all-gather moves at most {bound} per rank - is one "
-                    "rank (a root) collecting everything?")
+            return (f"N={n}: rank {r} sent {sent} and received {received} bytes (from ranks "
+                    f"{sorted(set(src[dst == r].tolist()))}); a ring reduce-scatter plus "
+                    f"all-gather moves at most {bound} per rank - is one rank (a root) "
+                    "collecting everything?")
+    for r, (_, held, _) in enumerate(res):
+        if held > ceil:
+            return (f"N={n}: rank {r} keeps momentum for {held} elements; its shard is at "
+                    f"most ceil(Psi/N) = {ceil}")
     return None
+
+
+def _grade(name: str, answer, steps: int, world_sizes, numel: int, praise: str) -> bool:
+    for n in world_sizes:
+        ok, res = attempt(name, lambda n=n: sim.run(_worker, n, args=(answer, numel, steps),
+                                                     output="quiet"))
+        if not ok:
+            return False
+        wrong = _judge(n, numel, steps, res)
+        if wrong:
+            return verdict(name, False, wrong)
+    return verdict(name, True, f"world sizes {list(world_sizes)}, Psi={numel}: {praise}")
 
 
 @checker
 def zero2_step(step, world_sizes=(3, 4), numel: int = 10) -> bool:
-    """Exercise 10.1: `step(comm, params, grads, sizes, lr)`, one ZeRO-2 SGD step in place.
+    """Exercise 10.1: `step(comm, params, grads, sizes, lr)`, one ZeRO-2 SGD step in place."""
+    return _grade("Exercise 1 (a ZeRO-2 step)", step, 1, world_sizes, numel,
+                  "no rank sends more than a ring reduce-scatter + all-gather")
 
-    Rank r owns elements sum(sizes[:r]) .. sum(sizes[:r+1]) - 1 (uneven sizes).
-    """
-    name = "Exercise 1 (a ZeRO-2 step)"
-    for n in world_sizes:
-        ok, res = attempt(name, lambda n=n: sim.run(_step_worker, n, args=(step, numel),
-                                                     output="quiet"))
-        if not ok:
-            return False
-        wrong = _judge_step(n, numel, res)
-        if wrong:
-            return verdict(name, False, wrong)
-    return verdict(name, True, f"world sizes {list(world_sizes)}, {numel} parameters split "
-                    "unevenly; no rank sends more than a ring reduce-scatter + all-gather")
+
+@checker
+def zero1_step(step, world_sizes=(3, 4), numel: int = 10) -> bool:
+    """Exercise 10.3: `step(comm, params, grads, state, lr, momentum)`, one ZeRO-1 step."""
+    return _grade("Exercise 3 (ZeRO-1 with momentum)", step, 2, world_sizes, numel,
+                  "momentum for ceil(Psi/N) elements per rank, one allreduce's bytes")
 
 
 def _allowed(psi: float, n: int, stage: int, kind: str) -> tuple[float, float]:
@@ -104,10 +130,7 @@ def _allowed(psi: float, n: int, stage: int, kind: str) -> tuple[float, float]:
 
 @checker
 def memory_per_rank(answer) -> bool:
-    """Exercise 10.2: `answer(psi, n, stage)` -> bytes per rank by part.
-
-    The parts are {"params", "grads", "optimizer"}.
-    """
+    """Exercise 10.2: `answer(psi, n, stage)` -> {"params", "grads", "optimizer"} bytes per rank."""
     name = "Exercise 2 (memory per rank)"
     cases = [(7.5e9, 64, 0), (7.5e9, 64, 1), (7.5e9, 64, 2), (7.5e9, 64, 3), (1e9, 8, 2),
              (175e9, 1024, 3), (10, 4, 3)]

@@ -1,39 +1,32 @@
 """`FullyShard`: ZeRO stage 3 with per-parameter sharding, as FSDP2's `fully_shard` does it.
 
-Rajbhandari et al., SC 2020 (ZeRO-3: parameters, gradients and optimizer state
-all sharded); PyTorch's FSDP2 (docs: "torch.distributed.fsdp.fully_shard")
-shards every parameter along dim 0 (fully_shard_units.py) and swaps the
-module's parameters for the rank's shards, so `module.named_parameters()` are
-the shards (fp32 masters) and any optimizer built on `.parameters()` updates
-only 1/N of the model. Modules chosen by `shard` (FSDP's wrap policy) are
-sharded, one `Unit` each; all other parameters are replicated, as in DDP.
+Rajbhandari et al., SC 2020 (ZeRO-3); PyTorch FSDP2 (`torch.distributed.fsdp.fully_shard`)
+shards every parameter along dim 0 (fully_shard_units.py) and swaps the module's
+parameters for the rank's shards, so `module.named_parameters()` are the shards
+(fp32 masters) and any optimizer built on `.parameters()` updates 1/N of the model.
+Modules chosen by `shard` (FSDP's wrap policy) are sharded, one `RowUnit` each; all
+other parameters are replicated, as in DDP.
 
-1. set-up: rank 0's parameters go to every rank (one broadcast); each sharded
-   parameter is replaced by this rank's rows of it;
-2. forward of a sharded module (forward pre-hook): one all-gather of its
-   unit, through an autograd function whose backward is step 3; the full
-   tensors (cast to `compute_dtype`, as are the module's floating inputs) are
-   put in the module's `__dict__`, where attribute lookup finds them before
-   the shards; the post-hook takes them away. With `reshard_after_forward`
-   the tensors autograd saves for backward are swapped for a token
-   (`torch.autograd.graph.saved_tensors_hooks`) and gathered again when
-   backward needs them (FSDP's second all-gather), so only the shards stay.
-   A unit whose weights backward never reads (a first layer: its input needs
-   no gradient) is not gathered again, where FSDP gathers every unit again.
-   `peak_gathered_bytes` is the most bytes of full weights held at once;
-3. backward of the unit: the full gradients, in fp32, reduce-scattered (mean)
-   into gradients of the shards (autograd adds them up over micro-batches);
-   inside `no_sync()` they are only added into whole fp32 gradients and
-   reduce-scattered at the next synchronized backward (FSDP2's
-   `set_requires_gradient_sync(False)`: memory for fewer collectives);
-4. `finish_gradient_synchronization()`: replicated gradients allreduced (one
-   flat buffer, mean; the same bits on every rank), and every trainable
-   parameter given a `.grad` of its own shape and dtype.
+1. set-up: rank 0's parameters to every rank (one broadcast); each sharded
+   parameter replaced by this rank's rows of it;
+2. forward of a sharded module (pre-hook): one all-gather of its unit, through an
+   autograd function whose backward is step 3; the full tensors (cast to
+   `compute_dtype`, as are the module's floating inputs) go in the module's
+   `__dict__`, where attribute lookup finds them before the shards; the post-hook
+   takes them away. With `reshard_after_forward` the tensors autograd saves for
+   backward become tokens (`saved_tensors_hooks`) and are gathered again when
+   backward needs them (FSDP's second all-gather; a unit whose weights backward
+   never reads is not gathered again). `peak_gathered_bytes`: the most full
+   weights held at once;
+3. backward of the unit: the full gradients, in fp32, reduce-scattered (mean) into
+   the shards' gradients; inside `no_sync()` they are added into whole fp32
+   gradients and reduced at the next synchronized backward (FSDP2's
+   `set_requires_gradient_sync(False)`);
+4. `finish_gradient_synchronization()`: replicated gradients allreduced (one flat
+   buffer: the same bits on every rank); every trainable parameter gets a `.grad`.
 
-`shard_comm` is whom the units are cut over: every rank here; one node's ranks
-in `hybrid_shard.HybridShard` (HSDP), which overrides `_shard_comm` and `_backward`.
-
-Used in: notebooks/10_sharded_data_parallel; tests/zero/test_fully_shard.py.
+`shard_comm` is whom the units are cut over: every rank here, one node's ranks in
+`hsdp.HybridShard`, which overrides `_shard_comm` and `_backward`.
 """
 
 from __future__ import annotations
@@ -44,9 +37,8 @@ import torch
 from torch import nn
 
 from syncedu.dp.data_parallel import sync_paused
-from syncedu.zero.shards import held_bytes
-
-from .fully_shard_units import Unit, shardable
+from syncedu.zero.fully_shard_units import RowUnit, shardable
+from syncedu.zero.shards import broadcast_params, flatten, held_bytes, unflatten
 
 __all__ = ["FullyShard", "COMPUTE_DTYPES"]
 
@@ -55,15 +47,21 @@ COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
 
 def policy(shard):
     """`shard` as a predicate on modules: None (all), a tuple of module types, or a callable."""
-    if shard is None:
-        return lambda m: True
     if isinstance(shard, type) and issubclass(shard, nn.Module):
         shard = (shard,)
+    if shard is None:
+        return lambda m: True
     if isinstance(shard, tuple):
         if shard and all(isinstance(t, type) and issubclass(t, nn.Module) for t in shard):
             return lambda m: isinstance(m, shard)
     elif callable(shard):
-        return shard
+        def chosen(m):
+            verdict = shard(m)
+            if verdict not in (True, False):
+                raise ValueError(f"shard predicate returned {verdict!r} for "
+                                 f"{type(m).__name__}; it must return a bool")
+            return bool(verdict)
+        return chosen
     raise ValueError(f"shard={shard!r} is unknown; give None (every module with parameters), "
                      f"a tuple of nn.Module types, or a predicate module -> bool")
 
@@ -110,38 +108,29 @@ class FullyShard(nn.Module):
         self.module, self.comm, self.compute_dtype = module, comm, compute_dtype
         self.reshard_after_forward = reshard_after_forward
         self.require_sync, self._armed = True, False
-        self._live: dict[int, tuple[Unit, int, torch.Tensor]] = {}  # storage -> gathered tensor
+        self._live: dict[int, tuple] = {}  # storage -> (unit, index, gathered tensor)
         self.gathered_bytes = self.peak_gathered_bytes = 0  # full weights held (see _held)
-        self._broadcast()  # Step 1
+        params = list(dict.fromkeys(module.parameters()))
+        if not params:
+            raise ValueError("module has no parameters to shard")
+        broadcast_params(comm, params)  # Step 1
         self.shard_comm = self._shard_comm(comm)  # whom the units are sharded over
         self.units = self._build_units(chosen)
         sharded = {id(s) for u in self.units for s in u.shards}
-        self.replicated = [p for p in _unique(module.parameters())
+        self.replicated = [p for p in dict.fromkeys(module.parameters())
                            if p.requires_grad and id(p) not in sharded]
         # Calling `.module` directly also decides whether this backward synchronizes.
-        self._hooks = [module.register_forward_pre_hook(self._arm)]
+        module.register_forward_pre_hook(self._arm)
         for u in self.units:
-            self._hooks.append(u.module.register_forward_pre_hook(self._pre_forward(u)))
-            self._hooks.append(u.module.register_forward_hook(self._post_forward(u)))
+            u.module.register_forward_pre_hook(self._pre_forward(u))
+            u.module.register_forward_hook(self._post_forward(u))
 
     # ------------------------------------------------------------ set-up
-    @torch.no_grad()
-    def _broadcast(self) -> None:
-        params = list(_unique(self.module.parameters()))
-        if not params:
-            raise ValueError("module has no parameters to shard")
-        flat = torch.cat([p.detach().reshape(-1) for p in params])
-        self.comm.broadcast(flat, src=0)
-        a = 0
-        for p in params:
-            p.copy_(flat[a: a + p.numel()].view_as(p))
-            a += p.numel()
-
     def _shard_comm(self, comm):
         """The ranks each parameter is cut over: all of them (HSDP: the node's)."""
         return comm
 
-    def _build_units(self, chosen) -> list[Unit]:
+    def _build_units(self, chosen) -> list[RowUnit]:
         count: dict[int, int] = {}
         for m in self.module.modules():  # a parameter two modules own (tied) stays replicated
             for p in m._parameters.values():
@@ -151,9 +140,9 @@ class FullyShard(nn.Module):
         for m in self.module.modules():
             names = [k for k, p in m._parameters.items()
                      if p is not None and shardable(p) and count[id(p)] == 1]
-            if not names or not _chosen(chosen, m):
+            if not names or not chosen(m):
                 continue
-            u = Unit(m, names, [m._parameters[k].shape for k in names], n, r)
+            u = RowUnit(m, names, [m._parameters[k].shape for k in names], n, r)
             for i, k in enumerate(names):
                 full = m._parameters[k]
                 if full.dtype != torch.float32 and self.compute_dtype is not None:
@@ -175,7 +164,7 @@ class FullyShard(nn.Module):
         # As DDP: the forward decides whether the coming backward synchronizes.
         self._armed = self.require_sync and torch.is_grad_enabled()
 
-    def _pre_forward(self, u: Unit):
+    def _pre_forward(self, u: RowUnit):
         def hook(module, args):
             fulls = _Gather.apply(self, u, *u.shards)  # Step 2
             u.held_forward += self._held(sum(f.nbytes for f in fulls))
@@ -189,7 +178,7 @@ class FullyShard(nn.Module):
             return None
         return hook
 
-    def _post_forward(self, u: Unit):
+    def _post_forward(self, u: RowUnit):
         def hook(module, _args, _output):
             if self.reshard_after_forward:
                 self._held(-u.held_forward)
@@ -224,7 +213,7 @@ class FullyShard(nn.Module):
         return delta
 
     # ------------------------------------------------------------ backward
-    def _backward(self, u: Unit, grads, sync: bool) -> list:
+    def _backward(self, u: RowUnit, grads, sync: bool) -> list:
         """Step 3: reduce-scatter the unit's gradients (or, in no_sync, add them up)."""
         if u.cache is not None:
             self._held(-sum(f.nbytes for f in u.cache))
@@ -258,12 +247,10 @@ class FullyShard(nn.Module):
         if self.replicated:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p)
                      for p in self.replicated]
-            flat = torch.cat([g.reshape(-1) for g in grads])
+            flat = flatten(grads)
             self.comm.all_reduce(flat, op="avg")
-            a = 0
-            for p in self.replicated:
-                p.grad = flat[a: a + p.numel()].view_as(p).clone()
-                a += p.numel()
+            for p, g in zip(self.replicated, unflatten(flat, grads)):
+                p.grad = g.clone()
 
     # ------------------------------------------------------------ inspection
     @torch.no_grad()
@@ -280,25 +267,3 @@ class FullyShard(nn.Module):
     def param_bytes(self) -> int:
         """Bytes of parameters this rank holds now (its shards plus the replicated ones)."""
         return held_bytes(p.detach() for p in self.module.parameters())
-
-    def close(self) -> None:
-        """Remove the hooks (the module keeps its shards)."""
-        for h in self._hooks:
-            h.remove()
-        self._hooks = []
-
-
-def _unique(params):
-    seen = set()
-    for p in params:
-        if id(p) not in seen:
-            seen.add(id(p))
-            yield p
-
-
-def _chosen(chosen, module) -> bool:
-    verdict = chosen(module)
-    if verdict not in (True, False):
-        raise ValueError(f"shard predicate returned {verdict!r} for {type(module).__name__}; "
-                         f"it must return a bool")
-    return bool(verdict)

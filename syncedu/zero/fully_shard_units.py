@@ -1,14 +1,12 @@
 """Per-parameter sharding along dim 0 (FSDP2's layout): one module's unit and its traffic.
 
-Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded Data
-Parallel", VLDB 2023, describe FSDP1: a unit's parameters flattened into one
-buffer cut in N (our `zero_shards.Layout`). FSDP2 (torch's `fully_shard`,
-PyTorch docs "torch.distributed.fsdp.fully_shard") shards each parameter on
-its own along dim 0 instead: a weight of d0 rows gives every rank
-c = ceil(d0 / N) rows (the last ranks fewer, maybe none), so each rank's shard
-is a real tensor of the parameter's own kind, which any optimizer can step.
-A `Unit` is one module's sharded parameters; for its collectives every shard
-is padded to c rows, so all ranks send equal pieces:
+Zhao et al. (PyTorch FSDP, VLDB 2023) describe FSDP1: a unit's parameters
+flattened into one buffer cut in N (our `shards.Layout`). FSDP2 (torch's
+`fully_shard`) shards each parameter on its own along dim 0: a weight of d0 rows
+gives every rank c = ceil(d0 / N) rows (the last ranks fewer, maybe none), so
+each shard is a real tensor that any optimizer can step. A `RowUnit` is one
+module's sharded parameters; for its collectives every shard is padded to c
+rows, so all ranks send equal pieces:
 
 1. `shard(full, rank)`: rank's rows [r c, min(d0, (r+1) c)) of a full tensor;
 2. `unshard(comm, dtype)`: copy-in each padded shard (cast to `dtype`: FSDP2's
@@ -18,13 +16,17 @@ is padded to c rows, so all ranks send equal pieces:
    one `comm.reduce_scatter(op="avg")`, and this rank's rows of the mean, as
    gradients of the shards' own shapes.
 
-Used in: fully_shard.py (syncedu.zero.FullyShard).
+`spread(module, N)` compares the layouts per layer: a flat shard can hold a whole
+layer (whose all-gather is then a broadcast from that rank), a per-parameter one
+gives every rank about 1/N of every layer.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from syncedu.zero.shards import Layout, layer_units
 
 
 def rows(d0: int, world_size: int, rank: int) -> tuple[int, int]:
@@ -33,7 +35,7 @@ def rows(d0: int, world_size: int, rank: int) -> tuple[int, int]:
     return min(d0, rank * c), min(d0, (rank + 1) * c)
 
 
-class Unit:
+class RowUnit:
     """One module's sharded parameters (`names` in `module._parameters`)."""
 
     def __init__(self, module: nn.Module, names: list[str], shapes: list[torch.Size],
@@ -93,3 +95,26 @@ class Unit:
 def shardable(p: nn.Parameter) -> bool:
     """Only trainable tensors with a dim 0 are sharded (scalars and frozen ones replicate)."""
     return p.requires_grad and p.dim() >= 1
+
+
+def spread(module: nn.Module, world_size: int, split: str = "uneven") -> list[dict]:
+    """Per layer: {"layer", "numel", "flat": [elements per rank], "per_param": [...],
+    "flat_max_share", "per_param_max_share"} (the largest rank's fraction of the layer)."""
+    units = layer_units(module)
+    layout = Layout(units[-1].b, world_size, split)
+    out = []
+    for u in units:
+        flat = [hi - lo for lo, hi in layout.ranges(u.a, u.b)]
+        per_param = [0] * world_size
+        for shape in u.shapes:
+            if len(shape) == 0:  # a scalar cannot be cut: every rank keeps it
+                per_param = [k + 1 for k in per_param]
+                continue
+            for r in range(world_size):
+                lo, hi = rows(shape[0], world_size, r)
+                per_param[r] += (hi - lo) * shape[1:].numel()
+        numel = u.b - u.a
+        out.append({"layer": u.name, "numel": numel, "flat": flat, "per_param": per_param,
+                    "flat_max_share": max(flat) / numel,
+                    "per_param_max_share": max(per_param) / numel})
+    return out

@@ -1,48 +1,49 @@
-"""HSDP: shard inside a node, replicate across nodes; and accumulation under sharding.
+"""HSDP: shard inside a node, replicate across nodes (`HybridShard`); accumulation under it.
 
-Hybrid sharding (PyTorch FSDP's HYBRID_SHARD; FSDP2's 2-D device mesh of
-`replicate` x `shard`; Zhao et al., VLDB 2023, sec. 3.2) cuts the parameters
-in G = world_size / nodes shards, one per rank of a node, and keeps `nodes`
-replicas of that sharded model. Consecutive ranks share a node (as torchrun
-and `Network.cluster` number them), so rank r is shard r mod G of replica
-r // G. A step's gradient traffic is FSDP's reduce-scatter, but inside the
-node only, then an allreduce of the 1/G piece across the replicas; the
-parameters are all-gathered inside the node. Plain FSDP is the case nodes=1
-(one group of all ranks, nothing to allreduce), so both run the same code:
+Hybrid sharding (PyTorch FSDP's HYBRID_SHARD; FSDP2's 2-D mesh of `replicate` x
+`shard`; Zhao et al., VLDB 2023, sec. 3.2) cuts the parameters in G = world_size /
+nodes shards, one per rank of a node, and keeps `nodes` replicas of that sharded
+model. Consecutive ranks share a node (as torchrun and `Network.cluster` number
+them): rank r is shard r mod G of replica r // G. Plain FSDP is nodes=1.
 
-1. `node_reduce_scatter`: ring reduce-scatter among the node's G ranks
-   (zero_shards' ring, on a `SubComm` of them; ledger op
-   "node_reduce_scatter"): each rank gets the node's sum of its 1/G piece;
-2. `replica_all_reduce`: ring allreduce of that piece among the ranks with the
-   same local rank (one per node): the sum over all ranks ("replica_*");
-3. `node_all_gather`: ring all-gather of the updated shards inside the node
-   ("node_all_gather"). `hybrid_shard.HybridShard` trains a model this way.
+`HybridShard` is `FullyShard` with its units cut over the node's `SubComm`:
 
-Gradient accumulation over M micro-batches has three flavours under HSDP
-(PyTorch pull request 126166 names them): sync every micro-batch
-(reduce-scatter and allreduce each time); skip the reduce-scatter (FSDP2's
-`set_requires_gradient_sync(False)`: whole gradients kept, memory Psi,
-everything reduced once); defer only the cross-replica allreduce
-(`set_requires_all_reduce(False)`: the reduce-scatter still runs, gradients
-stay sharded, the slow inter-node link is used once). `accumulation_worker`
-runs one optimizer step of each on simulated ranks; `COSMOS_162` is the
-measured run that motivated the last one.
+1. backward: a unit's gradients ring-reduce-scattered among the node's G ranks
+   (ledger op "node_reduce_scatter"): each rank gets the node's mean of its 1/G piece;
+2. `replica_all_reduce`: that piece ring-allreduced among the ranks with the same
+   local rank, one per node ("replica_*"): the mean over all ranks;
+3. forward (and backward, resharded): the shards all-gathered inside the node
+   ("node_all_gather"), so parameters never cross the slow link.
 
-Used in: notebooks/10_sharded_data_parallel; tests/zero/test_hsdp.py.
+Under accumulation over M micro-batches (PyTorch pull request 126166 names the
+flavours, `MODES`): sync every micro-batch; skip the reduce-scatter (FSDP2's
+`set_requires_gradient_sync(False)`, our `no_sync()`: whole gradients kept,
+memory Psi); or defer only the cross-replica allreduce
+(`set_requires_all_reduce(False)`: gradients stay sharded, the slow inter-node
+link is used once). `accumulation_worker` trains one step of each with `HybridShard`
+and modeled compute; `COSMOS_162` is the measured run that motivated the last.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
+
 import torch
 
+from syncedu.train.layer_compute import LayerCompute
+from syncedu.train.memory import held_bytes
+from syncedu.zero.fully_shard import FullyShard
 from syncedu.zero.shards import (
     Layout,
+    flatten,
     ring_all_gather_pieces,
     ring_reduce_scatter_pieces,
+    unflatten,
 )
 
-__all__ = ["SubComm", "check_nodes", "node_reduce_scatter", "replica_all_reduce",
-           "node_all_gather", "hsdp_mean", "MODES", "accumulation_worker", "COSMOS_162"]
+__all__ = ["HybridShard", "SubComm", "check_nodes", "replica_all_reduce", "MODES",
+           "accumulation_worker", "inter_node_bytes", "COSMOS_162"]
 
 MODES = ("every", "no_reduce_scatter", "defer_all_reduce")
 
@@ -70,26 +71,15 @@ def check_nodes(world_size: int, nodes: int) -> int:
 
 class SubComm:
     """Some of `parent`'s ranks as one ring: point-to-point, and the two collectives
-    FullyShard's units call (`all_gather`, `reduce_scatter`), as zero_shards' rings.
+    FullyShard's units call, as rings charged to "{label}_reduce_scatter" and
+    "{label}_all_gather"."""
 
-    `label` names the group in the ledger: the rings' traffic is charged to
-    "{label}_reduce_scatter" and "{label}_all_gather". `counts` adds up the bytes
-    this rank sends inside its node ("intra") and to other nodes ("inter"), by the
-    parent's network (one node when it is not a cluster).
-    """
-
-    def __init__(self, parent, ranks, counts: dict | None = None, label: str = ""):
+    def __init__(self, parent, ranks, label: str = ""):
         self.parent, self.ranks, self.label = parent, list(ranks), label
         self.rank, self.world_size = self.ranks.index(parent.rank), len(self.ranks)
-        self.counts = counts if counts is not None else {"intra": 0, "inter": 0}
-        net = parent.network
-        self._node = net.node_of if net is not None and net.is_cluster else (lambda r: 0)
 
     def isend(self, tensor, dst: int, tag: int = 0):
-        peer = self.ranks[dst]
-        kind = "inter" if self._node(peer) != self._node(self.parent.rank) else "intra"
-        self.counts[kind] += tensor.nbytes
-        return self.parent.isend(tensor, peer, tag)
+        return self.parent.isend(tensor, self.ranks[dst], tag)
 
     def irecv(self, tensor, src: int, tag: int = 0):
         return self.parent.irecv(tensor, self.ranks[src], tag)
@@ -113,86 +103,132 @@ class SubComm:
         return output.div_(self.world_size) if op == "avg" else output
 
 
-def groups(comm, nodes: int, counts: dict | None = None) -> tuple[SubComm, SubComm]:
+def groups(comm, nodes: int) -> tuple[SubComm, SubComm]:
     """(this rank's node, this rank's replica group): consecutive ranks share a node."""
     g = check_nodes(comm.world_size, nodes)
     node, local = divmod(comm.rank, g)
-    return (SubComm(comm, range(node * g, node * g + g), counts, "node"),
-            SubComm(comm, range(local, comm.world_size, g), counts, "replica"))
+    return (SubComm(comm, range(node * g, node * g + g), "node"),
+            SubComm(comm, range(local, comm.world_size, g), "replica"))
 
 
-def node_reduce_scatter(comm, flat: torch.Tensor, nodes: int, counts=None) -> torch.Tensor:
-    """Step 1: the node's sum of this rank's 1/G piece of `flat` (a new tensor)."""
-    node, _ = groups(comm, nodes, counts)
-    pieces = Layout(flat.numel(), node.world_size, "uneven").pieces(flat.clone())
-    return ring_reduce_scatter_pieces(node, pieces).clone()
-
-
-def replica_all_reduce(comm, piece: torch.Tensor, nodes: int, counts=None) -> torch.Tensor:
-    """Step 2: sum `piece` (in place) over the replicas: a ring allreduce across nodes."""
-    _, replicas = groups(comm, nodes, counts)
+def replica_all_reduce(comm, piece: torch.Tensor, nodes: int) -> torch.Tensor:
+    """Step 2: sum `piece` (in place) over the replicas: a ring allreduce across nodes (its
+    two halves, charged to "replica_reduce_scatter" and "replica_all_gather")."""
+    _, replicas = groups(comm, nodes)
     if replicas.world_size > 1:
         parts = Layout(piece.numel(), replicas.world_size, "uneven").pieces(piece)
-        ring_reduce_scatter_pieces(replicas, parts)  # ledger: replica_reduce_scatter
-        ring_all_gather_pieces(replicas, parts)  # and replica_all_gather
+        ring_reduce_scatter_pieces(replicas, parts)
+        ring_all_gather_pieces(replicas, parts)
     return piece
 
 
-def node_all_gather(comm, piece: torch.Tensor, numel: int, nodes: int, counts=None):
-    """Step 3: the whole `numel` elements from the node's G pieces (this rank's is `piece`)."""
-    node, _ = groups(comm, nodes, counts)
-    full = piece.new_zeros(numel)
-    pieces = Layout(numel, node.world_size, "uneven").pieces(full)
-    pieces[node.rank].copy_(piece)
-    ring_all_gather_pieces(node, pieces)
-    return full
+class HybridShard(FullyShard):
+    """`FullyShard` over each node's ranks, replicated over `nodes` nodes.
 
+    Args:
+        module, comm, compute_dtype, shard, reshard_after_forward: as FullyShard.
+        nodes: how many nodes (replicas); None: those of `comm.network`
+            (a `Network.cluster`). It must divide the world size.
+    """
 
-def hsdp_mean(comm, flat: torch.Tensor, nodes: int, counts=None) -> torch.Tensor:
-    """Steps 1-2: this rank's 1/G piece of the mean of `flat` over all ranks."""
-    piece = node_reduce_scatter(comm, flat, nodes, counts)
-    return replica_all_reduce(comm, piece, nodes, counts).div_(comm.world_size)
+    def __init__(self, module, comm=None, *, nodes: int | None = None, **kwargs):
+        if comm is None:
+            from syncedu.comm import TorchComm
+            comm = TorchComm()
+        if nodes is None:
+            net = comm.network
+            if net is None or not getattr(net, "is_cluster", False):
+                raise ValueError("nodes=None needs comm.network to be a Network.cluster; "
+                                 "give nodes= (the number of replicas)")
+            nodes = net.nodes
+        check_nodes(comm.world_size, nodes)
+        self.nodes = nodes
+        self.require_all_reduce = self._all_reduce_armed = True
+        super().__init__(module, comm, **kwargs)
+
+    def _shard_comm(self, comm):
+        return groups(comm, self.nodes)[0]  # Step 1: this rank's node
+
+    def _arm(self, module, args):
+        super()._arm(module, args)
+        self._all_reduce_armed = self.require_all_reduce
+
+    def set_requires_all_reduce(self, requires: bool) -> None:
+        """False: defer the cross-node allreduce (FSDP2's name) until it is True again."""
+        if requires not in (True, False):
+            raise ValueError(f"requires={requires!r} must be a bool")
+        self.require_all_reduce = requires
+
+    @contextlib.contextmanager
+    def no_all_reduce(self):
+        """`set_requires_all_reduce(False)` inside the block (the forward decides, as no_sync)."""
+        old, self.require_all_reduce = self.require_all_reduce, False
+        try:
+            yield
+        finally:
+            self.require_all_reduce = old
+
+    def _backward(self, u, grads, sync: bool) -> list:
+        mine = super()._backward(u, grads, sync)  # the node's mean, or None (no_sync)
+        if mine[0] is None:
+            return mine
+        flat = flatten(mine)
+        pending = getattr(u, "pending_replica", None)
+        if pending is not None:
+            flat.add_(pending)
+        if not self._all_reduce_armed:  # deferred: keep the node's sum for later
+            u.pending_replica = flat
+            return [None] * len(mine)
+        u.pending_replica = None
+        replica_all_reduce(self.comm, flat, self.nodes).div_(self.nodes)  # Step 2
+        return unflatten(flat, mine)
 
 
 def accumulation_worker(comm, numel: int, nodes: int, mode: str = "every", micro: int = 1,
                         compute_seconds: float = 0.0) -> dict:
-    """One optimizer step of M=`micro` micro-batches of sharded training, modeled.
+    """One optimizer step's gradients over M=`micro` micro-batches, by `HybridShard` (nodes=1:
+    FSDP over all ranks) on a d x d linear layer (d^2 = `numel`), gradients by `mode` (MODES).
 
-    Per micro-batch: all-gather the parameters in the node (forward), compute
-    1/3 of `compute_seconds`, all-gather again (backward, resharded after
-    forward), compute 2/3, then the gradients of `mode` (see MODES and the
-    module docstring). Gradients are seeded per rank and micro-batch, so the
-    result can be checked. Returns seconds, bytes sent ("intra", "inter"), the
-    gradient bytes kept between micro-batches, and this rank's gradient shard.
+    `compute_seconds` per micro-batch is modeled (train.layer_compute: 1/3 forward, 2/3
+    backward). Returns the logical seconds from a common start (`start`), the gradient
+    bytes kept between micro-batches (measured), and this rank's gradient shard.
     """
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is unknown; choose one of {MODES}")
     if isinstance(micro, bool) or not isinstance(micro, int) or micro < 1:
         raise ValueError(f"micro={micro!r} must be an int >= 1")
-    g = check_nodes(comm.world_size, nodes)
-    counts = {"intra": 0, "inter": 0}
-    shard = torch.zeros(Layout(numel, g, "uneven").sizes[comm.rank % g])
-    acc_full = acc_shard = None
+    d = math.isqrt(numel)
+    if d * d != numel:
+        raise ValueError(f"numel={numel!r} must be a square (a d x d layer)")
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(d, d, bias=False)
+    hs = HybridShard(layer, comm, nodes=nodes)
+    LayerCompute(layer, comm, compute_seconds)
+    x = torch.randn(micro, 2, d, generator=torch.Generator().manual_seed(comm.rank))
+    x.requires_grad_(True)  # a layer inside a network: its backward needs the weights again
+    comm.barrier()
+    start, kept = comm.now(), 0
     for m in range(micro):
-        for part in (1 / 3, 2 / 3):  # forward, then backward, each after its all-gather
-            node_all_gather(comm, shard, numel, nodes, counts)
-            comm.compute(compute_seconds * part)
-        grad = torch.randn(numel, generator=torch.Generator().manual_seed(97 * comm.rank + m))
-        last = m == micro - 1
-        if mode == "no_reduce_scatter":  # whole gradients kept until the last micro-batch
-            acc_full = grad if acc_full is None else acc_full.add_(grad)
-            if last:
-                acc_shard = hsdp_mean(comm, acc_full, nodes, counts).mul_(comm.world_size)
-            continue
-        piece = node_reduce_scatter(comm, grad, nodes, counts)
-        if mode == "every":
-            replica_all_reduce(comm, piece, nodes, counts)
-        acc_shard = piece if acc_shard is None else acc_shard.add_(piece)
-        if mode == "defer_all_reduce" and last:
-            replica_all_reduce(comm, acc_shard, nodes, counts)
-    kept = (numel if mode == "no_reduce_scatter" else shard.numel()) * 4
-    return {"seconds": comm.now(), "intra": counts["intra"], "inter": counts["inter"],
-            "grad_bytes_kept": kept, "grad": acc_shard.div_(comm.world_size * micro)}
+        defer = {"no_reduce_scatter": hs.no_sync, "defer_all_reduce": hs.no_all_reduce}
+        later = m < micro - 1 and mode in defer
+        with defer[mode]() if later else contextlib.nullcontext():
+            (hs(x[m]).square().mean() / micro).backward()
+        if m < micro - 1:  # what this rank holds until the next micro-batch
+            u = hs.units[0]
+            kept = held_bytes([layer.weight.grad, u.accumulated and u.accumulated[0],
+                               getattr(u, "pending_replica", None)])
+    hs.finish_gradient_synchronization()
+    return {"seconds": comm.now() - start, "start": start, "grad_bytes_kept": kept,
+            "grad": layer.weight.grad}
+
+
+def inter_node_bytes(res, network, since: float = 0.0) -> int:
+    """Bytes the trace of `res` shows crossing between nodes of `network` (a cluster),
+    of the messages sent at or after logical time `since`."""
+    node = torch.tensor([network.node_of(r) for r in range(len(res))])
+    src, dst = torch.from_numpy(res.trace.src), torch.from_numpy(res.trace.dst)
+    mask = (node[src] != node[dst]).numpy() & (res.trace.start >= since)
+    return int(res.trace.nbytes[mask].sum())
 
 
 def _sim(numel, nodes, gpus_per_node, shard_nodes, mode, micro, compute_seconds, intra, inter):
@@ -201,8 +237,11 @@ def _sim(numel, nodes, gpus_per_node, shard_nodes, mode, micro, compute_seconds,
     net = Network.cluster(nodes, gpus_per_node, intra=intra, inter=inter)
     res = sim.run(accumulation_worker, nodes * gpus_per_node, network=net, output="quiet",
                   args=(numel, shard_nodes, mode, micro, compute_seconds))
-    return {"seconds": res.seconds, "inter_bytes": sum(r["inter"] for r in res),
-            "intra_bytes": sum(r["intra"] for r in res),
+    since = min(r["start"] for r in res)
+    sent = int(res.trace.nbytes[res.trace.start >= since].sum())
+    inter = inter_node_bytes(res, net, since)
+    return {"seconds": max(r["seconds"] for r in res), "inter_bytes": inter,
+            "intra_bytes": sent - inter,
             "grad_bytes_kept": max(r["grad_bytes_kept"] for r in res),
             "shard_elements": max(r["grad"].numel() for r in res)}
 

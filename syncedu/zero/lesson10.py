@@ -1,12 +1,9 @@
 """Figures and the widget for notebooks/10_sharded_data_parallel.
 
-- `memory_bars(rows)`: stacked bars of parameters / gradients / optimizer state
-  per rank, one bar per stage;
-- `memory_trace(samples)`: one rank's model-state bytes through one step, as
-  `ZeroDataParallel.memory.samples` recorded them;
-- `zero_explorer()`: model size, N, stage and network -> memory per rank
-  (train/memory.py, the paper's mixed-precision Adam) and step time (zero/timing.py,
-  with and without prefetch).
+`memory_bars(rows)` (model state per rank, one bar per stage), `memory_trace(samples)`
+(one rank's bytes through a step, from `ZeroDataParallel.memory.samples`), and
+`zero_explorer()`: model size, N, stage, network -> memory per rank (train/memory.py,
+the paper's mixed-precision Adam) and step time (timing.py, with and without prefetch).
 """
 
 from __future__ import annotations
@@ -56,9 +53,8 @@ def _view(params_b: float, world_size: int, stage: int, network: str, layers: in
           forward_ms: float):
     psi, net = params_b * 1e9, PRESETS[network]
     mem = memory.bytes_per_rank(psi, world_size, stage)
-    modes = ("dp", "zero1", "zero2", "zero3", "zero3_prefetch")
     times = {m: zero_time.step_time(m, psi, layers, world_size, net, forward_ms / 1e3)
-             for m in modes}
+             for m in zero_time.MODES}
     hide = zero_time.hides(psi, layers, world_size, net, forward_ms / 1e3)
     text = (f"ZeRO-{stage} on {world_size} ranks: {mem['total'] / memory.GB:.2f} GB of model "
             f"state per rank (params {mem['params'] / memory.GB:.2f}, grads "

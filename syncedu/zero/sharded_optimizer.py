@@ -1,36 +1,25 @@
 """`ShardedOptimizer`: ZeRO stage 1 as an optimizer, over any `torch.optim` optimizer.
 
-Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
-Parameter Models", SC 2020, stage 1 (P_os): every rank keeps whole parameters
-and gradients but the optimizer state of 1/N of them. torch ships the same idea
-as `torch.distributed.optim.ZeroRedundancyOptimizer(params, optimizer_class,
-**defaults)`, which hands each rank whole parameters (greedily by size) and
-broadcasts them after the step. Here the trainable parameters are laid end to
-end, in parameter-group order (each tensor once, so tied weights count once),
-and cut by `zero_shards.Layout` into N contiguous shards of ceil or floor
-(Psi / N) elements ("uneven": sizes differ by at most one, as a ring
-allreduce cuts a buffer). Rank r's shard is a list of pieces, each a view of
-one parameter's storage; the local optimizer `.optim` (an `optimizer_cls`)
-holds those pieces, so its state (Adam's moments, SGD's momentum) exists for
-the shard alone. Element-wise optimizers (SGD, Adam, AdamW, ...) therefore do
-exactly the arithmetic of the unsharded one. A step:
+Rajbhandari et al., SC 2020, stage 1 (P_os): whole parameters and gradients on
+every rank, the optimizer state of 1/N of them. torch's `ZeroRedundancyOptimizer(
+params, optimizer_class, **defaults)` hands each rank whole parameters (greedily by
+size) and broadcasts them after the step. Here the trainable parameters are laid
+end to end in group order (each tensor once, so tied weights count once) and cut
+by `shards.Layout` ("uneven": sizes differ by at most one, as a ring allreduce
+cuts a buffer). Rank r's shard is a list of pieces, each a view of one
+parameter's storage; the local optimizer `.optim` holds those pieces, so its state
+exists for the shard alone and element-wise optimizers (SGD, Adam, AdamW, ...) do
+the arithmetic of the unsharded one. A step:
 
-1. gradients: with `reduce_scatter=False` they were averaged already (DDP or
-   `dp.DataParallel`); with `reduce_scatter=True` this optimizer averages them
-   itself with a ring reduce-scatter (the first half of a ring allreduce), so
-   each rank receives the mean of its shard only;
-2. copy every hyperparameter of `param_groups` (which the user or a scheduler
-   may change, as on any torch optimizer) into the local groups and run
-   `.optim.step()` on the shard (a piece whose parameter has no gradient is
-   skipped, as torch skips such a parameter);
-3. all-gather the updated shards (the second half of the allreduce), so every
-   rank again holds the whole, equal parameters.
+1. gradients: averaged already (DDP or `dp.DataParallel`), or with
+   `reduce_scatter=True` averaged here by a ring reduce-scatter (the first half of
+   an allreduce), so each rank receives the mean of its shard only;
+2. the hyperparameters of `param_groups` (which a scheduler may change) copied into
+   the local groups, then `.optim.step()` on the shard;
+3. the updated shards all-gathered (the second half), so the ranks agree again.
 
-Traffic per step: an all-gather of Psi elements (and, with `reduce_scatter`,
-a reduce-scatter of Psi): together exactly one ring allreduce, 1x data
-parallelism's bytes, by the ledger.
-
-Used in: notebooks/10_sharded_data_parallel; tests/zero/test_sharded_optimizer.py.
+Traffic per step: an all-gather of Psi (with `reduce_scatter`, plus a
+reduce-scatter of Psi: one ring allreduce, 1x data parallelism's bytes).
 """
 
 from __future__ import annotations
@@ -39,20 +28,15 @@ import torch
 
 from syncedu.zero.shards import (
     Layout,
+    broadcast_params,
+    flatten,
     held_bytes,
     ring_all_gather_pieces,
     ring_reduce_scatter_pieces,
+    unflatten,
 )
 
-__all__ = ["ShardedOptimizer", "check_optimizer_cls"]
-
-
-def check_optimizer_cls(optimizer_cls) -> type:
-    """Raise ValueError unless `optimizer_cls` is a subclass of torch.optim.Optimizer."""
-    if not (isinstance(optimizer_cls, type) and issubclass(optimizer_cls, torch.optim.Optimizer)):
-        raise ValueError(f"optimizer_cls={optimizer_cls!r} must be a torch.optim.Optimizer "
-                         f"subclass, e.g. torch.optim.AdamW (the class, not an instance)")
-    return optimizer_cls
+__all__ = ["ShardedOptimizer"]
 
 
 def _groups(params) -> list[dict]:
@@ -88,7 +72,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params, optimizer_cls, comm=None, *, reduce_scatter: bool = False,
                  **kwargs):
-        check_optimizer_cls(optimizer_cls)
+        if not (isinstance(optimizer_cls, type)
+                and issubclass(optimizer_cls, torch.optim.Optimizer)):
+            raise ValueError(f"optimizer_cls={optimizer_cls!r} must be a torch.optim.Optimizer "
+                             f"subclass, e.g. torch.optim.AdamW (the class, not an instance)")
         if reduce_scatter not in (True, False):
             raise ValueError(f"reduce_scatter={reduce_scatter!r} must be a bool")
         if comm is None:
@@ -118,7 +105,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self.layout = Layout(a, comm.world_size, "uneven")
         self.optim = self._local_optimizer(groups, optimizer_cls, kwargs)
         super().__init__(self._full_groups(groups), dict(self.optim.defaults))
-        self._broadcast()
+        broadcast_params(comm, self.params)  # start from rank 0's, as DDP does
 
     # ------------------------------------------------------------ set-up
     def _mine(self, p_index: int) -> tuple[int, int]:
@@ -152,24 +139,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
         return [{**lg, "params": g["params"]}
                 for g, lg in zip(groups, self.optim.param_groups)]
 
-    @torch.no_grad()
-    def _broadcast(self) -> None:
-        """Start from rank 0's parameters (as DDP and ZeroRedundancyOptimizer do)."""
-        flat = torch.cat([p.detach().reshape(-1) for p in self.params])
-        self.comm.broadcast(flat, src=0)
-        self._scatter(flat)
-
-    def _scatter(self, flat: torch.Tensor) -> None:
-        for p, a in zip(self.params, self.offsets):
-            p.detach().copy_(flat[a: a + p.numel()].view_as(p))
-
     # ------------------------------------------------------------ a step
     @torch.no_grad()
     def _average(self) -> None:
         """Step 1 (reduce_scatter=True): every rank receives the mean of its own shard."""
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        mean = ring_reduce_scatter_pieces(self.comm, self.layout.pieces(flat))
+        mean = ring_reduce_scatter_pieces(self.comm, self.layout.pieces(flatten(grads)))
         mean.div_(self.comm.world_size)
         start = self.layout.start(self.comm.rank)
         for i, piece in self.pieces:
@@ -196,9 +171,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
         for _, piece in self.pieces:
             piece.grad = None  # the views must not outlive this step
         # Step 3: every rank's updated shard to every rank (a ring all-gather).
-        flat = torch.cat([p.detach().reshape(-1) for p in self.params])
+        flat = flatten(self.params)
         ring_all_gather_pieces(self.comm, self.layout.pieces(flat))
-        self._scatter(flat)
+        for p, v in zip(self.params, unflatten(flat, self.params)):
+            p.copy_(v)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget the whole parameters' gradients, as torch's optimizers do."""
@@ -224,34 +200,27 @@ class ShardedOptimizer(torch.optim.Optimizer):
         Per-element state (Adam's `exp_avg`, SGD's `momentum_buffer`) is all-gathered;
         other state (`step`) comes from the rank that owns the parameter's first element.
         """
-        # Step 1: agree on the state's names (a rank that never stepped has none).
-        elem, scalar = self._state_names()
+        elem, scalar = self._state_names()  # Step 1: the same names on every rank
         index = {id(p): k for k, p in enumerate(q for g in self.param_groups for q in g["params"])}
-        n = len(self.params)
         # Step 2: per parameter, "has state" and its scalars, from its first element's owner.
-        small = self.params[0].new_zeros(n, 1 + len(scalar), dtype=torch.float64)
+        small = self.params[0].new_zeros(len(self.params), 1 + len(scalar), dtype=torch.float64)
+        flats = {key: self.params[0].new_zeros(self.layout.numel) for key in elem}
         for i, piece in self.pieces:
             st = self.optim.state.get(piece)
-            if st and self._mine(i)[0] == 0:
-                small[i, 0] = 1
-                for j, key in enumerate(scalar):
-                    small[i, 1 + j] = float(st[key])
+            if not st:
+                continue
+            if self._mine(i)[0] == 0:
+                small[i] = torch.tensor([1.0] + [float(st[key]) for key in scalar],
+                                        dtype=torch.float64)
+            a = self.offsets[i] + self._mine(i)[0]
+            for key in elem:
+                flats[key][a: a + piece.numel()] = st[key].reshape(-1)
         self.comm.all_reduce(small)
-        # Step 3: each per-element state all-gathered as one flat buffer.
-        flats = {}
-        for key in elem:
-            flat = self.params[0].new_zeros(self.layout.numel)
-            for i, piece in self.pieces:
-                st = self.optim.state.get(piece)
-                if st:
-                    a = self.offsets[i] + self._mine(i)[0]
-                    flat[a: a + piece.numel()] = st[key].reshape(-1)
+        for flat in flats.values():  # Step 3: each per-element state, all-gathered
             ring_all_gather_pieces(self.comm, self.layout.pieces(flat))
-            flats[key] = flat
         state = {}
-        for i, p in enumerate(self.params):
+        for i, (p, a) in enumerate(zip(self.params, self.offsets)):
             if small[i, 0]:
-                a = self.offsets[i]
                 st = {key: flats[key][a: a + p.numel()].view_as(p).clone() for key in elem}
                 st.update({key: torch.tensor(small[i, 1 + j].item(), dtype=torch.float32)
                            for j, key in enumerate(scalar)})
@@ -261,23 +230,17 @@ class ShardedOptimizer(torch.optim.Optimizer):
         return {"state": state, "param_groups": groups}
 
     def _state_names(self) -> tuple[list[str], list[str]]:
-        """(per-element, scalar) state names, the same on every rank (an allreduce of max)."""
-        elem, scalar = [], []
-        for _, piece in self.pieces:
-            st = self.optim.state.get(piece)
-            if st:
-                elem = sorted(k for k, v in st.items()
-                              if isinstance(v, torch.Tensor) and v.shape == piece.shape)
-                scalar = sorted(k for k in st if k not in elem)
-                break
-        code = torch.zeros(512, dtype=torch.int32)
-        text = (",".join(elem) + "|" + ",".join(scalar)).encode()
-        if len(text) > code.numel():
-            raise ValueError("optimizer state names are too long to consolidate")
-        code[: len(text)] = torch.tensor(list(text), dtype=torch.int32)
-        self.comm.all_reduce(code, op="max")
-        e, s = bytes(code[code > 0].tolist()).decode().split("|")
-        return [k for k in e.split(",") if k], [k for k in s.split(",") if k]
+        """(per-element, scalar) state names: those of `optimizer_cls` stepped on one-element
+        probes with this optimizer's groups (no traffic: every rank finds the same)."""
+        probes = [torch.zeros(1, requires_grad=True) for _ in self.optim.param_groups]
+        opt = type(self.optim)([{**{k: v for k, v in g.items() if k != "params"}, "params": [p]}
+                                for g, p in zip(self.optim.param_groups, probes)])
+        for p in probes:
+            p.grad = torch.zeros(1)
+        opt.step()
+        names = {k: v for st in opt.state.values() for k, v in st.items()}
+        elem = sorted(k for k, v in names.items() if torch.is_tensor(v) and v.shape == (1,))
+        return elem, sorted(k for k in names if k not in elem)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a whole optimizer's state (from `state_dict()` or an unsharded optimizer)."""
@@ -297,7 +260,3 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 k: (v.reshape(-1)[lo:hi].clone() if isinstance(v, torch.Tensor)
                     and v.shape == self.params[i].shape else
                     (v.clone() if isinstance(v, torch.Tensor) else v)) for k, v in st.items()}
-
-    def __repr__(self) -> str:
-        return (f"ShardedOptimizer({type(self.optim).__name__}, rank={self.comm.rank}, "
-                f"world_size={self.comm.world_size}, pieces={len(self.pieces)})")

@@ -1,39 +1,25 @@
-"""The pieces ZeRO is built from: one flat buffer cut into N shards, the two halves of
-an allreduce on it (whole, or one layer's slice at a time), and a count of the
+"""What ZeRO is built from: one flat buffer cut into N shards, the two halves of an
+allreduce on it (whole, or one layer's slice at a time), and a meter of the
 model-state bytes a rank really holds.
 
-Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
-Parameter Models", SC 2020, split data parallelism's allreduce into its two
-halves (a ring allreduce *is* a reduce-scatter followed by an all-gather,
-Patarasuk & Yuan 2009) and shard what lies between them. All trainable
-parameters are flattened, in module order, into one buffer of `numel`
-elements; rank r owns the contiguous shard r of it (`Layout`), cut one of two
-ways (`SPLITS`):
-
-- "padded": every shard has ceil(numel / N) elements; the buffer is padded with
-  zeros to N times that, so the built-ins `comm.reduce_scatter` and
-  `comm.all_gather` (which want equal pieces) can move it whole. At most N-1
-  padding elements per collective;
-- "uneven": no padding; the shards are `ring_chunks(numel, N)` (sizes differ by
-  at most one), as `comm.all_reduce` cuts a buffer, so every element is summed
-  in the same order as data parallelism's allreduce sums it.
-
-A layer's parameters are a slice [a, b) of the buffer; its piece on rank j is
-the slice's overlap with shard j (often empty). Stages 2 and 3 move one layer
-at a time with a ring over those pieces (`ring_reduce_scatter_pieces`,
-`ring_all_gather_pieces`, the ring of lesson 02 with uneven, possibly empty,
-chunks), so a layer's gradients can leave as soon as they are ready.
+A ring allreduce *is* a reduce-scatter followed by an all-gather (Patarasuk &
+Yuan 2009); ZeRO (Rajbhandari et al., SC 2020) shards what lies between them.
+The trainable parameters, in module order, make one buffer of `numel` elements;
+rank r owns its contiguous shard r (`Layout`), cut one of two ways (`SPLITS`):
+"padded" (ceil(numel / N) each, zeros appended, so the built-ins
+`comm.reduce_scatter` / `comm.all_gather`, which want equal pieces, move it
+whole) or "uneven" (`ring_chunks`, sizes differing by at most one: the cut of
+`comm.all_reduce`, so every element is summed in data parallelism's order).
+A layer is a slice [a, b) of the buffer; its piece on rank j is the slice's
+overlap with shard j (often empty), moved by lesson 02's ring with uneven chunks.
 
 1. `reduce_scatter_mean(comm, pieces, builtin)`: rank r gets the mean over ranks
-   of `pieces[r]` (the gradient half of an allreduce);
-2. `all_gather(comm, pieces, builtin)`: every rank's `pieces[j]` becomes rank
-   j's (the parameter half); `pieces[comm.rank]` must already hold this rank's;
-   `start_direct_all_gather` does the same in the background (stage 3's prefetch);
-3. `held_bytes(tensors)` (train/memory.py): bytes of the distinct storages behind `tensors`, so a
-   view into a buffer counts the buffer once and a freed tensor counts zero;
-   `MemoryMeter` samples them into peaks of parameters, gradients, optimizer state;
-4. `layer_units(module, units)`: the `Unit`s, one per module that owns
-   parameters (or one for the whole model), each a slice [a, b) of the buffer.
+   of `pieces[r]` (the gradient half);
+2. `all_gather(comm, pieces, builtin)`: every `pieces[j]` becomes rank j's (the
+   parameter half); `start_direct_all_gather` does it in the background (prefetch);
+3. `MemoryMeter`: peaks of parameters, gradients and optimizer state, each storage
+   counted once (`train.memory.held_bytes`: a view counts its buffer once);
+4. `layer_units(module)`: the `Unit`s, each a slice [a, b) of the buffer.
 """
 
 from __future__ import annotations
@@ -100,13 +86,37 @@ class Layout:
         return [buf[lo - a: hi - a] for lo, hi in self.ranges(a, a + buf.numel())]
 
 
+def flatten(tensors, numel: int | None = None) -> torch.Tensor:
+    """`tensors` end to end in one new buffer (of `numel` elements: zeros after them)."""
+    flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+    return flat if numel is None else torch.cat([flat, flat.new_zeros(numel - flat.numel())])
+
+
+def unflatten(flat: torch.Tensor, like) -> list[torch.Tensor]:
+    """`flat` cut into views shaped like the tensors `like` (the inverse of `flatten`)."""
+    out, a = [], 0
+    for t in like:
+        out.append(flat[a: a + t.numel()].view_as(t))
+        a += t.numel()
+    return out
+
+
+@torch.no_grad()
+def broadcast_params(comm, params, numel: int | None = None) -> torch.Tensor:
+    """Rank 0's `params` on every rank, as DDP starts: one broadcast of one flat buffer
+    (returned; `numel`: padded to that length)."""
+    flat = flatten(params, numel)
+    comm.broadcast(flat, src=0)
+    for p, v in zip(params, unflatten(flat, params)):
+        p.copy_(v)
+    return flat
+
+
 def ring_reduce_scatter_pieces(comm, pieces: list[torch.Tensor]) -> torch.Tensor:
     """Ring reduce-scatter in place: afterwards `pieces[r]` on rank r is the sum over ranks.
 
-    The collectives' ring (`ring_reduce_scatter_chunks`, lesson 02) over ranks
-    0..N-1: step s sends piece (r-1-s) to the right and adds piece (r-2-s) from
-    the left, the order a ring allreduce (and the simulator's `comm.all_reduce`)
-    adds in; empty pieces (uneven shards) skip the wire.
+    Lesson 02's ring (`ring_reduce_scatter_chunks`), which adds in the order of a ring
+    allreduce (and the simulator's `comm.all_reduce`); empty pieces skip the wire.
     """
     with comm.scope("ring_reduce_scatter"):
         ring_reduce_scatter_chunks(comm, pieces, list(range(comm.world_size)), skip_empty=True)
@@ -120,10 +130,9 @@ def ring_all_gather_pieces(comm, pieces: list[torch.Tensor]) -> None:
 
 
 def start_direct_all_gather(comm, pieces: list[torch.Tensor], tag: int) -> list:
-    """All-gather without waiting: every rank sends its piece straight to every other and
-    posts its receives; returns the handles to `wait()`. The same bytes as the ring, and
-    on one port (the simulator's model) about the same time, but it runs in the
-    background while the rank computes (stage 3's prefetch)."""
+    """All-gather without waiting (stage 3's prefetch): every rank sends its piece straight
+    to every other and posts its receives; returns the handles to `wait()`. The ring's
+    bytes, and on one port about its time, but in the background while the rank computes."""
     me, works = comm.rank, []
     with comm.scope("prefetch_all_gather"):
         for j, piece in enumerate(pieces):
@@ -135,11 +144,8 @@ def start_direct_all_gather(comm, pieces: list[torch.Tensor], tag: int) -> list:
 
 
 def reduce_scatter_mean(comm, pieces: list[torch.Tensor], builtin: bool) -> torch.Tensor:
-    """Step 1: the mean over ranks of `pieces[comm.rank]`.
-
-    `builtin` (equal pieces only): `comm.reduce_scatter` into a new tensor;
-    otherwise our ring, in place (the other pieces keep partial sums).
-    """
+    """Step 1: the mean over ranks of `pieces[comm.rank]`: `builtin` (equal pieces only)
+    `comm.reduce_scatter` into a new tensor, else our ring in place (partial sums stay)."""
     if builtin:
         out = pieces[comm.rank].new_empty(pieces[comm.rank].numel())
         return comm.reduce_scatter(out, pieces, op="avg")
@@ -156,11 +162,8 @@ def all_gather(comm, pieces: list[torch.Tensor], builtin: bool) -> None:
 
 
 class MemoryMeter:
-    """Peak bytes of model state one rank held: `peak` = {"params", "grads", "optimizer",
-    "total"} (each its own maximum; "total" the largest sum at one sample).
-
-    `owner` is a `ZeroDataParallel`: its parameters, shard, buffers and optimizer are counted.
-    """
+    """Peak bytes of model state a `ZeroDataParallel` held: `peak` = {"params", "grads",
+    "optimizer", "total"} (each its own maximum; "total" the largest sum at one sample)."""
 
     def __init__(self, owner):
         self.owner = owner
@@ -213,8 +216,9 @@ class Unit:
             p.data = p.data.new_empty(0)
 
 
-def layer_units(module: nn.Module, units: str) -> list[Unit]:
-    """The units in module order, each parameter once, each a slice of the flat buffer."""
+def layer_units(module: nn.Module) -> list[Unit]:
+    """One unit per module that owns trainable parameters, in module order, each parameter
+    once (tied weights with their first owner), each a slice of the flat buffer."""
     seen: set[int] = set()
 
     def fresh(params) -> list:
@@ -222,11 +226,8 @@ def layer_units(module: nn.Module, units: str) -> list[Unit]:
         seen.update(id(p) for p in out)
         return out
 
-    if units == "model":
-        groups = [("model", module, fresh(module.parameters()))]
-    else:
-        groups = [(name or "model", m, fresh(m.parameters(recurse=False)))
-                  for name, m in module.named_modules()]
+    groups = [(name or "model", m, fresh(m.parameters(recurse=False)))
+              for name, m in module.named_modules()]
     groups = [g for g in groups if g[2]]
     if not groups:
         raise ValueError("module has no trainable parameters to shard")

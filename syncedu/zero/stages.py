@@ -10,35 +10,27 @@ optimizer state whole on every rank; ZeRO keeps 1/N of some of them per rank:
 | 2     | + gradients                     | 2 Psi                    |
 | 3     | + parameters                    | 3 Psi (1.5x)             |
 
-All trainable parameters live in one flat buffer cut into N shards
-(zero_shards.Layout, "padded" or "uneven"); rank r owns shard r and keeps the
-optimizer state for it alone. Stages 2 and 3 move the buffer one layer at a
-time (each module that owns parameters is a slice of it, like FSDP's units), so
-gradients can leave, and parameters arrive, as each layer needs. A step:
+All trainable parameters live in one flat buffer cut into N contiguous shards
+(`shards.Layout`); rank r keeps the optimizer state of shard r alone. Stages 2
+and 3 move the buffer one layer at a time (each module that owns parameters is
+a slice of it, like FSDP's units). A step:
 
 1. forward; stage 3 all-gathers a layer's parameters just before it runs and
-   frees them right after (forward pre/post hooks); with `prefetch=True` it
-   starts the next layer's all-gather before this layer computes, so the
-   transfer can hide behind the compute (as FSDP does);
-2. backward; stage 3 all-gathers the layer again before its backward (backward
-   pre hook); stages 2 and 3 reduce-scatter a layer's gradients as soon as they
-   are complete (post-accumulate-grad hooks) and free them, keeping only this
-   rank's shard; stage 1 keeps whole gradients and reduce-scatters them after
-   backward (`finish_gradient_synchronization`);
-3. `step()`: each rank runs the optimizer (torch's SGD, Adam or AdamW, so the arithmetic
-   is the one "flat" data parallelism uses) on its own shard only, so it holds
-   optimizer state for 1/N of the parameters;
-4. stages 1 and 2 all-gather the updated shards into the whole parameters;
-   stage 3 leaves them sharded until the next forward needs them.
+   frees them right after; with `prefetch=True` it starts the next layer's
+   all-gather before this layer computes (as FSDP does);
+2. backward; stage 3 all-gathers the layer again before its backward; stages 2
+   and 3 reduce-scatter a layer's gradients as soon as they are complete and
+   free them; stage 1 reduce-scatters whole gradients after backward
+   (`finish_gradient_synchronization`);
+3. `step()`: torch's SGD, Adam or AdamW (the arithmetic of "flat" data
+   parallelism) on this rank's shard only;
+4. stages 1 and 2 all-gather the updated shards; stage 3 leaves them sharded.
 
-Each rank's shard is one contiguous range of the buffer (so every element is
-summed in the order of data parallelism's ring allreduce, and the results agree
-to the bit); a layer therefore often lies in one or two shards, and its
-all-gather moves the same bytes as FSDP's but less evenly spread over the ranks.
-
-Memory: `memory.peak` holds the most bytes of parameters, gradients and
-optimizer state this rank held at once (storages counted, see
-train.memory.held_bytes), sampled after every gather, reduction and step.
+Contiguous shards sum every element in the order of data parallelism's ring
+allreduce, so the results agree to the bit; but a layer then often lies in one
+or two shards (FSDP2 cuts every parameter N ways: fully_shard_units.py).
+`memory.peak`: the most bytes of parameters, gradients and optimizer state this
+rank held (`shards.MemoryMeter`), sampled after every gather, reduction and step.
 """
 
 from __future__ import annotations
@@ -56,15 +48,15 @@ from syncedu.zero.shards import (
     MemoryMeter,
     Unit,
     all_gather,
+    broadcast_params,
     layer_units,
     reduce_scatter_mean,
     start_direct_all_gather,
 )
 
-__all__ = ["ZeroConfig", "ZeroDataParallel", "MemoryMeter", "STAGES", "OPTIMIZERS", "UNITS"]
+__all__ = ["ZeroConfig", "ZeroDataParallel", "MemoryMeter", "STAGES", "OPTIMIZERS"]
 
 STAGES = (1, 2, 3)
-UNITS = ("model", "layer")
 
 
 @dataclass(frozen=True)
@@ -75,8 +67,7 @@ class ZeroConfig:
     optimizer: str = "sgd"
     lr: float = 0.1
     momentum: float = 0.0  # SGD only
-    split: str = "uneven"  # or "padded" (see zero_shards)
-    units: str = "layer"  # stages 2-3 move one "layer" at a time, or the whole "model"
+    split: str = "uneven"  # or "padded" (see shards.SPLITS)
     prefetch: bool = False  # stage 3: start the next layer's all-gather before computing
     weight_decay: float = 0.0
     betas: tuple = (0.9, 0.999)  # adam / adamw only
@@ -95,8 +86,6 @@ class ZeroConfig:
             raise ValueError(f"split={self.split!r} is unknown; choose one of {SPLITS}")
         if self.prefetch not in (True, False) or (self.prefetch and self.stage != 3):
             raise ValueError(f"prefetch={self.prefetch!r} must be a bool, True only at stage=3")
-        if self.units not in UNITS:
-            raise ValueError(f"units={self.units!r} is unknown; choose one of {UNITS}")
 
 
 class ZeroDataParallel(nn.Module):
@@ -116,12 +105,13 @@ class ZeroDataParallel(nn.Module):
         cfg = config if config is not None else ZeroConfig(**fields)
         self.module, self.comm, self.config, self.stage = module, comm, cfg, cfg.stage
         self.require_sync, self._armed = True, False
-        self.units = layer_units(module, cfg.units)
+        self.units = layer_units(module)
         self.params = [p for u in self.units for p in u.params]
         self.layout = Layout(self.units[-1].b, comm.world_size, cfg.split)
         self.flat_grad: torch.Tensor | None = None
         with torch.no_grad():
-            self.shard = nn.Parameter(self._shard_from(self._broadcast_flat()))
+            flat = broadcast_params(comm, self.params, self.layout.padded_numel)
+            self.shard = nn.Parameter(self._shard_from(flat))
         self.opt = make_optimizer([self.shard], cfg)  # Step 3's optimizer, on the shard only
         if self.stage == 1:  # stage 1 keeps whole gradients, views of one buffer
             self.flat_grad = self.shard.new_zeros(self.layout.padded_numel)
@@ -130,13 +120,6 @@ class ZeroDataParallel(nn.Module):
         self.memory = MemoryMeter(self)
         self._hooks = self._install_hooks() if self.stage > 1 else []
         self.memory.sample("start")
-
-    def _broadcast_flat(self) -> torch.Tensor:
-        """All parameters in one buffer, rank 0's on every rank (as DDP starts)."""
-        flat = self.params[0].new_zeros(self.layout.padded_numel)
-        torch.cat([p.detach().reshape(-1) for p in self.params], out=flat[: self.layout.numel])
-        self.comm.broadcast(flat, src=0)
-        return flat
 
     def _shard_from(self, flat: torch.Tensor) -> torch.Tensor:
         mine = self.layout.pieces(flat)[self.comm.rank]
@@ -285,8 +268,8 @@ class ZeroDataParallel(nn.Module):
             self.memory.sample("gathered")
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Forget the gradients: the shard's `.grad` set to None (or zeroed, as torch's
-        optimizers do with `set_to_none=False`); stage 1 zeroes its whole buffer and keeps it."""
+        """Forget the gradients (the shard's `.grad` None, or zeroed with `set_to_none=False`);
+        stage 1 zeroes its whole buffer and keeps it."""
         if set_to_none or self.shard.grad is None:
             self.shard.grad = None
         else:

@@ -1,31 +1,26 @@
-"""How long a ZeRO step takes on a network: simulated, and the alpha-beta model with and
-without prefetching stage 3's all-gathers.
+"""How long a ZeRO step takes on a network: the alpha-beta model, with and without
+prefetching stage 3's all-gathers, and the simulator that checks it.
 
-A model of L equal layers, Psi parameters of `itemsize` bytes, forward compute
-F per step (backward 2F), N ranks. Per step (the formulas of `step_time`):
+L equal layers, Psi parameters of `itemsize` bytes, forward compute F per step
+(backward 2F), N ranks; AG and RS of one layer's Psi/L (`step_time`):
 
-1. plain data parallelism and ZeRO-1 move 2 Psi (a reduce-scatter and an
-   all-gather of the whole model); our from-scratch code waits for each
-   transfer, so t = 3F + RS(Psi) + AG(Psi); ZeRO-2 reduce-scatters layer by
-   layer: t = 3F + L RS(Psi/L) + AG(Psi) (L - 1 more latencies);
-2. ZeRO-3 without prefetch (ours): every layer waits for its all-gather, twice:
-   t = 3F + L (2 AG(Psi/L) + RS(Psi/L));
-3. ZeRO-3 with prefetch (what FSDP does): layer l+1's all-gather runs while layer
-   l computes, so each layer costs max(compute, transfer) and only the first
-   gather of each pass and the last reduce-scatter show:
-   t = AG + (L-1) max(F/L, AG) + F/L + AG + (L-1) max(2F/L, AG + RS) + 2F/L + RS,
-   with AG, RS of one layer. The all-gather hides when AG(Psi/L) <= F/L.
+1. data parallelism and ZeRO-1 move 2 Psi, a reduce-scatter and an all-gather of
+   the whole model, and wait for them: t = 3F + RS(Psi) + AG(Psi); ZeRO-2
+   reduce-scatters layer by layer: t = 3F + L RS + AG(Psi);
+2. ZeRO-3 without prefetch: every layer waits for its all-gather, twice:
+   t = 3F + L (2 AG + RS);
+3. ZeRO-3 with prefetch (FSDP's): layer l+1's all-gather runs while layer l
+   computes, so a layer costs max(compute, transfer) and only the first gather of
+   each pass and the last reduce-scatter show:
+   t = AG + (L-1) max(F/L, AG) + F/L + AG + (L-1) max(2F/L, AG + RS) + 2F/L + RS.
+   The gather hides when AG <= F/L (`hides`).
 
-`simulate_step(stage, ...)` runs our ZeRO (or "flat" DP, stage 0) on simulated
-ranks with the compute charged layer by layer, and returns the logical seconds
-of one step: the measurement that checks items 1 and 2.
-
-Limits: AG(x) and RS(x) are ring collectives over an even split, N-1 steps of
-x/N each (per-parameter sharding: FSDP2, `FullyShard`). Our `ZeroDataParallel`'s
-flat shards can put a whole layer on one rank, whose gather is then a broadcast
-from that owner: on a bandwidth-bound link the model is then low by more than
-2x (lesson 10 shows 8.35 ms modeled vs 18.25 ms simulated). No contention,
-no overlap of the reduce-scatters without prefetch.
+`simulate_step` runs our ZeRO (or "flat" DP, stage 0) on simulated ranks with the
+compute charged layer by layer (train.layer_compute) and returns the logical
+seconds of one step. Limits: AG and RS are ring collectives over an even split
+(per-parameter sharding, as `FullyShard`); our flat shards can put a whole layer
+on one rank, whose gather is then a broadcast from it, so on a bandwidth-bound
+link the model is low by more than 2x (lesson 10 shows it). No contention.
 """
 
 from __future__ import annotations
@@ -73,29 +68,25 @@ def hides(psi: float, layers: int, n: int, network, forward_seconds: float,
     return ag <= forward_seconds / layers
 
 
-class _Charge:
-    """Forward hooks that charge `f` seconds per layer, and 2f when its backward starts."""
-
-    def __init__(self, comm, module: nn.Module, f: float):
-        self.hooks = [m.register_forward_hook(self._hook(comm, f))
-                      for m in module.modules() if isinstance(m, nn.Linear)]
-
-    @staticmethod
-    def _hook(comm, f: float):
-        def hook(_m, _inputs, out):
-            comm.compute(f)
-            if out.requires_grad:
-                out.register_hook(lambda g: comm.compute(2 * f))
-        return hook
+def _charge(comm, seconds: float):
+    """A forward hook: 1/3 of `seconds` after the layer's forward, 2/3 as its backward starts."""
+    def hook(_m, _inputs, out):
+        comm.compute(seconds / 3)
+        if out.requires_grad:
+            out.register_hook(lambda g: comm.compute(seconds * 2 / 3))
+    return hook
 
 
-def _worker(comm, stage: int, hidden: int, depth: int, f: float, steps: int, prefetch: bool):
+def _worker(comm, stage: int, hidden: int, depth: int, seconds: float, steps: int, prefetch):
     torch.manual_seed(0)
     net = nn.Sequential(*[nn.Linear(hidden, hidden) for _ in range(depth)])
     wrapped = (DataParallel(net, comm, "flat") if stage == 0 else
                ZeroDataParallel(net, comm, stage=stage, lr=0.01, prefetch=prefetch))
     opt = wrapped if stage else torch.optim.SGD(net.parameters(), lr=0.01)
-    _Charge(comm, net, f)
+    # Compute charged after the wrapper's hooks, equal per layer (train's LayerCompute weighs
+    # layers by their parameters, which stage 3 has freed by then).
+    for layer in net:
+        layer.register_forward_hook(_charge(comm, seconds / depth))
     comm.barrier()
     start = comm.now()
     for step in range(steps):
@@ -107,14 +98,14 @@ def _worker(comm, stage: int, hidden: int, depth: int, f: float, steps: int, pre
     return (comm.now() - start) / steps
 
 
-def simulate_step(stage: int, n: int, network, *, hidden: int = 32, depth: int = 4,
+def simulate_step(stage: int, world_size: int, *, network, hidden: int = 32, depth: int = 4,
                   forward_seconds: float = 1e-3, steps: int = 2, prefetch: bool = False) -> float:
-    """Logical seconds of one step of our ZeRO `stage` (0: "flat" DP) on `n` simulated ranks.
+    """Logical seconds of one step of our ZeRO `stage` (0: "flat" DP) on simulated ranks.
 
-    The model is `depth` Linear(hidden, hidden) layers (bias included); each
-    charges forward_seconds / depth in forward and twice that in backward.
-    `prefetch` (stage 3): start each layer's all-gather one layer ahead.
+    The model is `depth` Linear(hidden, hidden) layers; each charges forward_seconds /
+    depth in forward and twice that in backward. `prefetch` (stage 3): start each
+    layer's all-gather one layer ahead.
     """
-    f = forward_seconds / depth
-    res = sim.run(_worker, n, args=(stage, hidden, depth, f, steps, prefetch), network=network)
+    res = sim.run(_worker, world_size, network=network,
+                  args=(stage, hidden, depth, 3 * forward_seconds, steps, prefetch))
     return max(res)

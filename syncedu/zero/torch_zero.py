@@ -1,23 +1,16 @@
-"""The library versions of ZeRO, on the same model and batches as ours: one worker each.
+"""The library versions of ZeRO on the same model and batches as ours, one worker each
+(programs that show torch's own API, so they keep their own loop):
 
-- `ddp_worker(comm, steps, optimizer, zero=False)`: `DistributedDataParallel`,
-  with torch's plain optimizer or, with `zero=True`, wrapped in
-  `torch.distributed.optim.ZeroRedundancyOptimizer` (ZeRO stage 1: each rank
-  keeps the optimizer state of its share of the parameters, then broadcasts
-  them; Rajbhandari et al., SC 2020);
-- `fsdp_worker(comm, steps, optimizer)`: FSDP2's `fully_shard` on every layer
-  and on the root (ZeRO stage 3: parameters sharded as `DTensor`s, all-gathered
-  per layer in forward and backward, gradients reduce-scattered).
+- `ddp_worker(comm, steps, optimizer, zero=False)`: `DistributedDataParallel`, with
+  torch's optimizer or (`zero=True`) `ZeroRedundancyOptimizer` (ZeRO-1 by whole tensors);
+- `fsdp_worker(comm, steps, optimizer)`: FSDP2's `fully_shard` on every Linear and the
+  root (ZeRO-3: `DTensor` shards, all-gathered per layer, gradients reduce-scattered).
+  FSDP2 averages with `ReduceOp.AVG`, which Gloo was reported to *sum* (pytorch issue
+  162338): the worker measures the ratio to the true mean at step 0 and, if it is N,
+  divides the gradients by N after every backward, and says so.
 
-Known pitfall: FSDP2 averages gradients with a reduce-scatter using
-`ReduceOp.AVG`; on Gloo that has been reported to *sum* instead (pytorch issue
-162338), which makes FSDP2's gradients N times DDP's. `fsdp_worker` measures
-the ratio at the first step and, if it is N, divides the gradients by N after
-every backward (the workaround), and says so in its result.
-
-Every worker returns `(params, extra)`: the final parameters by the plain
-module's names, and a dict of what the lesson shows (optimizer-state elements
-held on this rank, whether the workaround was applied).
+Each returns `(params, extra)`: the final parameters by the plain module's names, and
+what the lesson shows (optimizer-state elements on this rank, the workaround's verdict).
 """
 
 from __future__ import annotations
@@ -91,12 +84,8 @@ def _averaged_grad_norm(comm, net) -> float:
 
 
 def fsdp_worker(comm, steps: int = 3, optimizer: str = "sgd"):
-    """FSDP2 `fully_shard` on each Linear and on the root; the Gloo workaround if needed.
-
-    After step 0's backward it compares the norm of FSDP2's gradient with the
-    norm of the true averaged gradient: a ratio of N means FSDP2 summed
-    (pytorch#162338), and from then on the gradients are divided by N.
-    """
+    """FSDP2 `fully_shard` on each Linear and on the root; at step 0 the norm of its
+    gradient against the true mean's: a ratio of N (pytorch#162338) divides by N from then on."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 

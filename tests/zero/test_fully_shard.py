@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from syncedu import launch
 from syncedu.comm import sim
 from syncedu.zero.fully_shard import FullyShard
 
@@ -158,13 +157,12 @@ def test_predicate_policy_and_no_gathers_left_behind():
 
 
 @pytest.mark.real
-def test_matches_one_process_on_real_ranks():
+def test_matches_one_process_on_real_ranks(pool2):
     """The default process group (comm=None), fp32 and fp16 compute (Gloo moves fp16 too)."""
-    with launch.Pool(2, output="quiet", timeout=120) as pool:
-        for dtype, linear, atol in ((None, nn.Linear, 1e-6), (torch.float16, CastLinear, 1e-4)):
-            want = _reference(2, linear)
-            for params, *_ in pool.run(_worker, kwargs={"default": True, "compute_dtype": dtype}):
-                _close(params, want, atol)
+    for dtype, linear, atol in ((None, nn.Linear, 1e-6), (torch.float16, CastLinear, 1e-4)):
+        want = _reference(2, linear)
+        for params, *_ in pool2.run(_worker, kwargs={"default": True, "compute_dtype": dtype}):
+            _close(params, want, atol)
 
 
 def test_bad_arguments_name_the_parameter():
@@ -179,7 +177,7 @@ def test_bad_arguments_name_the_parameter():
 
 def test_per_parameter_spreads_each_layer_over_every_rank():
     from syncedu.zero import torch_zero as zt
-    from syncedu.zero.sharding_compare import spread
+    from syncedu.zero.fully_shard_units import spread
 
     rows = spread(zt.model(), 4)  # 64 -> 13 -> 13 -> 10: 1,167 parameters
     assert [r["numel"] for r in rows] == [845, 182, 140]

@@ -1,30 +1,41 @@
-"""zero.hsdp: HSDP (shard in the node, replicate across nodes) gives the global mean,
-moves fewer inter-node bytes and less time than FSDP on a cluster; the three
-accumulation flavours give the same gradients at their different costs."""
+"""zero.hsdp: HybridShard (shard in the node, replicate across nodes) gives the global mean
+at 6 ranks in 1, 2 and 3 nodes, moves fewer inter-node bytes (counted from the trace) and
+less time than FSDP on a cluster; the three accumulation flavours give one process's
+gradients at their different costs."""
 
 import pytest
 import torch
 
 from syncedu.comm import Network, sim
 from syncedu.zero import hsdp
+from syncedu.zero.hsdp import HybridShard
 
 
-def _mean_worker(comm, nodes, numel):
-    flat = torch.randn(numel, generator=torch.Generator().manual_seed(comm.rank))
-    piece = hsdp.hsdp_mean(comm, flat, nodes)
-    return piece, hsdp.node_all_gather(comm, piece, numel, nodes)
+def _one_step_worker(comm, nodes):
+    hs = HybridShard(_Net(), comm, nodes=nodes)
+    x, y = _data(0, comm.rank)
+    torch.nn.functional.cross_entropy(hs(x), y).backward()
+    hs.finish_gradient_synchronization()
+    return {k: p.grad.clone() for k, p in hs.module.named_parameters()}, hs.full_parameters()
 
 
 @pytest.mark.parametrize("nodes", [1, 2, 3])
-def test_hsdp_mean_is_the_global_mean(nodes):
-    n, numel = 6, 23  # 6 ranks: G = 6, 3, 2 shards of an odd length
-    want = torch.stack([torch.randn(numel, generator=torch.Generator().manual_seed(r))
-                        for r in range(n)]).mean(0)
-    res = sim.run(_mean_worker, n, args=(nodes, numel),
+def test_hsdp_gradient_shards_are_the_global_mean(nodes):
+    n = 6  # G = 6, 3, 2 shards of 5 rows (fc1) and 3 rows (fc2): none divides evenly
+    net = _Net()
+    xs, ys = zip(*[_data(0, r) for r in range(n)])
+    torch.nn.functional.cross_entropy(net(torch.cat(xs)), torch.cat(ys)).backward()
+    res = sim.run(_one_step_worker, n, args=(nodes,),
                   network=Network.cluster(3, 2) if nodes == 3 else None)
-    for _, full in res:
-        torch.testing.assert_close(full, want, atol=1e-6, rtol=0)
-    assert sum(p.numel() for p, _ in res) == numel * nodes  # each replica holds it all once
+    g = n // nodes
+    for name, p in net.named_parameters():
+        if name == "scale":  # replicated: the whole mean on every rank
+            for grads, _ in res:
+                torch.testing.assert_close(grads[name], p.grad, atol=1e-6, rtol=0)
+            continue
+        for node in range(nodes):  # each node's shards, end to end, are the whole mean
+            rows = torch.cat([res[node * g + k][0][name] for k in range(g)])
+            torch.testing.assert_close(rows, p.grad, atol=1e-6, rtol=0, msg=name)
 
 
 def test_hsdp_against_fsdp_on_clusters():
@@ -38,21 +49,24 @@ def test_hsdp_against_fsdp_on_clusters():
 
 
 def test_accumulation_flavours_same_gradients_different_costs():
-    numel, micro = 1000, 3
+    numel, micro, d = 1024, 3, 32
     net = Network.cluster(2, 2, inter="ethernet_100g")
     out = {mode: sim.run(hsdp.accumulation_worker, 4, network=net,
                          args=(numel, 2, mode, micro, 1e-4)) for mode in hsdp.MODES}
-    grads = [torch.randn(numel, generator=torch.Generator().manual_seed(97 * r + m))
-             for r in range(4) for m in range(micro)]
-    want = torch.stack(grads).mean(0)
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(d, d, bias=False)  # one process: the mean over ranks and micro-batches
+    xs = [torch.randn(micro, 2, d, generator=torch.Generator().manual_seed(r)) for r in range(4)]
+    (layer(torch.cat(xs).reshape(-1, 2, d)).square().mean((1, 2)).mean()).backward()
     for mode, res in out.items():
         full = torch.cat([res[0]["grad"], res[1]["grad"]])  # node 0's two shards
-        torch.testing.assert_close(full, want, atol=1e-6, rtol=0, msg=mode)
-    inter = {m: sum(r["inter"] for r in res) for m, res in out.items()}
+        torch.testing.assert_close(full, layer.weight.grad, atol=1e-6, rtol=0, msg=mode)
+    since = {m: min(r["start"] for r in res) for m, res in out.items()}
+    inter = {m: hsdp.inter_node_bytes(res, net, since[m]) for m, res in out.items()}
     assert inter["defer_all_reduce"] * micro == inter["every"]  # the slow link once per step
     assert inter["no_reduce_scatter"] == inter["defer_all_reduce"]
     kept = {m: res[0]["grad_bytes_kept"] for m, res in out.items()}
     assert kept["no_reduce_scatter"] == 4 * numel == 2 * kept["defer_all_reduce"]
+    assert kept["every"] == kept["defer_all_reduce"]  # a shard's gradient, or its pending sum
     seconds = {m: max(r["seconds"] for r in res) for m, res in out.items()}
     assert seconds["defer_all_reduce"] < seconds["every"]
     assert seconds["no_reduce_scatter"] < seconds["every"]
@@ -65,7 +79,9 @@ def test_cosmos_numbers_and_bad_arguments():
     with pytest.raises(ValueError, match="nodes="):
         hsdp.check_nodes(8, 0)
     with pytest.raises(ValueError, match="mode="):
-        hsdp.accumulation_worker(None, 10, 1, "lazy")  # checked before any traffic
+        hsdp.accumulation_worker(None, 16, 1, "lazy")  # checked before any traffic
+    with pytest.raises(ValueError, match="numel="):
+        hsdp.accumulation_worker(None, 10, 1)
 
 
 # ------------------------------------------------------------ HybridShard: HSDP training
@@ -97,8 +113,6 @@ def _one_process(n, steps=3):
 
 
 def _hybrid_worker(comm, micro=1, defer=False, steps=3):
-    from syncedu.zero.hybrid_shard import HybridShard
-
     hs = HybridShard(_Net(), comm)  # nodes from the cluster network
     opt = torch.optim.SGD(hs.module.parameters(), lr=0.1)
     comm.ledger.reset()
@@ -137,8 +151,6 @@ def test_hybrid_shard_trains_like_one_process():
 
 
 def test_hybrid_shard_needs_nodes_that_divide_the_world():
-    from syncedu.zero.hybrid_shard import HybridShard
-
     def worker(comm, nodes):
         HybridShard(_Net(), comm, nodes=nodes)
     for nodes, match in ((3, "nodes=3"), (None, "nodes=None")):

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from syncedu import dp, launch
+from syncedu import dp
 from syncedu.comm import sim
 from syncedu.comm.ledger import ring_allreduce_elements
 from syncedu.zero.sharded_optimizer import ShardedOptimizer
@@ -117,12 +117,11 @@ def test_dp_then_sharded_sends_twice_dp_is_just_the_all_gather():
 
 
 @pytest.mark.real
-def test_equal_to_unsharded_adamw_on_real_ranks():
+def test_equal_to_unsharded_adamw_on_real_ranks(pool2):
     want, _ = _reference(2)
-    with launch.Pool(2, output="quiet", timeout=120) as pool:
-        for reduce_scatter, ddp in ((True, False), (False, False), (False, True)):
-            for params, *_ in pool.run(_worker, (reduce_scatter, True, ddp)):
-                _close(params, want)
+    for reduce_scatter, ddp in ((True, False), (False, False), (False, True)):
+        for params, *_ in pool2.run(_worker, (reduce_scatter, True, ddp)):
+            _close(params, want)
 
 
 def test_load_state_dict_round_trip_and_lr_change():
@@ -181,3 +180,31 @@ def test_bad_arguments_name_the_parameter():
         ShardedOptimizer(lin.parameters(), nn.Linear, comm=object())
     with pytest.raises(ValueError, match="reduce_scatter"):
         ShardedOptimizer(lin.parameters(), torch.optim.SGD, comm=object(), reduce_scatter="yes")
+
+
+def test_state_dict_of_sgd_with_and_without_momentum():
+    """The state's names come from the optimizer class itself: SGD with momentum has a
+    per-element `momentum_buffer`, without momentum no state at all (as torch's)."""
+    def worker(comm, momentum):
+        torch.manual_seed(0)
+        lin = nn.Linear(3, 4)
+        opt = ShardedOptimizer(lin.parameters(), torch.optim.SGD, comm, reduce_scatter=True,
+                               lr=0.1, momentum=momentum)
+        for _ in range(2):
+            opt.zero_grad()
+            lin(torch.ones(2, 3)).sum().backward()
+            opt.step()
+        return opt.state_dict()["state"]
+
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 4)
+    ref = torch.optim.SGD(lin.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(2):
+        ref.zero_grad()
+        lin(torch.ones(2, 3)).sum().backward()
+        ref.step()
+    for state in sim.run(worker, 3, args=(0.9,)):
+        assert state.keys() == ref.state_dict()["state"].keys() == {0, 1}
+        for i, st in ref.state_dict()["state"].items():
+            torch.testing.assert_close(state[i]["momentum_buffer"], st["momentum_buffer"])
+    assert all(state == {} for state in sim.run(worker, 3, args=(0.0,)))

@@ -2,8 +2,6 @@
 parallelism, 1x/1x/1.5x of its bytes, optimizer state 1/N per rank; torch's
 ZeroRedundancyOptimizer and FSDP2 equal to DDP; train.run's "zero1".."zero3"."""
 
-import math
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -100,8 +98,8 @@ def test_stage3_prefetch_same_parameters_bytes_less_time():
         assert zt.max_diff(ahead[0][0], plain[0][0]) == 0.0
         assert sum(r[1] for r in ahead) == sum(r[1] for r in plain)  # same bytes, sent direct
     net = Network(latency=10e-6, bandwidth=1e9)
-    slow = zero_time.simulate_step(3, 4, net, hidden=32, depth=4)
-    fast = zero_time.simulate_step(3, 4, net, hidden=32, depth=4, prefetch=True)
+    slow = zero_time.simulate_step(3, 4, network=net, hidden=32, depth=4)
+    fast = zero_time.simulate_step(3, 4, network=net, hidden=32, depth=4, prefetch=True)
     assert fast < slow
     with pytest.raises(ValueError, match="prefetch="):
         ZeroConfig(stage=2, prefetch=True)
@@ -117,12 +115,6 @@ def test_world_size_one_and_four():
             # Adam divides by sqrt(v): gradients that nearly cancel magnify the rounding
             # of a different summation order (one process on the whole batch).
             assert zt.max_diff(res[0][0], _one_process(n, "adam")) < 1e-4
-
-
-@pytest.fixture(scope="module")
-def pool2():
-    with launch.Pool(2, timeout=120) as pool:
-        yield pool
 
 
 def test_stages_on_two_real_ranks(pool2):
@@ -180,7 +172,7 @@ def test_stages_shrink_gradients_then_parameters():
 
 # ------------------------------------------------------------ bad input
 @pytest.mark.parametrize("field,value", [("stage", 4), ("optimizer", "lamb"),
-                                         ("split", "ragged"), ("units", "block"),
+                                         ("split", "ragged"),
                                          ("momentum", 1.5), ("lr", 0.0)])
 def test_bad_config_names_the_parameter(field, value):
     with pytest.raises(ValueError, match=f"{field}="):
@@ -204,6 +196,14 @@ def test_train_run_zero_equals_flat_simulated(opt, momentum, acc):
         h = train.run(stage, 3, **kw)
         assert h.max_param_diff(flat) < 1e-5, stage
         assert abs(h.loss[-1] - flat.loss[-1]) < 1e-5
+
+
+def test_train_run_charges_modeled_compute_at_every_stage():
+    # Stage 3 frees the parameters as it wraps: the compute must still be charged per layer.
+    kw = dict(steps=2, global_batch=16, simulate=True, compute_seconds=0.01)
+    assert train.run("flat", 2, **kw).sim_seconds == pytest.approx(0.02)
+    for stage in ("zero1", "zero2", "zero3"):
+        assert train.run(stage, 2, **kw).sim_seconds >= 0.02, stage
 
 
 def test_train_run_zero3_cnn_with_batchnorm_equals_flat():
@@ -291,89 +291,11 @@ def test_simulated_step_time_matches_the_model():
     net = Network(latency=10e-6, bandwidth=1e9)
     psi = 4 * (32 * 32 + 32)
     for stage, mode in ((0, "dp"), (1, "zero1"), (3, "zero3")):
-        simulated = zero_time.simulate_step(stage, 4, net, hidden=32, depth=4)
+        simulated = zero_time.simulate_step(stage, 4, network=net, hidden=32, depth=4)
         model = zero_time.step_time(mode, psi, 4, 4, net, 1e-3, itemsize=4)
         assert simulated == pytest.approx(model, rel=0.02), mode
     assert zero_time.step_time("zero3_prefetch", psi, 4, 4, net, 1e-3, itemsize=4) < \
         zero_time.step_time("zero3", psi, 4, 4, net, 1e-3, itemsize=4)
-
-
-def test_lesson10_checkers_accept_a_right_answer_and_reject_wrong_ones():
-    from syncedu.zero import exercises10 as ex
-    from syncedu.zero.shards import ring_all_gather_pieces, ring_reduce_scatter_pieces
-
-    def right(comm, params, grads, sizes, lr):
-        starts = [sum(sizes[:r]) for r in range(len(sizes))]
-        mine = ring_reduce_scatter_pieces(
-            comm, [grads[s:s + k] for s, k in zip(starts, sizes)]).div_(comm.world_size)
-        params[starts[comm.rank]:starts[comm.rank] + sizes[comm.rank]].sub_(lr * mine)
-        ring_all_gather_pieces(comm, [params[s:s + k] for s, k in zip(starts, sizes)])
-
-    def allreduce_and_broadcast(comm, params, grads, sizes, lr):
-        comm.all_reduce(grads, op="avg")
-        params.sub_(lr * grads)
-        comm.broadcast(params)
-
-    def parameter_server(comm, params, grads, sizes, lr):
-        g = grads.clone()
-        comm.reduce(g, dst=0, op="avg")
-        if comm.rank == 0:
-            params.sub_(lr * g)
-        comm.broadcast(params, src=0)
-
-    def p2p_root(comm, params, grads, sizes, lr):
-        n = comm.world_size
-        if comm.rank == 0:
-            total = grads.clone()
-            for src in range(1, n):
-                total += comm.recv(torch.empty_like(grads), src)
-            params.sub_(lr * total / n)
-            for dst in range(1, n):
-                comm.send(params, dst)
-        else:
-            comm.send(grads, 0)
-            params.copy_(comm.recv(torch.empty_like(params), 0))
-
-    assert ex.zero2_step.grade(right)
-    assert not ex.zero2_step.grade(allreduce_and_broadcast)
-    assert not ex.zero2_step.grade(parameter_server)
-    assert not ex.zero2_step.grade(p2p_root)
-    # Plain data parallelism sends an allreduce's bytes but is not a ZeRO-2 step.
-    assert not ex.zero2_step.grade(lambda comm, params, grads, sizes, lr: (
-        comm.all_reduce(grads, op="avg"), params.sub_(lr * grads)))
-
-
-def _parts(psi, n, stage, sharded, ceil=False):
-    b = {"params": 2, "grads": 2, "optimizer": 12}
-    per = math.ceil(psi / n) if ceil else psi / n
-    return {k: b[k] * (per if k in sharded[stage] else psi) for k in b}
-
-
-RIGHT = {0: (), 1: ("optimizer",), 2: ("optimizer", "grads"), 3: ("optimizer", "grads", "params")}
-
-
-def test_memory_checker_accepts_psi_over_n_and_ceil_and_rejects_the_swaps(capsys):
-    from syncedu.train import memory
-    from syncedu.zero import exercises10 as ex
-    assert ex.memory_per_rank.grade(lambda p, n, s: {
-        k: v for k, v in memory.bytes_per_rank(p, n, s).items() if k != "total"})
-    assert ex.memory_per_rank.grade(lambda p, n, s: _parts(p, n, s, RIGHT))
-    assert ex.memory_per_rank.grade(lambda p, n, s: _parts(p, n, s, RIGHT, ceil=True))
-    capsys.readouterr()
-    # Stage 2 sharding the parameters in place of the gradients: the same total.
-    swapped = {**RIGHT, 2: ("optimizer", "params")}
-    assert not ex.memory_per_rank.grade(lambda p, n, s: _parts(p, n, s, swapped))
-    assert "parameters are sharded only at stage 3" in capsys.readouterr().out
-    assert not ex.memory_per_rank.grade(lambda p, n, s: memory.bytes_per_rank(p, n, s)["total"])
-    assert not ex.memory_per_rank.grade(lambda p, n, s: _parts(p, n, s, {s: () for s in RIGHT}))
-    # Rounding the wrong way (floor) is a wrong count of elements.
-    def floor(p, n, s):
-        parts = _parts(p, n, s, RIGHT)
-        if (p, n) != (10, 4):
-            return parts
-        return {k: (v // 2 * 2 if k != "optimizer" else v) for k, v in parts.items()}
-
-    assert not ex.memory_per_rank.grade(floor)
 
 
 def test_time_model_is_a_lower_bound_for_flat_shards_on_a_slow_link():
@@ -383,12 +305,12 @@ def test_time_model_is_a_lower_bound_for_flat_shards_on_a_slow_link():
 
     from syncedu import Network
     from syncedu.zero import timing as zero_time
-    from syncedu.zero.sharding_compare import spread
+    from syncedu.zero.fully_shard_units import spread
     link = Network(latency=1e-5, bandwidth=3e7)
     torch.manual_seed(0)
     pieces = spread(nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)]), 4)
     assert [max(r["flat"]) for r in pieces] == [4160] * 4
     bound = 3e-3 + sum(3 * 3 * (link.latency + 4 * max(r["flat"]) / link.bandwidth) for r in pieces)
     model = zero_time.step_time("zero3", 4 * (64 * 64 + 64), 4, 4, link, 1e-3, itemsize=4)
-    simulated = zero_time.simulate_step(3, 4, link, hidden=64, depth=4)
+    simulated = zero_time.simulate_step(3, 4, network=link, hidden=64, depth=4)
     assert model < simulated < bound and simulated > 2 * model

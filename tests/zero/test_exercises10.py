@@ -1,0 +1,199 @@
+"""Lesson 10's checkers (zero/exercises10.py), each at N = 3 and 4: right answers (a padded
+ceil(Psi/N) split on the built-ins, the uneven ring split) pass; a root-based "ZeRO"
+(built-in or point-to-point), data parallelism, unsharded momentum, a missing /N fail, each
+with the reason; the memory checker takes Psi/N and ceil(Psi/N) and rejects swapped parts."""
+
+import math
+
+import torch
+
+from syncedu.train import memory
+from syncedu.zero.exercises10 import memory_per_rank, zero1_step, zero2_step
+from syncedu.zero.shards import (
+    Layout,
+    ring_all_gather_pieces,
+    ring_reduce_scatter_pieces,
+)
+
+
+def _momentum(state, g, m):
+    v = state.get("v")
+    state["v"] = g.clone() if v is None else v.mul_(m).add_(g)
+    return state["v"]
+
+
+def padded(comm, params, grads, state, lr, m):
+    n, r, numel = comm.world_size, comm.rank, params.numel()
+    c = -(-numel // n)
+    g = torch.zeros(n * c)
+    g[:numel] = grads
+    mine = torch.empty(c)
+    comm.reduce_scatter(mine, list(g.chunk(n)), op="avg")
+    p = torch.zeros(n * c)
+    p[:numel] = params
+    pieces = list(p.chunk(n))
+    pieces[r].sub_(lr * _momentum(state, mine, m))
+    comm.all_gather(pieces, pieces[r].clone())
+    params.copy_(p[:numel])
+
+
+def uneven(comm, params, grads, state, lr, m):
+    layout = Layout(params.numel(), comm.world_size, "uneven")
+    mean = ring_reduce_scatter_pieces(comm, layout.pieces(grads.clone())).div_(comm.world_size)
+    pieces = layout.pieces(params)
+    pieces[comm.rank].sub_(lr * _momentum(state, mean, m))
+    ring_all_gather_pieces(comm, pieces)
+
+
+def root_builtin(comm, params, grads, state, lr, m):
+    g = grads.clone()
+    comm.reduce(g, dst=0, op="avg")
+    if comm.rank == 0:
+        params.sub_(lr * _momentum(state, g, m))
+    comm.broadcast(params, src=0)
+
+
+def root_p2p(comm, params, grads, state, lr, m):
+    n = comm.world_size
+    if comm.rank == 0:
+        total = grads.clone()
+        for src in range(1, n):
+            total += comm.recv(torch.empty_like(grads), src)
+        params.sub_(lr * _momentum(state, total / n, m))
+        for dst in range(1, n):
+            comm.send(params, dst)
+    else:
+        comm.send(grads.clone(), 0)
+        comm.recv(params, 0)
+
+
+def data_parallel(comm, params, grads, state, lr, m):
+    g = grads.clone()
+    comm.all_reduce(g, op="avg")
+    params.sub_(lr * _momentum(state, g, m))
+
+
+def whole_momentum(comm, params, grads, state, lr, m):
+    """Sharded traffic, but every rank keeps (and updates) the whole momentum."""
+    layout = Layout(params.numel(), comm.world_size, "uneven")
+    g = grads.clone()
+    pieces = layout.pieces(g)
+    ring_reduce_scatter_pieces(comm, pieces).div_(comm.world_size)
+    ring_all_gather_pieces(comm, pieces)
+    params.sub_(lr * _momentum(state, g, m))
+
+
+def no_mean(comm, params, grads, state, lr, m):
+    layout = Layout(params.numel(), comm.world_size, "uneven")
+    total = ring_reduce_scatter_pieces(comm, layout.pieces(grads.clone()))
+    pieces = layout.pieces(params)
+    pieces[comm.rank].sub_(lr * _momentum(state, total, m))
+    ring_all_gather_pieces(comm, pieces)
+
+
+def stub(comm, params, grads, state, lr, m):
+    raise NotImplementedError
+
+
+def test_right_answers_pass(capsys):
+    assert zero1_step.grade(padded)  # ceil(Psi/N) per rank, zero padding
+    assert zero1_step.grade(uneven)
+    assert capsys.readouterr().out.count("correct") == 2
+
+
+def test_wrong_answers_fail_with_the_reason(capsys):
+    for answer, reason in ((root_builtin, "comm.reduce / comm.broadcast"),
+                           (root_p2p, "a root"), (data_parallel, "data parallelism"),
+                           (whole_momentum, "keeps momentum for 10 elements"),
+                           (no_mean, "divide the sum by N")):
+        assert not zero1_step.grade(answer), answer.__name__
+        assert reason in capsys.readouterr().out, answer.__name__
+
+
+def test_stub_is_not_attempted(capsys):
+    assert not zero1_step.grade(stub)
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+def test_lesson10_checkers_accept_a_right_answer_and_reject_wrong_ones(capsys):
+
+    def right(comm, params, grads, sizes, lr):
+        starts = [sum(sizes[:r]) for r in range(len(sizes))]
+        mine = ring_reduce_scatter_pieces(
+            comm, [grads[s:s + k] for s, k in zip(starts, sizes)]).div_(comm.world_size)
+        params[starts[comm.rank]:starts[comm.rank] + sizes[comm.rank]].sub_(lr * mine)
+        ring_all_gather_pieces(comm, [params[s:s + k] for s, k in zip(starts, sizes)])
+
+    def allreduce_and_broadcast(comm, params, grads, sizes, lr):
+        comm.all_reduce(grads, op="avg")
+        params.sub_(lr * grads)
+        comm.broadcast(params)
+
+    def parameter_server(comm, params, grads, sizes, lr):
+        g = grads.clone()
+        comm.reduce(g, dst=0, op="avg")
+        if comm.rank == 0:
+            params.sub_(lr * g)
+        comm.broadcast(params, src=0)
+
+    def p2p_root(comm, params, grads, sizes, lr):
+        n = comm.world_size
+        if comm.rank == 0:
+            total = grads.clone()
+            for src in range(1, n):
+                total += comm.recv(torch.empty_like(grads), src)
+            params.sub_(lr * total / n)
+            for dst in range(1, n):
+                comm.send(params, dst)
+        else:
+            comm.send(grads, 0)
+            params.copy_(comm.recv(torch.empty_like(params), 0))
+
+    def ring_allreduce_by_hand(comm, params, grads, sizes, lr):
+        # Data parallelism from point-to-point: a ring allreduce (1x the bytes), whole update.
+        pieces = Layout(params.numel(), comm.world_size, "uneven").pieces(grads)
+        ring_reduce_scatter_pieces(comm, pieces)
+        ring_all_gather_pieces(comm, pieces)
+        params.sub_(lr * grads / comm.world_size)
+
+    assert zero2_step.grade(right)
+    capsys.readouterr()
+    assert not zero2_step.grade(ring_allreduce_by_hand)
+    assert "data parallelism" in capsys.readouterr().out
+    assert not zero2_step.grade(allreduce_and_broadcast)
+    assert not zero2_step.grade(parameter_server)
+    assert not zero2_step.grade(p2p_root)
+    # Plain data parallelism sends an allreduce's bytes but is not a ZeRO-2 step.
+    assert not zero2_step.grade(lambda comm, params, grads, sizes, lr: (
+        comm.all_reduce(grads, op="avg"), params.sub_(lr * grads)))
+
+
+def _parts(psi, n, stage, sharded, ceil=False):
+    b = {"params": 2, "grads": 2, "optimizer": 12}
+    per = math.ceil(psi / n) if ceil else psi / n
+    return {k: b[k] * (per if k in sharded[stage] else psi) for k in b}
+
+
+RIGHT = {0: (), 1: ("optimizer",), 2: ("optimizer", "grads"), 3: ("optimizer", "grads", "params")}
+
+
+def test_memory_checker_accepts_psi_over_n_and_ceil_and_rejects_the_swaps(capsys):
+    assert memory_per_rank.grade(lambda p, n, s: {
+        k: v for k, v in memory.bytes_per_rank(p, n, s).items() if k != "total"})
+    assert memory_per_rank.grade(lambda p, n, s: _parts(p, n, s, RIGHT))
+    assert memory_per_rank.grade(lambda p, n, s: _parts(p, n, s, RIGHT, ceil=True))
+    capsys.readouterr()
+    # Stage 2 sharding the parameters in place of the gradients: the same total.
+    swapped = {**RIGHT, 2: ("optimizer", "params")}
+    assert not memory_per_rank.grade(lambda p, n, s: _parts(p, n, s, swapped))
+    assert "parameters are sharded only at stage 3" in capsys.readouterr().out
+    assert not memory_per_rank.grade(lambda p, n, s: memory.bytes_per_rank(p, n, s)["total"])
+    assert not memory_per_rank.grade(lambda p, n, s: _parts(p, n, s, {s: () for s in RIGHT}))
+    # Rounding the wrong way (floor) is a wrong count of elements.
+    def floor(p, n, s):
+        parts = _parts(p, n, s, RIGHT)
+        if (p, n) != (10, 4):
+            return parts
+        return {k: (v // 2 * 2 if k != "optimizer" else v) for k, v in parts.items()}
+
+    assert not memory_per_rank.grade(floor)

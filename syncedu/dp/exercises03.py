@@ -1,13 +1,11 @@
 """Checkers for notebooks/03_data_parallel's exercises.
 
-The build-it exercise (`bucketed_overlap`): the learner writes
-`bucketed_sync(comm, params, cap_bytes) -> finish`, which registers
-`register_post_accumulate_grad_hook` hooks that start each bucket's
-`comm.all_reduce(buffer, async_op=True)` as soon as backward has filled it, and
-returns `finish()`, which waits and leaves averaged gradients in `.grad`. The
-checker runs it on 2 and 3 simulated ranks, with two bucket caps, on a model of
-odd layer sizes with a frozen layer and a layer used twice (a tied weight), each
-rank on differently seeded data, and names the first mistake:
+`flat_sync` (one allreduce of a flat buffer) and the build-it exercise
+`bucketed_overlap`: `bucketed_sync(comm, params, cap_bytes) -> finish`, hooks that
+start each bucket's `comm.all_reduce(buffer, async_op=True)` as soon as backward
+has filled it. Both run on 2 and 3 simulated ranks (two caps), on a model of odd
+sizes with a frozen layer and a tied weight, each rank on its own data; the
+checker names the first mistake:
 
 1. no allreduce during backward, or a bucket launched later than the hook that
    completed it (all buckets launched at the end: no overlap), counted against
@@ -50,8 +48,7 @@ class CheckerNet(nn.Module):
         return self.c(h)
 
 
-def _model():
-    """The checker's model, the same on every rank (no broadcast in these exercises)."""
+def _model():  # the same on every rank: no broadcast in these exercises
     return CheckerNet(seed=0)
 
 
@@ -139,16 +136,6 @@ def flat_sync(sync, world_sizes=(2, 3)) -> bool:
 
 # ------------------------------------------------------------ build it: bucketed overlap
 BUCKET_CAPS = (300, 700)  # bytes: 3 and 2 buckets of the checker's model under DDP's rule
-
-
-def ddp_bucket_count(sizes_in_order: list[int], cap: int) -> int:
-    """Buckets DDP's rule makes for float32 tensors of `sizes_in_order` bytes (last first).
-
-    The rule is the package's own `build_buckets` (dp/buckets.py), which walks
-    the parameters from last to first and closes a bucket once it holds >= `cap` bytes.
-    """
-    params = [torch.empty(size // 4) for size in reversed(sizes_in_order)]
-    return len(build_buckets(params, cap))
 
 
 def ready_points(cap: int) -> list[int]:

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from syncedu import dp, launch
+from syncedu import dp
 from syncedu.comm import sim
 from syncedu.dp.buckets import build_buckets
 
@@ -198,12 +198,6 @@ def test_timeline_records_forward_backward_and_wait_per_micro_batch():
 
 
 # ------------------------------------------------------------------ real ranks
-@pytest.fixture(scope="module")
-def pool():
-    with launch.Pool(2, output="quiet") as p:
-        yield p
-
-
 def _ddp_worker(comm):
     from torch.nn.parallel import DistributedDataParallel
 

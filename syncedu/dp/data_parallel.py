@@ -216,19 +216,12 @@ def sync_paused(wrapper):
 class DataParallel(nn.Module):
     """Wrap `module` so that training on every rank's shard averages the gradients.
 
-    Args:
-        module: any `nn.Module` (its parameters on `comm.device` or the CPU).
-        comm: this rank's `Comm` (`TorchComm()` inside a script that set up
-            torch.distributed itself).
-        strategy: "naive", "flat" or "bucketed" (see `STRATEGIES`).
-        bucket_cap_mb: bucket size for "bucketed" (DDP's default: 25).
-        broadcast_buffers: re-broadcast rank 0's buffers (e.g. BatchNorm
-            running statistics) at every synchronizing forward, as DDP does.
-        timeout: seconds to wait for the gradient traffic before raising.
-        compression: None (fp32 allreduce), "fp16", "bf16", a compressor name or
-            object (`syncedu.compress.resolve`): `CompressedSync` averages
-            each bucket (flat: one; naive: one per parameter) with it after
-            backward, so the ledger counts the compressed bytes; no overlap.
+    `comm`: this rank's `Comm`; `strategy`: a key of `STRATEGIES`; `bucket_cap_mb`
+    for "bucketed" (DDP's default 25); `broadcast_buffers`: re-broadcast rank 0's
+    buffers (BatchNorm statistics) at every synchronizing forward, as DDP does;
+    `timeout`: seconds to wait for the gradient traffic; `compression`: None,
+    "fp16", "bf16" or a compressor (`syncedu.compress`), averaged by
+    `CompressedSync` after backward, so the ledger counts the compressed bytes.
     """
 
     def __init__(self, module: nn.Module, comm, strategy: str = "bucketed", *,
@@ -240,11 +233,8 @@ class DataParallel(nn.Module):
                              f"choose one of {sorted(STRATEGIES)}")
         if not timeout > 0:
             raise ValueError(f"timeout={timeout!r} must be > 0 seconds")
-        self.module = module
-        self.comm = comm
-        self.strategy = strategy
-        self.broadcast_buffers = broadcast_buffers
-        self.require_sync = True
+        self.module, self.comm, self.strategy = module, comm, strategy
+        self.broadcast_buffers, self.require_sync = broadcast_buffers, True
         self._broadcast_state()  # Step 1
         compressor = None if compression is None else resolve(compression)
         params = trainable_parameters(module)  # Step 2

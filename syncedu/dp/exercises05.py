@@ -1,21 +1,15 @@
-"""Checkers for notebooks/05_gradient_accumulation's exercises.
+"""Checker for notebooks/05_gradient_accumulation's build-it exercise.
 
-The build-it exercise: the learner writes one optimizer step of gradient
-accumulation, `train_step(model, optimizer, micro)`, with `model` a
-`DataParallel` (bucketed, several buckets) and `micro` K equal micro-batches.
-The checker calls it for two consecutive steps on 2 and 3 simulated ranks (a
-model of odd sizes with a frozen layer and a tied weight, each rank's copy
-seeded differently: the wrapper's broadcast must make them equal), watches what
-it does and names the first mistake it sees:
-
-1. the number of `optimizer.step()` calls (once per K micro-batches);
-2. the gradient traffic against one synchronization per step (ledger bytes),
-   and where `no_sync()` was active: at each forward (which is where DDP and
-   ours decide whether the coming backward synchronizes) and at each backward;
-3. the parameters after the two steps against two SGD steps on the whole
-   global batches, and against the usual wrong answers (loss not divided by K,
-   only the last micro-batch's gradient kept, `zero_grad` forgotten so the
-   first step's gradient leaks into the second, ranks left unsynchronized).
+The learner writes one optimizer step of gradient accumulation,
+`train_step(model, optimizer, micro)`, with `model` a bucketed `DataParallel` and
+`micro` K equal micro-batches. The checker calls it for two consecutive steps on 2
+and 3 simulated ranks (odd sizes, a frozen layer, a tied weight, each rank's copy
+seeded differently) and names the first mistake: the number of `optimizer.step()`
+calls; the ledger's gradient bytes against one synchronization per step, with
+where `no_sync()` was active at each forward and backward (the forward decides);
+the parameters against two SGD steps on the whole batches and against the usual
+wrong answers (loss not divided by K, only the last micro-batch kept, `zero_grad`
+forgotten, ranks left unsynchronized).
 """
 
 from __future__ import annotations

@@ -11,10 +11,8 @@ them, and starts a bucket's allreduce as soon as its last gradient is ready.
    or more (DDP's rule: the cap is crossed, then the bucket closes, so a layer's
    bias and weight stay together); a dtype or device change also starts a new
    bucket. Each bucket has one flat buffer and each parameter an offset in it.
-2. during backward, dp.py's `BucketedSync` copies each gradient into its slice
-   of the buffer; when a bucket is full it starts
-   `comm.all_reduce(buffer, async_op=True)` and keeps the handle in
-   `bucket.work`, waited for before the optimizer step.
+2. during backward, `BucketedSync` (data_parallel.py) copies each gradient into
+   its slice and, once a bucket is full, keeps its async allreduce in `bucket.work`.
 """
 
 from __future__ import annotations

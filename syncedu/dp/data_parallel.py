@@ -1,28 +1,18 @@
 """Data parallelism from scratch: `DataParallel(module, comm, strategy=...)`, like DDP.
 
-Every rank holds a full copy of the model and trains on its own shard of the
-global batch; after backward the ranks average their gradients, so every copy
-takes the same optimizer step (Li et al., "PyTorch Distributed", VLDB 2020).
-Three ways to average, one idea each, in a registry (`STRATEGIES`):
+Every rank trains a full copy of the model on its shard of the global batch and
+the ranks average their gradients, so every copy takes the same optimizer step
+(Li et al., "PyTorch Distributed", VLDB 2020). The strategies (`STRATEGIES`):
+`naive` (one allreduce per parameter), `flat` (one buffer), `bucketed` (each
+bucket's allreduce started during backward: DDP's overlap).
 
-- `naive`: after backward, one `all_reduce` per parameter (one latency each);
-- `flat`: after backward, copy all gradients into one flat buffer, one `all_reduce`;
-- `bucketed`: buckets of about `bucket_cap_mb`, each allreduce started
-  asynchronously (`async_op=True`) as soon as its last gradient is ready
-  *during* backward (autograd post-accumulate-grad hooks), waited for before
-  the step: DDP's overlap.
-
-The wrapper, steps numbered as in the code:
-
-1. at construction, broadcast rank 0's parameters and buffers, so every copy
-   starts equal (as DDP does);
-2. collect the parameters to synchronize: trainable ones only (frozen ones are
-   never sent), each shared (tied) parameter once;
+1. at construction, broadcast rank 0's parameters and buffers (as DDP does);
+2. collect the parameters to synchronize: trainable ones, each tied one once;
 3. `forward` decides whether the coming backward synchronizes (not inside
-   `no_sync()`) -- at forward time, as DDP does, which is why wrapping only
-   `backward()` in `no_sync()` still synchronizes (the partial-`no_sync` pitfall);
-4. `finish_gradient_synchronization()` runs or waits for the traffic of the last
-   backward and leaves averaged gradients in `.grad`; call it before the step.
+   `no_sync()`), at forward time as DDP does: wrapping only `backward()` in
+   `no_sync()` still synchronizes (the partial-`no_sync` pitfall);
+4. `finish_gradient_synchronization()` waits for the last backward's traffic
+   and leaves averaged gradients in `.grad`; call it before the step.
 """
 
 from __future__ import annotations
@@ -37,7 +27,7 @@ from syncedu.dp.buckets import MB, Bucket, build_buckets, trainable_parameters
 from syncedu.train.compression import resolve
 
 __all__ = ["DataParallel", "STRATEGIES", "register", "GradSync", "NaiveSync", "FlatSync",
-           "BucketedSync", "trainable_parameters"]
+           "BucketedSync", "CompressedSync", "trainable_parameters"]
 
 STRATEGIES: dict[str, type] = {}
 
@@ -56,10 +46,8 @@ class GradSync:
 
     name = "?"
 
-    def __init__(self, params: list[nn.Parameter], comm, *, timeout: float = 300.0,
-                 compressor=None):
+    def __init__(self, params: list[nn.Parameter], comm, *, timeout: float = 300.0):
         self.params, self.comm, self.timeout = params, comm, timeout
-        self.compressor = compressor  # None: plain fp32 allreduce
         self.armed = False
         self.events: list[tuple[float, float, int]] = []  # (start, end, bytes) per allreduce
 
@@ -77,13 +65,6 @@ class GradSync:
         self.comm.all_reduce(tensor, op="avg")
         self.events.append((t0, time.perf_counter(), tensor.numel() * tensor.element_size()))
 
-    def _average(self, grads: list[torch.Tensor], key: str) -> None:
-        """Average `grads` in place through the compressor (its own, smaller traffic)."""
-        t0 = time.perf_counter()
-        self.compressor.average_(self.comm, grads, key=key)
-        nbytes = sum(g.numel() * g.element_size() for g in grads)  # before compression
-        self.events.append((t0, time.perf_counter(), nbytes))
-
 
 def _grad(p: nn.Parameter) -> torch.Tensor:
     """The gradient to send (zeros for a parameter this rank's backward did not reach)."""
@@ -97,15 +78,11 @@ class NaiveSync(GradSync):
     """One allreduce per parameter, after backward."""
 
     def finish(self) -> None:
-        for i, p in enumerate(self.params):
+        for p in self.params:
             g = _grad(p)
-            if self.compressor is not None:
-                self._average([g], f"param{i}")
-            elif g.is_contiguous():
-                self._all_reduce(g)
-            else:
-                tmp = g.contiguous()
-                self._all_reduce(tmp)
+            tmp = g if g.is_contiguous() else g.contiguous()
+            self._all_reduce(tmp)
+            if tmp is not g:
                 g.copy_(tmp)
 
 
@@ -115,9 +92,6 @@ class FlatSync(GradSync):
 
     def finish(self) -> None:
         grads = [_grad(p) for p in self.params]
-        if self.compressor is not None:
-            self._average(grads, "bucket0")
-            return
         flat = torch.cat([g.reshape(-1) for g in grads])
         self._all_reduce(flat)
         offset = 0
@@ -139,13 +113,12 @@ class BucketedSync(GradSync):
     the simulator's logical clock).
     """
 
-    def __init__(self, params, comm, *, bucket_cap_mb: float = 25.0, timeout: float = 300.0,
-                 compressor=None):
-        super().__init__(params, comm, timeout=timeout, compressor=compressor)
+    def __init__(self, params, comm, *, bucket_cap_mb: float = 25.0, timeout: float = 300.0):
+        super().__init__(params, comm, timeout=timeout)
         if not bucket_cap_mb > 0:
             raise ValueError(f"bucket_cap_mb={bucket_cap_mb!r} must be > 0")
-        cap = int(bucket_cap_mb * MB)
-        self.buckets: list[Bucket] = build_buckets(params, cap) if params else []
+        self.buckets: list[Bucket] = build_buckets(params, int(bucket_cap_mb * MB)) \
+            if params else []
         self._where = {id(p): (b, k) for b in self.buckets for k, p in enumerate(b.params)}
         self._next = 0  # the next bucket to launch
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for p in params]
@@ -161,27 +134,22 @@ class BucketedSync(GradSync):
         if not self.armed:
             return
         bucket, k = self._where[id(p)]
-        if self.compressor is None:  # a compressor reads the gradients themselves
-            off = bucket.offsets[k]
-            view = bucket.buffer[off:off + p.numel()]
-            if p.grad.data_ptr() != view.data_ptr():  # not already there (see finish)
-                view.copy_(p.grad.reshape(-1))
+        view = bucket.buffer[bucket.offsets[k]:bucket.offsets[k] + p.numel()]
+        if p.grad.data_ptr() != view.data_ptr():  # not already there (see finish)
+            view.copy_(p.grad.reshape(-1))
         bucket.ready += 1
         self._launch_ready()
 
     def _launch_ready(self, force: bool = False) -> None:
         while self._next < len(self.buckets):
             b = self.buckets[self._next]
-            if b.ready < len(b.params) and not force:
-                return
-            if b.ready < len(b.params) and self.compressor is None:  # backward skipped some
-                for p, view in b.views():  # send zeros for them (`_grad` does, compressed)
+            if b.ready < len(b.params):
+                if not force:
+                    return
+                for p, view in b.views():  # backward skipped some: send zeros for them
                     view.copy_(p.grad if p.grad is not None else torch.zeros_like(p))
-            if self.compressor is not None:  # in place on the gradients, blocking
-                self._average([_grad(p) for p in b.params], f"bucket{b.index}")
-            else:
-                b.started = time.perf_counter()
-                b.work = self.comm.all_reduce(b.buffer, op="avg", async_op=True)
+            b.started = time.perf_counter()
+            b.work = self.comm.all_reduce(b.buffer, op="avg", async_op=True)
             self._next += 1
 
     def finish(self) -> None:
@@ -204,14 +172,35 @@ class BucketedSync(GradSync):
             h.remove()
 
 
-def _compressor(spec, comm):
-    """The compressor for `compression=spec` (None: none), checked against the backend."""
-    if spec is None:
-        return None
-    compressor = resolve(spec)
-    if compressor is not None:
-        compressor.check(comm)
-    return compressor
+class CompressedSync(GradSync):
+    """Any strategy with a compressor (lesson 07): each group averaged by the compressor.
+
+    The groups are the strategy's units (naive: each parameter, flat: all of
+    them, bucketed: each bucket); after backward, `compressor.average_(comm,
+    grads, key=...)` averages each in place, blocking, so the ledger counts the
+    compressed bytes and nothing overlaps.
+    """
+
+    def __init__(self, params, comm, *, strategy: str, compressor, bucket_cap_mb: float = 25.0,
+                 timeout: float = 300.0):
+        super().__init__(params, comm, timeout=timeout)
+        self.compressor = compressor
+        if strategy == "naive":
+            self.groups = [(f"param{i}", [p]) for i, p in enumerate(params)]
+        elif strategy == "flat":
+            self.groups = [("bucket0", params)] if params else []
+        else:
+            self.groups = [(f"bucket{b.index}", b.params)
+                           for b in build_buckets(params, int(bucket_cap_mb * MB))] \
+                if params else []
+
+    def finish(self) -> None:
+        for key, group in self.groups:
+            grads = [_grad(p) for p in group]
+            t0 = time.perf_counter()
+            self.compressor.average_(self.comm, grads, key=key)
+            nbytes = sum(g.numel() * g.element_size() for g in grads)  # before compression
+            self.events.append((t0, time.perf_counter(), nbytes))
 
 
 @contextlib.contextmanager
@@ -227,20 +216,12 @@ def sync_paused(wrapper):
 class DataParallel(nn.Module):
     """Wrap `module` so that training on every rank's shard averages the gradients.
 
-    Args:
-        module: any `nn.Module` (its parameters on `comm.device` or the CPU).
-        comm: this rank's `Comm` (`TorchComm()` inside a script that set up
-            torch.distributed itself).
-        strategy: "naive", "flat" or "bucketed" (see `STRATEGIES`).
-        bucket_cap_mb: bucket size for "bucketed" (DDP's default: 25).
-        broadcast_buffers: re-broadcast rank 0's buffers (e.g. BatchNorm
-            running statistics) at every synchronizing forward, as DDP does.
-        timeout: seconds to wait for the gradient traffic before raising.
-        compression: None (fp32 allreduce), "fp16", "bf16", a compressor name or
-            object (`syncedu.compress.resolve`): each bucket (flat:
-            one; naive: one per parameter) is averaged with the compressor's
-            `average_(comm, grads, key=f"bucket{i}")`, so the ledger counts the
-            compressed bytes. It runs in the hook, blocking: no overlap.
+    `comm`: this rank's `Comm`; `strategy`: a key of `STRATEGIES`; `bucket_cap_mb`
+    for "bucketed" (DDP's default 25); `broadcast_buffers`: re-broadcast rank 0's
+    buffers (BatchNorm statistics) at every synchronizing forward, as DDP does;
+    `timeout`: seconds to wait for the gradient traffic; `compression`: None,
+    "fp16", "bf16" or a compressor (`syncedu.compress`), averaged by
+    `CompressedSync` after backward, so the ledger counts the compressed bytes.
     """
 
     def __init__(self, module: nn.Module, comm, strategy: str = "bucketed", *,
@@ -252,16 +233,19 @@ class DataParallel(nn.Module):
                              f"choose one of {sorted(STRATEGIES)}")
         if not timeout > 0:
             raise ValueError(f"timeout={timeout!r} must be > 0 seconds")
-        self.module = module
-        self.comm = comm
-        self.strategy = strategy
-        self.broadcast_buffers = broadcast_buffers
-        self.require_sync = True
+        self.module, self.comm, self.strategy = module, comm, strategy
+        self.broadcast_buffers, self.require_sync = broadcast_buffers, True
         self._broadcast_state()  # Step 1
-        compressor = _compressor(compression, comm)
-        cap = {"bucket_cap_mb": bucket_cap_mb} if strategy == "bucketed" else {}
-        self.sync: GradSync = STRATEGIES[strategy](  # Step 2
-            trainable_parameters(module), comm, timeout=timeout, compressor=compressor, **cap)
+        compressor = None if compression is None else resolve(compression)
+        params = trainable_parameters(module)  # Step 2
+        if compressor is not None:
+            compressor.check(comm)  # e.g. bf16 needs a backend that can send it
+            self.sync: GradSync = CompressedSync(params, comm, strategy=strategy, timeout=timeout,
+                                                 compressor=compressor,
+                                                 bucket_cap_mb=bucket_cap_mb)
+        else:
+            cap = {"bucket_cap_mb": bucket_cap_mb} if strategy == "bucketed" else {}
+            self.sync = STRATEGIES[strategy](params, comm, timeout=timeout, **cap)
 
     def _broadcast_state(self) -> None:
         with torch.no_grad():

@@ -5,16 +5,15 @@ DDP allreduces its buckets itself, bypassing any `Comm`, so a comm hook
 allreduce instead and:
 
 1. charges the bucket to `comm.ledger` as op "all_reduce", counted as a ring
-   would send it (the same convention as `Comm.all_reduce`, so DDP's bytes and
-   ours compare one to one);
+   would send it (as `Comm.all_reduce` does, so DDP's bytes and ours compare);
 2. starts `dist.all_reduce(bucket, async_op=True)` on the comm's process group;
 3. when it completes, divides by the world size (DDP averages), records
    `(start, end, bytes)` for the timeline and, if the comm emulates a
    `Network`, first waits until the modeled ring time has passed (buckets
    queue behind each other on one emulated link).
 
-With a compressor, `compressed_hook` runs the compressor's own DDP hook
-instead; it sends through `comm`, whose ledger then counts the compressed bytes.
+With a compressor, its own DDP hook averages the bucket through `comm` (whose
+ledger then counts the compressed bytes), timed the same way.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from __future__ import annotations
 import threading
 import time
 
-import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
@@ -43,26 +41,22 @@ def charge_ring_allreduce(comm, numel: int, element_size: int) -> None:
 
 
 class CountingHookState:
-    """What the counting hook needs: the comm, the event list, the emulated link."""
+    """What the hooks need: the comm, the event list, the emulated link, a compressor's hook."""
 
-    def __init__(self, comm):
-        self.comm = comm
+    def __init__(self, comm, inner=None):
+        self.comm, self.inner = comm, inner  # inner: (state, hook) of a compressor, or None
         self.events: list[tuple[float, float, int]] = []
         self.link_free = 0.0
         self.lock = threading.Lock()
-        self.inner = None  # (state, hook) of a compressor's DDP hook, if any
-
-    def charge(self, buf: torch.Tensor) -> None:  # Step 1
-        charge_ring_allreduce(self.comm, buf.numel(), buf.element_size())
 
     def due(self, start: float, nbytes: int) -> float:
         """When an emulated transfer started at `start` would end (0 without emulation)."""
-        net = self.comm.network
-        if net is None:
+        if self.comm.network is None:
             return 0.0
         with self.lock:
             begin = max(start, self.link_free)
-            self.link_free = begin + ring_seconds("all_reduce", nbytes, self.comm.world_size, net)
+            self.link_free = begin + ring_seconds("all_reduce", nbytes, self.comm.world_size,
+                                                  self.comm.network)
             return self.link_free
 
 
@@ -73,9 +67,8 @@ def counting_hook(state: CountingHookState, bucket):
     checks it and `from __future__ import annotations` would make it a string).
     """
     buf = bucket.buffer()
-    state.charge(buf)
-    start = time.perf_counter()
-    nbytes = buf.numel() * buf.element_size()
+    charge_ring_allreduce(state.comm, buf.numel(), buf.element_size())  # Step 1
+    start, nbytes = time.perf_counter(), buf.numel() * buf.element_size()
     due = state.due(start, nbytes)
     fut = dist.all_reduce(buf, group=getattr(state.comm, "group", None),  # Step 2
                           async_op=True).get_future()
@@ -91,15 +84,9 @@ def counting_hook(state: CountingHookState, bucket):
 
 
 def compressed_hook(state: CountingHookState, bucket):
-    """DDP comm hook: the compressor's own hook, timed for the timeline.
-
-    The compressor averages the bucket with `compressor.average_(comm, ...)`,
-    so `comm`'s ledger already records the compressed bytes: nothing to charge
-    here (charging the fp32 bucket too would count it twice).
-    """
+    """DDP comm hook: the compressor's own hook (its ledger entries), timed for the timeline."""
     inner_state, inner = state.inner
-    start = time.perf_counter()
-    nbytes = bucket.buffer().numel() * bucket.buffer().element_size()
+    start, nbytes = time.perf_counter(), bucket.buffer().numel() * bucket.buffer().element_size()
 
     def done(f):
         state.events.append((start, time.perf_counter(), nbytes))
@@ -112,16 +99,15 @@ def wrap_ddp(module, comm, bucket_cap_mb: float = 25.0, hook: bool = True, compr
     """DDP around `module` on the comm's group, with the counting hook; returns (ddp, events).
 
     `hook=False` leaves DDP's own allreduce (faster by a Python call per bucket,
-    but its traffic then reaches neither the ledger nor the timeline).
-    `compression`: a compressor (`syncedu.compress`) whose
-    `ddp_hook(comm)` averages the buckets instead, wrapped by `compressed_hook`.
+    but its traffic then reaches neither the ledger nor the timeline);
+    `compression`: a compressor (`syncedu.compress`) whose `ddp_hook(comm)`
+    averages the buckets instead.
     """
     device_ids = [comm.device.index] if comm.device.type == "cuda" else None
     ddp = DistributedDataParallel(module, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb,
                                   process_group=getattr(comm, "group", None))
-    state = CountingHookState(comm)
+    state = CountingHookState(comm, None if compression is None else compression.ddp_hook(comm))
     if compression is not None:
-        state.inner = compression.ddp_hook(comm)
         ddp.register_comm_hook(state, compressed_hook)
     elif hook:
         ddp.register_comm_hook(state, counting_hook)

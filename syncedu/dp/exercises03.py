@@ -1,24 +1,15 @@
 """Checkers for notebooks/03_data_parallel's exercises.
 
-The build-it exercise (`bucketed_overlap`): the learner writes
-`bucketed_sync(comm, params, cap_bytes) -> finish`, which registers
-`register_post_accumulate_grad_hook` hooks that start each bucket's
-`comm.all_reduce(buffer, async_op=True)` as soon as backward has filled it, and
-returns `finish()`, which waits and leaves averaged gradients in `.grad`. The
-checker runs it on 2 and 3 simulated ranks, with two bucket caps, on a model of
-odd layer sizes with a frozen layer and a layer used twice (a tied weight), each
-rank on differently seeded data, and names the first mistake:
-
-1. no allreduce during backward, or a bucket launched later than the hook that
-   completed it (all buckets launched at the end: no overlap), counted against
-   the checker's own gradient-ready hooks;
-2. a handle waited on inside backward (`async_op=True` then `.wait()` at once is
-   a blocking call in disguise), or a blocking call;
-3. the wrong number of buckets for DDP's rule at either cap (a cap ignored);
-4. gradients summed, divided by a hard-coded world size, or never copied back;
-   a frozen parameter hooked or bucketed.
-
-Then two quick checks (numbers).
+`flat_sync` (one allreduce of a flat buffer) and the build-it exercise
+`bucketed_overlap` (`bucketed_sync(comm, params, cap_bytes) -> finish`: hooks that
+start each bucket's `comm.all_reduce(buffer, async_op=True)` as soon as backward
+has filled it). Both run on 2 and 3 simulated ranks (two caps), on a model of odd
+sizes with a frozen layer and a tied weight, each rank on its own data. The checker
+watches each allreduce (when it started against the checker's own gradient-ready
+hooks, whether it was waited on inside backward, how many elements it carried) and
+the ledger (no other collective doing the work), then the gradients (summed, a
+hard-coded world size, never copied back), and names the first mistake. Then two
+quick checks (numbers).
 """
 
 from __future__ import annotations
@@ -50,8 +41,7 @@ class CheckerNet(nn.Module):
         return self.c(h)
 
 
-def _model():
-    """The checker's model, the same on every rank (no broadcast in these exercises)."""
+def _model():  # the same on every rank: no broadcast in these exercises
     return CheckerNet(seed=0)
 
 
@@ -117,6 +107,15 @@ def _grads_mistake(pairs, n: int) -> str | None:
     return "the gradients are not the average over all ranks"
 
 
+def _other_ops(res) -> str | None:
+    """A collective besides all_reduce (e.g. an all_gather doing the work of a dummy allreduce)."""
+    others = sorted(set(res.ledger.ops) - {"all_reduce"})
+    if others:
+        return (f"{', '.join(others)} used besides all_reduce: the averaging must be done by "
+                f"the allreduce of the gradients themselves")
+    return None
+
+
 @checker
 def flat_sync(sync, world_sizes=(2, 3)) -> bool:
     """Exercise 03.1: average every gradient with ONE all_reduce of a flat buffer."""
@@ -133,22 +132,15 @@ def flat_sync(sync, world_sizes=(2, 3)) -> bool:
             got = 0 if calls is None else calls.calls[0]
             return verdict(name, False, f"with {n} ranks: {got} comm.all_reduce calls per "
                            f"rank; use exactly one, on the flat buffer")
+        why = _other_ops(res)
+        if why:
+            return verdict(name, False, f"with {n} ranks: {why}")
     return verdict(name, True, f"one allreduce, averaged gradients on "
                    f"{' and '.join(map(str, world_sizes))} ranks (frozen layer skipped)")
 
 
 # ------------------------------------------------------------ build it: bucketed overlap
 BUCKET_CAPS = (300, 700)  # bytes: 3 and 2 buckets of the checker's model under DDP's rule
-
-
-def ddp_bucket_count(sizes_in_order: list[int], cap: int) -> int:
-    """Buckets DDP's rule makes for float32 tensors of `sizes_in_order` bytes (last first).
-
-    The rule is the package's own `build_buckets` (dp/buckets.py), which walks
-    the parameters from last to first and closes a bucket once it holds >= `cap` bytes.
-    """
-    params = [torch.empty(size // 4) for size in reversed(sizes_in_order)]
-    return len(build_buckets(params, cap))
 
 
 def ready_points(cap: int) -> list[int]:
@@ -234,6 +226,14 @@ def _overlap_mistake(res, cap: int) -> str | None:
                 f"the trainable parameters from last to first (the order backward produces "
                 f"them) and close a bucket once it holds cap_bytes or more (DDP's rule); "
                 f"use the cap you are given")
+    sizes = [b.buffer.numel() for b in build_buckets(trainable_parameters(_model()), cap)]
+    for i, ((_, _, numel, _), size) in enumerate(zip(calls, sizes)):
+        if numel != size:
+            return (f"bucket {i}'s allreduce carried {numel} elements, but its gradients are "
+                    f"{size}: send the bucket's flat buffer of gradients")
+    why = _other_ops(res)
+    if why:
+        return why
     for i, ((when, _, _, seen), want) in enumerate(zip(calls, points)):
         if when != "backward" or seen > want:
             return (f"bucket {i}'s allreduce started after {seen} gradients were ready, but "

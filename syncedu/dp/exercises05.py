@@ -1,24 +1,15 @@
-"""Checkers for notebooks/05_gradient_accumulation's exercises.
+"""Checker for notebooks/05_gradient_accumulation's build-it exercise.
 
-The build-it exercise: the learner writes one optimizer step of gradient
-accumulation, `train_step(model, optimizer, micro)`, with `model` a
-`DataParallel` (bucketed, several buckets) and `micro` K equal micro-batches.
-The checker calls it for two consecutive steps on 2 and 3 simulated ranks (a
-model of odd sizes with a frozen layer and a tied weight, each rank's copy
-seeded differently: the wrapper's broadcast must make them equal), watches what
-it does and names the first mistake it sees:
-
-1. the number of `optimizer.step()` calls (once per K micro-batches);
-2. the gradient traffic against one synchronization per step (ledger bytes),
-   and where `no_sync()` was active: at each forward (which is where DDP and
-   ours decide whether the coming backward synchronizes) and at each backward;
-3. the parameters after the two steps against two SGD steps on the whole
-   global batches, and against the usual wrong answers (loss not divided by K,
-   only the last micro-batch's gradient kept, `zero_grad` forgotten so the
-   first step's gradient leaks into the second, ranks left unsynchronized).
-
-Then two quick checks (numbers): the share of bytes `no_sync` saves, and the
-bytes of the partial-`no_sync` pitfall.
+The learner writes one optimizer step of gradient accumulation,
+`train_step(model, optimizer, micro)`, with `model` a bucketed `DataParallel` and
+`micro` K equal micro-batches. The checker calls it for two consecutive steps on 2
+and 3 simulated ranks (odd sizes, a frozen layer, a tied weight, each rank's copy
+seeded differently) and names the first mistake: the number of `optimizer.step()`
+calls; the ledger's gradient bytes against one synchronization per step, with
+where `no_sync()` was active at each forward and backward (the forward decides);
+the parameters against two SGD steps on the whole batches and against the usual
+wrong answers (loss not divided by K, only the last micro-batch kept, `zero_grad`
+forgotten, ranks left unsynchronized).
 """
 
 from __future__ import annotations
@@ -29,7 +20,7 @@ import torch.nn.functional as F
 from syncedu.comm import sim
 from syncedu.dp.data_parallel import DataParallel
 from syncedu.dp.exercises03 import CheckerNet
-from syncedu.ui.checkers import attempt, checker, number, verdict
+from syncedu.ui.checkers import attempt, checker, verdict
 
 LR = 0.5
 STEPS = 2  # two calls: a forgotten zero_grad shows in the second
@@ -172,33 +163,3 @@ def accumulate(train_step, world_sizes=(2, 3), k: int = 3, per_micro: int = 3) -
     return verdict(name, True, f"one sync per step on {' and '.join(map(str, world_sizes))} "
                     "ranks, parameters equal two steps on the whole batches (ranks seeded "
                     "differently, a frozen layer and a tied weight)")
-
-
-@checker
-def quick_saved(answer) -> bool:
-    """Quick check: the share of gradient bytes no_sync saves with K=8 (vs every micro-batch)."""
-    name = "Quick check (bytes saved, K=8)"
-    ok, got = number(name, answer)
-    if not ok:
-        return False
-    if abs(got - 7 / 8) < 1e-9:
-        return verdict(name, True, "7/8: one sync instead of 8")
-    if abs(got - 1 / 8) < 1e-9:
-        return verdict(name, False, "1/8 is what is still sent; how much is saved?")
-    return verdict(name, False, f"{got!r}: one sync per step instead of K; what share of K "
-                    "syncs is gone?")
-
-
-@checker
-def quick_pitfall(answer) -> bool:
-    """Quick check: bytes per optimizer step with K=4 when no_sync wraps only backward()."""
-    name = "Quick check (the partial no_sync pitfall)"
-    ok, got = number(name, answer)
-    if not ok:
-        return False
-    if got == 4 * 35_880:
-        return verdict(name, True, "143,520 bytes: every micro-batch still synchronizes")
-    if got == 35_880:
-        return verdict(name, False, "who decides whether a backward syncs: the forward or "
-                        "the backward?")
-    return verdict(name, False, f"{got!r}: count the synchronizations per optimizer step")

@@ -12,12 +12,17 @@ def timeline(rows: dict, *, title: str = "one step: compute vs communication",
              unit: float = 1e3, unit_name: str = "ms"):
     """Gantt chart: `rows` maps a row label to segments `(kind, start, end)` in seconds.
 
-    Compute kinds go on one lane and "comm" on a lane below, so overlap shows.
+    Forward, backward, the exposed wait and the step go on one lane, "comm" on a
+    lane below, so overlap shows; a "compute" span is drawn only in a row that
+    has no finer forward/backward segments.
     """
     fig, ax = plt.subplots(figsize=(9, 0.9 + 0.8 * len(rows)))
     labels = []
     for i, (name, segs) in enumerate(rows.items()):
+        fine = any(kind in ("forward", "backward") for kind, _, _ in segs)
         for kind, s, e in segs:
+            if kind == "compute" and fine:
+                continue
             lane = 2 * i + (1 if kind == "comm" else 0)
             ax.barh(lane, (e - s) * unit, left=s * unit, color=COLORS.get(kind, "grey"),
                     edgecolor="white", linewidth=0.5, height=0.8)
@@ -26,10 +31,10 @@ def timeline(rows: dict, *, title: str = "one step: compute vs communication",
     ax.invert_yaxis()
     ax.set_xlabel(f"time ({unit_name})")
     ax.set_title(title)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in
-               ("forward", "backward", "comm", "step")]
-    ax.legend(handles, ["forward / compute", "backward", "allreduce", "optimizer step"],
-              loc="lower right", fontsize=8)
+    kinds = {"forward": "forward", "backward": "backward", "wait": "waiting for gradients",
+             "comm": "allreduce in flight", "step": "optimizer step"}
+    handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in kinds]
+    ax.legend(handles, list(kinds.values()), loc="lower right", fontsize=8)
     fig.tight_layout()
     return fig
 

@@ -10,7 +10,8 @@
    A modeled `compute_seconds` per micro-batch is charged layer by layer as
    forward and backward run (`LayerCompute`), so overlap shows;
    Forward+backward+step count as compute, the wait for the gradients as
-   exposed communication;
+   exposed communication; the timeline keeps each micro-batch's forward,
+   backward and wait (inside "compute", the span from zero_grad to the step);
 3. `finish`: the final parameters by the plain module's names, the per-step
    losses and times, the timeline of the last steps.
 
@@ -94,14 +95,20 @@ class Session:
         skip = not last and mistake != "sync_every"  # no gradient sync wanted this time
         wrap_forward = skip and mistake != "partial_no_sync"
         fwd_ctx = self.no_sync() if wrap_forward else contextlib.nullcontext()
+        t0 = time.perf_counter()
         with fwd_ctx:
             out = self.model(self.x[idx].to(dev))
             loss = F.cross_entropy(out, self.y[idx].to(dev))
             scaled = loss if mistake == "unscaled_loss" else loss / k
+            t1 = time.perf_counter()
             with (self.no_sync() if skip else contextlib.nullcontext()):
                 scaled.backward()
         self._step_loss += loss.item() / k
-        return self.finish_sync()
+        t2 = time.perf_counter()
+        wait = self.finish_sync()
+        # forward, backward and the exposed wait of this micro-batch, for the timeline
+        self._phases += [("forward", t0, t1), ("backward", t1, t2), ("wait", t2, t2 + wait)]
+        return wait
 
     def step(self, step: int, record: bool) -> None:
         cfg, rank, n = self.cfg, self.comm.rank, self.comm.world_size
@@ -109,7 +116,7 @@ class Session:
         for group in self.opt.param_groups:
             group["lr"] = cfg.lr_at(step)
         t0 = time.perf_counter()
-        self._step_loss, wait = 0.0, 0.0
+        self._step_loss, wait, self._phases = 0.0, 0.0, []
         self.opt.zero_grad(set_to_none=True)
         micro = sampling.micro_batches(local, cfg.accumulation)
         for j, idx in enumerate(micro):
@@ -125,7 +132,7 @@ class Session:
         self.times["wait"] += wait
         self.times["steps"].append(t1 - t0)
         if record:
-            self.timeline += [("compute", t0, t_opt), ("step", t_opt, t1)]
+            self.timeline += [("compute", t0, t_opt), *self._phases, ("step", t_opt, t1)]
 
     def run(self, start: int, stop: int) -> None:
         """Steps `start..stop-1`, timed from a common barrier (not charged to the ledger)."""

@@ -112,8 +112,10 @@ CLAIMS: tuple[Claim, ...] = (
           "BatchNorm, which sees only the micro-batch", 5),
     Claim("B7", "這種方法可以減少通信開銷，但會增加訓練時間",
           "accumulation reduces communication overhead but increases training time",
-          "true only per optimizer step: for the same samples it sends 1/K of the bytes "
-          "and takes no longer", 5),
+          "false as stated: for the same samples it sends 1/K of the bytes of syncing every "
+          "micro-batch and takes less time, not more; it is slower only than one pass over "
+          "the same batch where that fits in memory (the allreduce then hides behind only "
+          "the last micro-batch's backward)", 5),
     Claim("B8", "DistributedSampler用于確保每個計算節點處理不同的數據子集，從而實現數據同步",
           "DistributedSampler gives each node a different subset, which achieves data "
           "synchronization",
@@ -121,8 +123,8 @@ CLAIMS: tuple[Claim, ...] = (
           "counts); the synchronization is DDP's gradient allreduce", 3),
     Claim("B9", "sampler.set_epoch(epoch)",
           "call set_epoch every epoch",
-          "true: without it every epoch visits the same order; at this scale the loss "
-          "difference is within the seed-to-seed noise", 3),
+          "true: without it every epoch visits the same order; at this scale the held-out "
+          "loss difference is within two paired standard errors of zero (5 seeds)", 3),
     Claim("B10", "dist.init_process_group(\"nccl\", rank=rank, world_size=world_size)",
           "initialize the process group with NCCL",
           "true only with one GPU per rank: NCCL has no CPU path, Gloo does", 0),

@@ -43,7 +43,7 @@ def _launch(args: list[str], cwd, torchrun: bool = False) -> subprocess.Complete
     return done
 
 
-def test_spawn_equals_one_process_and_train_run_ddp(tmp_path):
+def test_spawn_equals_one_process_and_train_run_ddp(tmp_path, pool):
     out, ckpt = tmp_path / "out.pt", tmp_path / "ckpt.pt"
     done = _launch(["--epochs", "2", "--out", str(out), "--checkpoint", str(ckpt)], tmp_path)
     assert "rank 0 of 2 (gloo): 56 steps" in done.stdout or "nccl" in done.stdout
@@ -51,7 +51,7 @@ def test_spawn_equals_one_process_and_train_run_ddp(tmp_path):
     single = train.run("single", 1, steps=2 * PER_EPOCH, global_batch=B, lr=0.1)
     assert _max_diff(got["params"], single.params) < 1e-5
     assert max(abs(a - b) for a, b in zip(got["loss"], single.loss)) < 1e-5
-    ddp = train.run("ddp", 2, steps=2 * PER_EPOCH, global_batch=B, lr=0.1, timeout=120)
+    ddp = train.run("ddp", 2, steps=2 * PER_EPOCH, global_batch=B, lr=0.1, pool=pool)
     assert _max_diff(got["params"], ddp.params) < 1e-5
     saved = torch.load(ckpt)  # rank 0's checkpoint after the last epoch
     assert saved["epoch"] == 2 and _max_diff(saved["model"], got["params"]) == 0.0

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from syncedu import dp, launch
+from syncedu import dp
 from syncedu.comm import sim
 from syncedu.dp.buckets import build_buckets
 
@@ -184,13 +184,20 @@ def test_registry_and_errors():
         dp.DataParallel(nn.Linear(2, 2), None, "magic")
 
 
+def test_timeline_records_forward_backward_and_wait_per_micro_batch():
+    from syncedu import train
+
+    h = train.run("flat", 2, simulate=True, steps=2, global_batch=16, accumulation=2,
+                  timeline_steps=1)
+    kinds = [k for k, _, _ in h.timeline]
+    assert kinds.count("forward") == kinds.count("backward") == kinds.count("wait") == 2
+    (span,) = [(s, e) for k, s, e in h.timeline if k == "compute"]
+    phases = [(s, e) for k, s, e in h.timeline if k in ("forward", "backward", "wait")]
+    assert phases[0][0] >= span[0] and phases[-1][1] <= span[1] + 1e-6  # inside the span
+    assert all(b[0] >= a[1] - 1e-9 for a, b in zip(phases, phases[1:]))  # in order, no overlap
+
+
 # ------------------------------------------------------------------ real ranks
-@pytest.fixture(scope="module")
-def pool():
-    with launch.Pool(2, output="quiet") as p:
-        yield p
-
-
 def _ddp_worker(comm):
     from torch.nn.parallel import DistributedDataParallel
 

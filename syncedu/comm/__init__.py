@@ -20,7 +20,7 @@ from .errors import DeadlockError, TimeoutError, WorkerError
 from .ledger import Ledger, RankLedger
 from .local import LocalComm
 from .network import PRESETS, Network
-from .result import RunResult
+from .runs import RunResult
 from .torch_comm import TorchComm
 from .trace import Record, Trace
 

@@ -22,8 +22,6 @@ is charged at once and returns a `Work` whose `wait()` finishes it; simulated
 ranks may `compute` while it is in flight. Each comm also knows where its rank
 sits: `node`, `local_rank` and `local_world_size` (from a cluster `Network`, or
 torchrun's `LOCAL_RANK`/`LOCAL_WORLD_SIZE`; one node otherwise).
-
-Used in: every notebook.
 """
 
 from __future__ import annotations

@@ -16,8 +16,6 @@ No root, no `tc`: each rank delays its own traffic.
    `alphabeta.collective_time` gives (a ring or chain) has passed since the call.
 3. Compute: `comm.compute(seconds)` sleeps seconds times the rank's slowdown
    (in base.Comm).
-
-Used in: notebooks/00_start_here, 04_parameter_server, 09_tuning_playbook.
 """
 
 from __future__ import annotations

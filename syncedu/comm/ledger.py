@@ -22,8 +22,6 @@ is their sum):
 
 A comm's `RankLedger` has a default kind for entries recorded without one:
 "counted" on simulated ranks, "modeled" on real ones (`TorchComm`).
-
-Used in: notebooks/00_start_here, 01_collectives, 02_allreduce_algorithms.
 """
 
 from __future__ import annotations

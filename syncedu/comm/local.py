@@ -5,8 +5,6 @@ runs the same code as the distributed ranks, on a real `Comm`: `Comm` itself
 makes every collective of one rank the identity (nothing to send, nothing
 charged but the call), and there is no other rank to send to. So nothing here
 moves data; `compute(seconds)` sleeps, as on real ranks.
-
-Used in: notebooks/03_data_parallel, 05_gradient_accumulation (through train.run).
 """
 
 from __future__ import annotations

@@ -13,8 +13,6 @@ and every real rank started by `syncedu.launch` then:
    so messages arrive in orders a quiet machine would rarely produce.
 
 Nothing happens when the variable is unset: learners never pay for it.
-
-Used in: comm/_worker.py (every real rank), Makefile (test-only).
 """
 
 from __future__ import annotations

@@ -222,8 +222,9 @@ class Ranks:
     def run(self, payload: bytes, timeout: float | None) -> list:
         """Send one pickled (fn, args, kwargs) to every rank and collect the replies."""
         self._runs += 1
+        message = pickle.dumps(("run", payload))
         for conn in self.conns:
-            conn.send_bytes(pickle.dumps(("run", payload)))
+            conn.send_bytes(message)
         return self._collect(timeout, "the run")
 
     # -------------------------------------------------------------- stop

@@ -24,8 +24,6 @@ trace as moving every message (tested); `FAST = False` turns it off.
 A rank that joined with `async_op=True` went on computing meanwhile: the
 replay starts from its clock when it joined, and its handle's `wait()` moves
 its clock to max(now, completion).
-
-Used in: notebooks/00_start_here, 01_collectives (through `syncedu.sim`).
 """
 
 from __future__ import annotations

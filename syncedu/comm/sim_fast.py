@@ -18,8 +18,6 @@ checks values, ledger, clocks and trace against the message-by-message path):
 3. the ledger and the trace (`ring_counts`, and the arrays `ring_clock` returns):
    the bytes and messages each rank sent and received, and one trace record
    per message, built from the same `chunk_sent` as the messages.
-
-Used in: notebooks/00_start_here, 02_allreduce_algorithms (through `syncedu.sim`).
 """
 
 from __future__ import annotations

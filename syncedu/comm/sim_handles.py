@@ -6,8 +6,6 @@ send port is done) or a `RendezvousWork` (above the network's `eager_limit`:
 `irecv` returns a `RecvWork`, whose `wait()` parks the receiver until its
 message is delivered (sim_delivery.py), books the receive port (sim_links.py),
 then copies the data into the receiver's tensor. See sim.py for the story.
-
-Used in: notebooks/00_start_here (through `syncedu.sim`).
 """
 
 from __future__ import annotations

@@ -7,8 +7,6 @@ program order. So logical time never depends on which
 rank the scheduler happens to run first. On a cluster network (cluster.py) a
 message between nodes also books its node's NIC on the way out (by the sender)
 and the other node's NIC on the way in (by the receiver).
-
-Used in: notebooks/00_start_here (through `syncedu.sim`).
 """
 
 from __future__ import annotations

@@ -21,8 +21,6 @@ exception that stops a parked rank live here too.
 
 `pick("auto", world_size)` chooses threads up to `THREAD_LIMIT` ranks (safe for
 anything torch does) and greenlets above (fast).
-
-Used in: notebooks/00_start_here, 02_allreduce_algorithms (through `syncedu.sim`).
 """
 
 from __future__ import annotations

@@ -7,8 +7,6 @@ slow or straggling cluster can be felt on one laptop.
 
 `TorchComm()` with no arguments wraps the default process group of a script
 that called `torch.distributed.init_process_group` itself (e.g. under torchrun).
-
-Used in: every notebook that launches real ranks.
 """
 
 from __future__ import annotations

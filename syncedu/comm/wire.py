@@ -22,8 +22,6 @@ Other programs on the machine may use loopback too; their bytes can only add
 to a reading, so the quietest round (the minimum) is kept. The readings include
 TCP/IP headers (about 0.1% at loopback's 64 KiB MTU) and the barriers' own few
 bytes (`baseline`).
-
-Used in: notebooks/00_start_here.
 """
 
 from __future__ import annotations

@@ -1,30 +1,22 @@
 """`train.run`: one seeded training job, any gradient-sync strategy, a history back.
 
-    from syncedu import train
     ref = train.run("single", 1, steps=50, global_batch=64)
     dp = train.run("bucketed", 2, steps=50, global_batch=64, accumulation=2)
-    max((dp.params[k] - ref.params[k]).abs().max() for k in ref.params)  # ~1e-7
-
-Steps:
+    dp.max_param_diff(ref)  # ~1e-7
 
 1. validate the job in a frozen `TrainConfig` (ValueError naming the parameter);
-2. run it where `runner` puts it: "single" in this process on a world-size-1
-   `LocalComm` (the reference: one model, the whole global batch), the others
-   on fresh real ranks, the `pool` you pass, or, with `simulate=True`,
-   simulated ones; every strategy reads the same global batches
-   (`sampling.global_batches`), each rank its `shard`;
-3. long real runs go in chunks on the warm ranks so a tqdm bar can move;
-4. gather a `History`: loss (global mean per optimizer step: the ranks' shard
-   means averaged, shards being equal), final parameters (checked identical on
-   every rank), ledger of the training traffic, and times: `train_seconds`
-   (slowest rank, from a common barrier, no start-up), `compute_seconds`,
-   `comm_wait_seconds` (exposed communication), `comm_busy_seconds` (time an
-   allreduce was in flight, overlapped or not).
+2. run it where `runner` puts it ("single": this process; else fresh real
+   ranks, your `pool`, or simulated with `simulate=True`); every strategy reads
+   the same global batches (`sampling.global_batches`), each rank its shard;
+3. long real runs go in chunks on the warm ranks, so a tqdm bar can move;
+4. gather a `History`: global mean loss per optimizer step, final parameters
+   (checked identical on every rank), the ledger, and times: `train_seconds`
+   (slowest rank, from a common barrier), `compute_seconds`, `comm_wait_seconds`
+   (exposed communication), `comm_busy_seconds` (an allreduce in flight).
 
-The classic accumulation mistakes (`mistake=`): "sync_every" (no `no_sync`: every
-micro-batch is synchronized), "partial_no_sync" (`no_sync` around `backward()`
-only: the forward already decided to sync), "unscaled_loss" (micro-batch losses
-not divided by the number of micro-batches: a K times larger step).
+The accumulation mistakes (`mistake=`): "sync_every" (no `no_sync`),
+"partial_no_sync" (`no_sync` around `backward()` only: the forward already
+decided to sync), "unscaled_loss" (micro-batch losses not divided by K).
 """
 
 from __future__ import annotations

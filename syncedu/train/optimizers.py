@@ -10,8 +10,6 @@ gradient (Loshchilov & Hutter, "Decoupled Weight Decay Regularization", ICLR
 1. `check_optimizer_options(cfg)`: `optimizer` known, `weight_decay` >= 0,
    `betas` two numbers in [0, 1) and `eps` > 0 (Adam and AdamW only);
 2. `make_optimizer(params, cfg)`: the torch optimizer over `params`.
-
-Used by the harness (train/config.py, train/strategies.py) and by ZeRO (zero/stages.py).
 """
 
 from __future__ import annotations

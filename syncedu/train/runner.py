@@ -32,7 +32,7 @@ import torch
 from syncedu.comm import launch
 from syncedu.comm.ledger import Ledger
 from syncedu.comm.local import LocalComm
-from syncedu.comm.result import RunResult
+from syncedu.comm.runs import RunResult
 
 __all__ = ["WHERE", "where", "Placement", "run", "max_param_diff"]
 

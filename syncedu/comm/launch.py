@@ -33,12 +33,18 @@ import weakref
 import cloudpickle
 import torch
 
-from .runs import check_call, check_network, check_output, check_timeout, check_world_size
 from .errors import TimeoutError, WorkerError
 from .ledger import Ledger
 from .network import Network
 from .procs import Ranks, default_threads
-from .runs import RunResult
+from .runs import (
+    RunResult,
+    check_call,
+    check_network,
+    check_output,
+    check_timeout,
+    check_world_size,
+)
 from .trace import Trace
 
 __all__ = ["run", "Pool", "from_env", "resolve_backend", "WorkerError", "TimeoutError",

@@ -53,8 +53,15 @@ from .errors import DeadlockError, WorkerError  # noqa: F401 - public as sim.Dea
 from .errors import TimeoutError as RunTimeoutError
 from .ledger import Ledger
 from .network import Network
-from .runs import (RunResult, check_call, check_network, check_output, check_progress,
-                   check_timeout, check_world_size)
+from .runs import (
+    RunResult,
+    check_call,
+    check_network,
+    check_output,
+    check_progress,
+    check_timeout,
+    check_world_size,
+)
 from .sim_collectives import Call
 from .sim_delivery import PROGRESS_EVERY, World
 from .sim_handles import RecvWork, RendezvousWork, SendWork, flat_view

@@ -71,7 +71,6 @@ def _check(nbytes, world_size) -> None:
         raise ValueError(f"nbytes={nbytes!r} must be >= 0")
 
 
-# ---------------------------------------------------------------- flat
 def ring_time(nbytes: float, n: int, network, segments: int = 1) -> float:
     """2(N-1) G t(S/(N G)); on a cluster the slower of the intra/inter link per step."""
     intra, inter, per_node, nodes, _ = _links(network)

@@ -89,7 +89,6 @@ class SimComm(Comm):
         self._clock = world.wires.clocks[rank]
         self._eager = network.eager_limit
 
-    # ------------------------------------------------------------ the clock
     def now(self) -> float:
         """This rank's logical clock, in seconds since the run started."""
         return self._clock.now
@@ -98,7 +97,6 @@ class SimComm(Comm):
         self._world.check()
         self._clock.now += seconds
 
-    # ------------------------------------------------------ point-to-point
     # A message's channel is its tag: built-in collectives send no messages here.
     def _isend(self, tensor: torch.Tensor, dst: int, tag: int) -> Work:
         data = flat_view(tensor)
@@ -136,7 +134,6 @@ class SimComm(Comm):
         handle.wait()  # books the receive port, advances the clock, checks, copies
         return msg.src
 
-    # --------------------------------------------------------- collectives
     def _charge_builtin(self, op: str, **charge) -> None:
         """Only the call: its bytes are counted from its messages (sim_collectives.py)."""
         self.ledger.record(self._scopes[-1] if self._scopes else op, kind="counted")
@@ -169,7 +166,6 @@ class SimComm(Comm):
         return self._collective(Call("barrier", self.rank), async_op)
 
 
-# ------------------------------------------------------------------ run
 def run(fn, world_size: int, args=(), kwargs=None, *, network: Network | None = None,
         timeout: float | None = None, output: str = "live",
         scheduler: str = "auto", progress=None) -> RunResult:

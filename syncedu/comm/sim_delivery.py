@@ -61,7 +61,6 @@ class World:
         self.trace = Trace()  # every message, as it comes in (res.trace)
         self.ledgers: list = []  # the ranks' RankLedgers (set by sim.run)
 
-    # ------------------------------------------------------------ messages
     def check(self) -> None:
         """Raise `Cancelled` in the calling rank if the run is stopping."""
         if self.error is not None:
@@ -216,7 +215,6 @@ class World:
                     best, key = (msg.start + msg.dur, src), (src, chan)
         return key
 
-    # --------------------------------------------------------------- ranks
     def launch(self, comms: list, body) -> None:
         """Start every rank (parked) running `body(comm)`; rank 0 goes first."""
         try:
@@ -251,7 +249,6 @@ class World:
         self.sched.park(rank)
         self.check()
 
-    # --------------------------------------------------------------- watch
     def finish(self, rank: int, result) -> None:
         """Rank `rank` returned `result`: pass the baton on."""
         with self.lock:

@@ -44,7 +44,6 @@ class Trace:
         """False if messages were left out because the trace was full (`dropped` of them)."""
         return self.dropped == 0
 
-    # ------------------------------------------------------------ writing
     def add(self, src: int, dst: int, nbytes: int, tag: int, op: str, start: float,
             end: float, chunk: int = -1) -> None:
         """Record one message."""
@@ -124,7 +123,6 @@ class Trace:
                 self._blocks = [self._cache]
         return self._cache
 
-    # ------------------------------------------------------------ reading
     def __len__(self) -> int:
         return len(self._cols[0]) + sum(len(b[0]) for b in self._blocks)
 
@@ -155,7 +153,6 @@ class Trace:
         cut = "" if self.complete else f", {self.dropped} more dropped (limit {self.limit})"
         return f"Trace({len(self)} messages, ops {sorted(set(self.op.tolist()))}{cut})"
 
-    # ----------------------------------------------------------- checkers
     def only(self, op: str | None = None, src: int | None = None,
              dst: int | None = None) -> Trace:
         """The records of one op (and/or one sender, one receiver), as a new Trace."""

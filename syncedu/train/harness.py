@@ -59,6 +59,11 @@ class History:
         return len(self.loss) / self.train_seconds if self.train_seconds else float("inf")
 
     @property
+    def seconds(self) -> float:
+        """The run's time: logical seconds if simulated, else `train_seconds`."""
+        return self.train_seconds if self.sim_seconds is None else self.sim_seconds
+
+    @property
     def grad_bytes(self) -> int:
         """Gradient bytes rank 0 sent (the "all_reduce" op of the ledger)."""
         op = self.ledger.ops.get("all_reduce")
@@ -72,18 +77,13 @@ class History:
 def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumulation: int = 1,
         lr: float = 0.1, seed: int = 0, pool=None, network=None, simulate: bool = False,
         progress: bool | None = None, timeout: float = 600.0, **options) -> History:
-    """Train with `strategy` on `world_size` ranks and return a `History`.
+    """Train with `strategy` (one of `STRATEGIES`) on `world_size` ranks; a `History`.
 
-    `strategy`: "single" (world size 1, in this process), "naive", "flat",
-    "bucketed", "ddp", "local_sgd" (with `sync_every=H`), or one plugged into
-    `train_strategies`. Other options (`model`, `dataset`, `optimizer`
-    ("sgd", "adam", "adamw"), `momentum`, `weight_decay`, `betas`, `eps`,
-    `warmup_steps`, `bucket_cap_mb`, `compression`, `mistake`, `set_epoch`,
-    `compute_seconds`, `timeline_steps`, `model_kwargs`) are `TrainConfig`
-    fields. `pool`: a
-    `launch.Pool(world_size)` to reuse; `network`: a `Network` emulated on real
-    ranks (or modeled with `simulate=True`); `progress`: a tqdm bar (default: on
-    when stderr is a terminal and the run has 100 steps or more).
+    `options` are `TrainConfig` fields (`model`, `optimizer`, `compression`,
+    `mistake`, `sync_every`, `compute_seconds`, ...). `pool`: a
+    `launch.Pool(world_size)` to reuse; `network`: emulated on real ranks,
+    modeled with `simulate=True`; `progress`: a tqdm bar (default: on when
+    stderr is a terminal and the run has 100 steps or more).
     """
     cfg = TrainConfig(strategy=strategy, world_size=world_size, steps=steps,  # Step 1
                       global_batch=global_batch, accumulation=accumulation, lr=lr, seed=seed,

@@ -78,7 +78,6 @@ def build(module: nn.Module, comm, cfg) -> Parts:
     return FACTORIES[cfg.strategy](module, comm, cfg)
 
 
-# ------------------------------------------------------------------ built-ins
 @register("single")
 def _single(module, comm, cfg) -> Parts:
     return Parts(module, make_optimizer(module.parameters(), cfg))

@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
 import statistics
-import sys
 import time
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from syncedu.bench import bar, free_port
 from syncedu.comm import launch
 
 CELL = '''
@@ -52,12 +51,6 @@ def _bare_rank(rank: int, world_size: int, port: int) -> None:
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _timed(fn) -> float:
     t0 = time.perf_counter()
     fn()
@@ -70,7 +63,7 @@ def measure(world_size: int = 2, repeat: int = 5, warm_repeat: int = 200,
     fn, cold, bare = cell_function(), [], []
     for _ in range(repeat):
         cold.append(_timed(lambda: launch.run(fn, world_size, output="quiet")))
-        bare.append(_timed(lambda: mp.spawn(_bare_rank, args=(world_size, _free_port()),
+        bare.append(_timed(lambda: mp.spawn(_bare_rank, args=(world_size, free_port()),
                                             nprocs=world_size, join=True)))
         if progress:
             progress()
@@ -103,9 +96,7 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    from tqdm import tqdm
-
-    with tqdm(total=args.repeat, desc="launch rounds", file=sys.stderr) as bar:
-        m = measure(args.world_size, args.repeat, args.warm_repeat, progress=bar.update)
+    with bar(args.repeat, "launch rounds") as progress:
+        m = measure(args.world_size, args.repeat, args.warm_repeat, progress=progress.update)
     print(report(m))
     return 0

@@ -165,20 +165,17 @@ class Pool:
         if self._closed:
             raise RuntimeError("this Pool is closed; create a new one")
         payload = _payload(fn, args, kwargs)
-        if self._ranks is None or not self._ranks.alive():
-            self._recover()
+        if self._ranks is None or not self._ranks.alive():  # first run, or a rank died
+            if self._ranks is not None:
+                self._ranks.kill()
+            self._ranks = None
+            self._start()
         try:
             return _result(self._ranks.run(payload, timeout))
         except BaseException:  # failed, timed out or interrupted: no rank survives it
             self._ranks.kill()
             self._ranks = None
             raise
-
-    def _recover(self) -> None:
-        if self._ranks is not None:
-            self._ranks.kill()
-        self._ranks = None
-        self._start()
 
     @property
     def pids(self) -> list[int]:

@@ -158,10 +158,6 @@ class Ledger:
         attrs = ("sent", "received", "msgs_sent", "msgs_received", "calls")
         return OpLedger(*[[get(rl, a) for rl in rank_ledgers] for a in attrs])
 
-    @classmethod
-    def empty(cls, world_size: int) -> Ledger:
-        return cls([RankLedger(r) for r in range(world_size)])
-
     sent = property(lambda self: self._total.sent)
     received = property(lambda self: self._total.received)
     msgs_sent = property(lambda self: self._total.msgs_sent)

@@ -49,7 +49,7 @@ class Call:
         return (self.kind, self.op, self.root, None if t is None else (t.numel(), t.dtype))
 
 
-class CollectiveWork:
+class SimCollectiveWork:
     """Handle of one rank's part in a built-in collective (made by `World.join`)."""
 
     __slots__ = ("world", "rank", "call", "pending", "msg")

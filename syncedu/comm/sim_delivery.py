@@ -26,7 +26,7 @@ from collections import deque
 
 from . import rank_output
 from .errors import DeadlockError, WorkerError
-from .sim_collectives import Call, CollectiveWork, check, resolve
+from .sim_collectives import Call, SimCollectiveWork, check, resolve
 from .sim_links import Message
 from .sim_sched import Cancelled, RankState
 from .trace import Trace
@@ -147,7 +147,7 @@ class World:
         self._turn(rank)
         return handle.msg
 
-    def join(self, rank: int, call: Call) -> CollectiveWork:
+    def join(self, rank: int, call: Call) -> SimCollectiveWork:
         """Join rank `rank`'s next built-in collective; the last rank to join does it."""
         with self.lock:
             self.check()
@@ -157,7 +157,7 @@ class World:
             if pending:
                 check(next(iter(pending.values())).call, call)
             call.now = self.wires.clocks[rank].now
-            handle = pending[rank] = CollectiveWork(self, rank, call, pending)
+            handle = pending[rank] = SimCollectiveWork(self, rank, call, pending)
             if len(pending) < self.n:
                 return handle
             del self.rendezvous[number]

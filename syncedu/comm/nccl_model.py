@@ -175,22 +175,20 @@ def best(sys: NcclSystem, nbytes: int) -> tuple[str, str, float]:
 
 
 def from_network(network, n_channels: int | None = None, **changes) -> NcclSystem:
-    """An `NcclSystem` for a simulator `Network` (our mapping, not NCCL's topology search).
+    """An `NcclSystem` for a `Network.cluster` (our mapping, not NCCL's topology search).
 
-    A flat network is one node whose links are `network.bandwidth`; a cluster has
-    `nodes` nodes. Channels: `n_channels` or max(2, nics_per_node); each channel gets
-    intra bandwidth / n_channels inside a node and its share of the node's NICs,
-    nics_per_node x inter bandwidth / n_channels, between nodes (GB/s).
+    Channels: `n_channels` or max(2, nics_per_node); each gets intra bandwidth /
+    channels inside a node and nics_per_node x inter bandwidth / channels between
+    nodes (GB/s). A flat `Network` has no nodes to map: build an `NcclSystem` directly.
     """
-    if network.is_cluster:
-        nodes, ppn, nics = network.nodes, network.gpus_per_node, network.nics_per_node
-        intra_bw, inter_bw = network.intra.bandwidth, network.inter.bandwidth
-    else:
+    if not network.is_cluster:
         raise ValueError("from_network needs a Network.cluster(...) (a flat Network has no "
                          "nodes to map onto NCCL's); build an NcclSystem directly")
+    nodes, nics = network.nodes, network.nics_per_node
     ch = n_channels or max(2, nics)
-    base = dict(n_ranks=nodes * ppn, n_nodes=nodes, bw_intra=intra_bw / 1e9 / ch,
-                bw_inter=nics * inter_bw / 1e9 / ch, n_channels=ch)
+    base = dict(n_ranks=nodes * network.gpus_per_node, n_nodes=nodes,
+                bw_intra=network.intra.bandwidth / 1e9 / ch,
+                bw_inter=nics * network.inter.bandwidth / 1e9 / ch, n_channels=ch)
     base.update(changes)
     return NcclSystem(**base)
 

@@ -3,29 +3,40 @@
     python -m syncedu.examples.ddp_program --spawn 2            # mp.spawn starts 2 ranks
     torchrun --standalone --nproc-per-node=2 -m syncedu.examples.ddp_program
 
-The shape of PyTorch's "Getting Started with Distributed Data Parallel"
-tutorial and the DistributedSampler documentation, with their loose ends tied:
-a free port chosen at run time, a timeout on every wait, `set_epoch` every
-epoch, the checkpoint loaded with `map_location`. Every line a one-process
-script would not have carries a `# sync:` comment. Steps (`# Step N` below):
+It follows the shape of PyTorch's "Getting Started with Distributed Data
+Parallel" tutorial (pytorch.org/tutorials/intermediate/ddp_tutorial.html) and
+the DistributedSampler documentation (pytorch.org/docs/stable/data.html),
+with the tutorial's loose ends tied: a free port chosen at run time, a timeout
+on every wait, `set_epoch` every epoch, the checkpoint loaded with
+`map_location`. Every line that a one-process training script would not have
+carries a `# sync:` comment.
 
-1. `setup`: MASTER_ADDR/MASTER_PORT say where rank 0's rendezvous store listens
-   (`env://`); `init_process_group` joins (Gloo on CPU, NCCL with a GPU per rank);
-2. the model, seeded alike on every rank, on its device, wrapped in `DDP`
-   (`device_ids=[rank]` on GPUs only; DDP broadcasts rank 0's parameters);
-3. `DistributedSampler`: rank r reads positions r, r + N, ... of each epoch's
-   shuffled order; a DataLoader batches them (global batch B = N x per-rank);
-4. `sampler.set_epoch(epoch)` reseeds the shuffle every epoch
-   (`--forget-set-epoch` shows the bug); `loss.backward()` is where DDP averages;
-5. after each epoch rank 0 saves a checkpoint and a barrier waits for the file;
-   a run given an existing `--checkpoint` resumes from it (`map_location`);
+Steps (each repeated as a `# Step N` comment below):
+
+1. `setup(rank, world_size)`: MASTER_ADDR/MASTER_PORT say where rank 0's
+   rendezvous store listens (the `env://` init method); `init_process_group`
+   joins the group (Gloo on CPU, NCCL when every rank has its own GPU);
+2. the model, seeded identically on every rank, moved to its device, then
+   wrapped in `DDP` (`device_ids=[rank]` on GPUs only; DDP also broadcasts
+   rank 0's parameters at construction);
+3. `DistributedSampler(dataset, num_replicas, rank)`: rank r reads positions
+   r, r + N, r + 2N, ... of each epoch's shuffled order; a DataLoader batches
+   them (global batch B = N * per-rank batch);
+4. every epoch, `sampler.set_epoch(epoch)` reseeds the shuffle (forgotten,
+   every epoch repeats epoch 0's order: `--forget-set-epoch` measures that);
+   `loss.backward()` is where DDP averages the gradients over the ranks;
+5. after each epoch rank 0 saves a checkpoint, a barrier makes sure the file
+   is complete, and every rank can load it with `map_location` (a run given
+   an existing `--checkpoint` resumes from it);
 6. the ranks' losses averaged once at the end; rank 0 writes the final
    parameters (`--out`); `destroy_process_group`.
 
-With `drop_last=True`, step j of epoch e reads exactly `sampling.global_batches`'
-batch, so this trains to the parameters of `train.run("single", 1, ...)` and
-`train.run("ddp", N, ...)` with `steps = epochs * (1797 // B)`
-(tests/dp/test_ddp_program.py checks both).
+With the sampler's `drop_last=True` and the loader's `drop_last=True`, step j
+of epoch e reads exactly `sampling.global_batches`' batch (the same
+`randperm` seeded with seed + epoch, the same `batch[r::N]` shard), so this
+program trains to the parameters of `train.run("single", 1, ...)` and
+`train.run("ddp", N, ...)` with `steps = epochs * (1797 // B)`; the test
+checks both (tests/dp/test_ddp_program.py).
 """
 
 from __future__ import annotations
@@ -112,7 +123,9 @@ def cleanup() -> None:
 
 
 def _optimizer(params, cfg: Config) -> torch.optim.Optimizer:
-    return (torch.optim.Adam if cfg.optimizer == "adam" else torch.optim.SGD)(params, lr=cfg.lr)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr)
+    return torch.optim.SGD(params, lr=cfg.lr)
 
 
 def resume_checkpoint(model, opt, cfg: Config, device: torch.device) -> int:
@@ -193,7 +206,7 @@ def spawn(world_size: int, cfg: Config) -> None:
                          f"world_size={world_size}")
     os.environ["MASTER_ADDR"] = "127.0.0.1"  # sync: the children inherit the environment
     os.environ["MASTER_PORT"] = str(free_port())  # sync: chosen now, never hard-coded
-    ctx = mp.spawn(train, args=(world_size, cfg), nprocs=world_size, join=False)
+    ctx = mp.spawn(_spawned, args=(world_size, cfg), nprocs=world_size, join=False)
     deadline = time.monotonic() + cfg.timeout * (cfg.epochs + 2)
     # join(timeout) raises ProcessRaisedException when a rank fails, and returns
     # True once all have exited: the loop never waits past the deadline.
@@ -202,6 +215,10 @@ def spawn(world_size: int, cfg: Config) -> None:
             for p in ctx.processes:
                 p.kill()
             raise TimeoutError(f"the {world_size} ranks were still running after the deadline")
+
+
+def _spawned(rank: int, world_size: int, cfg: Config) -> None:
+    train(rank, world_size, cfg)  # mp.spawn passes the rank first
 
 
 def _parse(argv) -> tuple[int | None, Config]:

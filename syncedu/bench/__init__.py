@@ -1,8 +1,10 @@
 """Benchmarks: `python -m syncedu.bench {launch,collectives,dp,...} [options]`.
 
-Each subcommand lives in `syncedu/bench/<name>.py`, which defines
-`add_arguments(parser)` and `main(args) -> int`. Results and the commands that
-produced them are in the README.
+Each subcommand is `syncedu/bench/<name>.py`, with `add_arguments(parser)` and
+`main(args) -> int`; results and the commands that produced them are in the
+README. The helpers below are what several share: variants alternate round by
+round (`rotated`), so drift on a busy machine hits all alike (DESIGN, "Traps
+already met"), and every table is printed by `table`.
 """
 
 from __future__ import annotations
@@ -10,11 +12,38 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import re
+import socket
+import sys
 
 
-def _subcommands() -> dict[str, str]:
-    names = [m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")]
-    return {n: f"{__name__}.{n}" for n in sorted(names)}
+def rotated(names: list, i: int) -> list:
+    """Round `i`'s order of the variants: `names` rotated by i."""
+    return names[i % len(names):] + names[:i % len(names)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bar(total: int, desc: str):
+    """A tqdm progress bar on stderr (what a terminal shows; stdout keeps the results)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, file=sys.stderr)
+
+
+def table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
+    """Fixed-width text; `columns`: (header, key, format spec such as ">9.2f" or "<12")."""
+    def head(h: str, spec: str) -> str:
+        align, width = re.match(r"([<>^]?)(\d*)", spec).groups()
+        return format(h, (align or ">") + width)
+
+    lines = [" ".join(head(h, f) for h, _, f in columns)]
+    lines += [" ".join(format(r[k], f) for _, k, f in columns) for r in rows]
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -22,10 +51,10 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
     modules = {}
-    for name, path in _subcommands().items():
-        modules[name] = importlib.import_module(path)
-        doc = (modules[name].__doc__ or "").strip().splitlines()[0]
-        modules[name].add_arguments(sub.add_parser(name, help=doc, description=doc))
+    for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if not m.name.startswith("_"):
+            modules[m.name] = importlib.import_module(f"{__name__}.{m.name}")
+            doc = (modules[m.name].__doc__ or "").strip().splitlines()[0]
+            modules[m.name].add_arguments(sub.add_parser(m.name, help=doc, description=doc))
     args = parser.parse_args(argv)
     return modules[args.what].main(args)
-

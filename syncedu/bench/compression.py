@@ -2,18 +2,12 @@
 
     python -m syncedu.bench compression [--sizes-mb 1 16] [--rounds 5] [--repeats 5]
 
-For each compressor and gradient size (one square-ish fp32 matrix, so PowerSGD
-has something to factor):
-
-- ratio: fp32 allreduce bytes / bytes the compressor actually sent (rank 0's
-  ledger, 2 ranks);
-- compute ms/MB: one rank alone (no traffic), the compressor's whole
-  `average_` (compress, decompress, error feedback) per MB of gradient;
-- step ms: `average_` on 2 real ranks (Gloo on loopback), median over rounds
-  that alternate the compressors, after a barrier (DESIGN, "Traps already met").
-
-On loopback the link is fast, so the compute column often eats the saving:
-the lesson's break-even map says where it pays.
+Per compressor and gradient size (one square-ish fp32 matrix, for PowerSGD):
+ratio = fp32 allreduce bytes / bytes it sent (rank 0's ledger); compute ms/MB =
+its whole `average_` on one rank alone (no traffic); step ms = `average_` on 2
+real ranks, median over rounds that alternate the compressors, after a barrier.
+On loopback the compute column often eats the saving: lesson 07's break-even
+map says where it pays.
 """
 
 from __future__ import annotations
@@ -24,7 +18,9 @@ import time
 
 import torch
 
+from syncedu.bench import table
 from syncedu.comm import launch, sim
+from syncedu.comm.ledger import ring_allreduce_elements
 from syncedu.compress import PowerSGD, SignSGD, TopK, resolve
 
 
@@ -40,7 +36,7 @@ def _shape(size_mb: float) -> tuple[int, int]:
 
 
 class Alone:
-    """A one-rank stand-in for a `Comm` with no traffic: times a compressor's compute only."""
+    """A one-rank stand-in for a `Comm` with no traffic: a compressor's compute alone."""
 
     rank, world_size, backend = 0, 1, "none"
 
@@ -101,28 +97,22 @@ def measure(sizes_mb=(1, 16), rounds: int = 5, repeats: int = 5, world_size: int
             for name, spec in specs.items():
                 sent = sim.run(_one, world_size, args=(spec, shape)).ledger.sent[0]
                 rows.append({"compressor": name, "size_mb": mb, "shape": shape,
-                             "ratio": _fp32_sent(shape, world_size) / sent,
+                             "ratio": 4 * ring_allreduce_elements(shape[0] * shape[1],
+                                                                  world_size, 0)[0] / sent,
                              "compute_ms_per_mb": alone[name] * 1e3 / mb,
                              "step_ms": step[name] * 1e3})
     return rows
 
 
-def _fp32_sent(shape, world_size: int) -> int:
-    from syncedu.comm.ledger import ring_allreduce_elements
-    return 4 * ring_allreduce_elements(shape[0] * shape[1], world_size, 0)[0]
-
-
 def report(rows: list[dict], world_size: int = 2) -> str:
-    lines = [f"compression benchmark: {world_size} real ranks (Gloo), one fp32 matrix per step; "
-             "ratio from the ledger, compute on one rank alone, step = average_ (median)",
-             f"  {'compressor':<12}{'MiB':>6}{'ratio':>9}{'compute ms/MB':>15}{'step ms':>10}"
-             f"{'vs fp32':>9}"]
     base = {r["size_mb"]: r["step_ms"] for r in rows if r["compressor"] == "fp32"}
-    for r in rows:
-        rel = r["step_ms"] / base[r["size_mb"]] if r["size_mb"] in base else float("nan")
-        lines.append(f"  {r['compressor']:<12}{r['size_mb']:6.1f}{r['ratio']:8.1f}x"
-                     f"{r['compute_ms_per_mb']:15.2f}{r['step_ms']:10.2f}{rel:8.2f}x")
-    return "\n".join(lines)
+    rows = [dict(r, rel=r["step_ms"] / base.get(r["size_mb"], float("nan"))) for r in rows]
+    return (f"compression benchmark: {world_size} real ranks (Gloo), one fp32 matrix per "
+            "step; ratio from the ledger, compute on one rank alone, step = average_ "
+            "(median)\n" + table(rows, [
+                ("compressor", "compressor", "<12"), ("MiB", "size_mb", ">6.1f"),
+                ("ratio", "ratio", ">8.1f"), ("compute ms/MB", "compute_ms_per_mb", ">14.2f"),
+                ("step ms", "step_ms", ">9.2f"), ("vs fp32", "rel", ">8.2f")]))
 
 
 def add_arguments(parser) -> None:

@@ -3,26 +3,21 @@
     python -m syncedu.bench dp [--world-size 2] [--rounds 5] [--steps 30]
                                [--hidden 1024] [--depth 3] [--bucket-mb 4]
 
-The same job for every strategy (`train.run`: the MLP on the digits, same
-seed and global batch, on one warm `launch.Pool`), alternated round by round so
-drift on the machine hits all of them alike; each round's steps/s is the
-training steps over `train_seconds` (from a common barrier, no start-up). One
-warm-up round is dropped. Reports the median steps/s of each strategy and the
-ratio bucketed / ddp ("ddp": DDP's own allreduce path; "ddp_counted": with
-the counting comm hook that `train.run` uses to put DDP's bytes in the ledger).
-
-Targets (issue 11): bucketed >= 0.95x the steps/s of DDP and >= 0.97x flat (2
-ranks, Gloo). On loopback the transfer needs the same CPU as backward, so
-there is little to hide: overlap is about not losing here; where waiting can
-be hidden (an emulated network), tests/test_overlap.py checks that it wins.
+The same `train.run` job for every strategy (the MLP on the digits, one warm
+`launch.Pool`), alternated round by round after a warm-up round; steps/s = steps
+/ `train_seconds` (from a common barrier); medians. "ddp" is DDP's own allreduce,
+"ddp_counted" adds the counting comm hook `train.run` uses for the ledger.
+Targets: bucketed >= 0.95x DDP and >= 0.97x flat (2 ranks, Gloo). On loopback
+the transfer needs the CPU backward needs, so there is little to hide; where
+waiting can be hidden (an emulated network) tests/dp/test_overlap.py checks it wins.
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
 
 from syncedu import train
+from syncedu.bench import bar
 from syncedu.comm import launch
 
 TARGETS = {"ddp": 0.95, "flat": 0.97}  # bucketed / each, at least
@@ -52,7 +47,6 @@ def measure(world_size: int = 2, rounds: int = 5, steps: int = 30, hidden: int =
 
 
 def _run(name: str, world_size: int, pool, job: dict):
-    """"ddp" is DDP's own C++ allreduce; "ddp_counted" adds our counting comm hook."""
     strategy = "ddp" if name.startswith("ddp") else name
     return train.run(strategy, world_size, pool=pool, ddp_hook=name == "ddp_counted", **job)
 
@@ -85,10 +79,8 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    from tqdm import tqdm
-
-    with tqdm(total=args.rounds, desc="dp rounds", file=sys.stderr) as bar:
+    with bar(args.rounds, "dp rounds") as progress:
         m = measure(args.world_size, args.rounds, args.steps, args.hidden, args.depth,
-                    args.bucket_mb, args.global_batch, progress=bar.update)
+                    args.bucket_mb, args.global_batch, progress=progress.update)
     print(report(m))
     return 0

@@ -2,24 +2,20 @@
 
     python -m syncedu.bench emulation [--latency 0.002] [--bandwidth 50e6] [--repeat 3]
 
-Two real ranks on loopback, a slow emulated `Network`; for each message size:
-
-1. ping: rank 0 sends S bytes to rank 1 (barrier first, so both start together);
-   the model says latency + S / bandwidth;
-2. all_reduce: the built-in on S bytes; the model says a ring's
-   2(N-1)(latency + S/(N bandwidth)).
-
+Two real ranks on loopback, a slow emulated `Network`; per size, after a barrier:
+1. ping: rank 0 sends S bytes to rank 1 and gets 4 back (model: two transfers);
+2. all_reduce of S bytes (model: a ring's 2(N-1)(latency + S/(N bandwidth))).
 Reports measured medians, the model's prediction and their ratio.
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 
 import torch
 
+from syncedu.bench import bar, table
 from syncedu.comm import launch
 from syncedu.comm.alphabeta import collective_time
 from syncedu.comm.network import Network
@@ -34,10 +30,6 @@ def _ping(comm, buf: torch.Tensor) -> None:
     else:
         comm.recv(buf, src=0)
         comm.send(buf[:1], dst=0)
-
-
-def _allreduce(comm, buf: torch.Tensor) -> None:
-    comm.all_reduce(buf)
 
 
 def _timed(comm, op, nbytes: int, repeat: int) -> list[float]:
@@ -57,10 +49,10 @@ def measure(network: Network, repeat: int = 3, progress=None) -> list[dict]:
     with launch.Pool(2, network=network, output="quiet") as pool:
         for mb in SIZES_MB:
             nbytes = mb * 2**20
-            ping = statistics.median(pool.run(_timed, (_ping, nbytes, repeat))[0])
+            ping, ar = (statistics.median(pool.run(_timed, (op, nbytes, repeat))[0])
+                        for op in (_ping, lambda c, b: c.all_reduce(b)))
             # the acknowledgement is 4 bytes the other way: one more latency
             ping_model = network.transfer_time(nbytes) + network.transfer_time(4)
-            ar = statistics.median(pool.run(_timed, (_allreduce, nbytes, repeat))[0])
             ar_model = collective_time("all_reduce", nbytes, 2, network)
             rows.append(dict(mb=mb, ping=ping, ping_model=ping_model, ar=ar, ar_model=ar_model))
             if progress:
@@ -69,15 +61,13 @@ def measure(network: Network, repeat: int = 3, progress=None) -> list[dict]:
 
 
 def report(network: Network, rows: list[dict]) -> str:
-    out = [f"emulated network: latency {network.latency * 1e3:g} ms, "
-           f"bandwidth {network.bandwidth / 1e6:g} MB/s, 2 real ranks",
-           f"{'size':>6} {'send s':>9} {'model s':>9} {'ratio':>6} "
-           f"{'allreduce s':>12} {'model s':>9} {'ratio':>6}"]
-    for r in rows:
-        out.append(f"{r['mb']:>4}MB {r['ping']:9.4f} {r['ping_model']:9.4f} "
-                   f"{r['ping'] / r['ping_model']:6.2f} {r['ar']:12.4f} {r['ar_model']:9.4f} "
-                   f"{r['ar'] / r['ar_model']:6.2f}")
-    return "\n".join(out)
+    rows = [dict(r, ping_ratio=r["ping"] / r["ping_model"], ar_ratio=r["ar"] / r["ar_model"])
+            for r in rows]
+    return (f"emulated network: latency {network.latency * 1e3:g} ms, bandwidth "
+            f"{network.bandwidth / 1e6:g} MB/s, 2 real ranks\n" + table(rows, [
+                ("MB", "mb", ">4"), ("send s", "ping", ">9.4f"), ("model s", "ping_model", ">9.4f"),
+                ("ratio", "ping_ratio", ">6.2f"), ("allreduce s", "ar", ">12.4f"),
+                ("model s", "ar_model", ">9.4f"), ("ratio", "ar_ratio", ">6.2f")]))
 
 
 def add_arguments(parser) -> None:
@@ -87,10 +77,8 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    from tqdm import tqdm
-
     network = Network(latency=args.latency, bandwidth=args.bandwidth, name="emulated")
-    with tqdm(total=len(SIZES_MB), desc="sizes", file=sys.stderr) as bar:
-        rows = measure(network, args.repeat, progress=bar.update)
+    with bar(len(SIZES_MB), "sizes") as progress:
+        rows = measure(network, args.repeat, progress=progress.update)
     print(report(network, rows))
     return 0

@@ -3,44 +3,34 @@
     python -m syncedu.bench horovod [--world-size 2] [--sizes-mib 1 16 64] [--repeat 10]
         [--rounds 5] [--steps 30] [--hidden 512] [--depth 3]
 
-One `horovod.run` job (`horovod_launch.run`); every rank also joins a Gloo
-process group of torch.distributed (rank 0 picks a free port on 127.0.0.1 and
-Horovod broadcasts it), so both libraries run on the same processes, cores and
-loopback, alternated round by round:
+One `horovod.run` job whose ranks also join a torch.distributed Gloo group (rank
+0 picks a free port on 127.0.0.1, Horovod broadcasts it), so both libraries run
+on the same processes, cores and loopback, alternated round by round:
 
-1. allreduce of S bytes: "builtin" (torch.distributed Gloo `all_reduce`),
-   "ring" (ours, `collectives.ALGORITHMS["ring"]` on a `TorchComm`) and
-   "horovod" (`hvd.allreduce_`, Horovod's Gloo ops); after a barrier, the
-   slowest rank's time per round, medians, algbw = S/t and busbw = algbw *
-   2(N-1)/N (nccl-tests, doc/PERFORMANCE.md), in `bench_collectives`' table;
-2. training: the same `train.run` job (MLP on the digits, same seed and global
-   batch) with strategy "horovod" (DistributedOptimizer) and "ddp"
-   (DistributedDataParallel, its own C++ allreduce, no counting hook), one
-   after the other each round; steps/s = steps / train_seconds (from a common
-   barrier, no start-up); medians over rounds after one warm-up round.
+1. allreduce of S bytes: "builtin" (Gloo `all_reduce`), "ring" (ours, on a
+   `TorchComm`) and "horovod" (`hvd.allreduce_`), timed as `bench collectives`
+   times them (`timed_rounds`: busbw = algbw * 2(N-1)/N, nccl-tests);
+2. training: the same `train.run` job with "horovod" (DistributedOptimizer) and
+   "ddp" (its own C++ allreduce, no counting hook), alternated; steps/s = steps /
+   train_seconds (from a common barrier); medians after one warm-up round.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
-import socket
 import statistics
 import time
 
 import torch
 
+from syncedu.bench import free_port
+from syncedu.bench.collectives import rounds as timed_rounds
 from syncedu.bench.collectives import rows, table
 from syncedu.horovod import launch as horovod_launch
 from syncedu.horovod import training as horovod_train
 from syncedu.train import train_rank
 from syncedu.train.config import TrainConfig
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _join_torch(hvd):
@@ -51,7 +41,7 @@ def _join_torch(hvd):
 
     # name= is needed: by default it is the object's type name, "int" on rank 0 and
     # "NoneType" elsewhere, and tensor names that differ between ranks hang Horovod.
-    port = hvd.broadcast_object(_free_port() if hvd.rank() == 0 else None, root_rank=0,
+    port = hvd.broadcast_object(free_port() if hvd.rank() == 0 else None, root_rank=0,
                                 name="torch_port")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # else Gloo may pick an unreachable NIC
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=hvd.rank(),
@@ -59,39 +49,18 @@ def _join_torch(hvd):
     return TorchComm()
 
 
-def _allreduces(comm, hvd, numel: int) -> dict:
+def _busbw(comm, hvd, nbytes: int, repeat: int) -> dict:
+    """Step 1 for one size: `bench.collectives.rounds` of the three allreduces."""
     import torch.distributed as dist
 
     from syncedu import collectives
 
-    name = f"bench.{numel}"  # the same name on every rank (names that differ hang Horovod)
-    return {"builtin": lambda t: dist.all_reduce(t),
-            "ring": lambda t: collectives.ALGORITHMS["ring"](comm, t),
-            "horovod": lambda t: hvd.allreduce_(t, op=hvd.Sum, name=name)}
-
-
-def _busbw(comm, hvd, nbytes: int, repeat: int) -> dict:
-    """Step 1 for one size: {"seconds": {algo: [per round]}, "ok": ..., ...}."""
     numel = max(1, nbytes // 4)
-    algos = _allreduces(comm, hvd, numel)
-    t = torch.zeros(numel)
-    ok = {}
-    for name, fn in algos.items():  # correctness first: small integers sum exactly
-        t.fill_(comm.rank + 1)
-        fn(t)
-        ok[name] = bool((t == comm.world_size * (comm.world_size + 1) / 2).all())
-        fn(t)  # and a warm-up
-    names, local = list(algos), {n: [] for n in algos}
-    for i in range(repeat):
-        for name in names[i % len(names):] + names[:i % len(names)]:
-            comm.barrier()
-            t0 = time.perf_counter()
-            algos[name](t)
-            local[name].append(time.perf_counter() - t0)
-    slowest = torch.tensor([local[n] for n in names], dtype=torch.float64)
-    comm.all_reduce(slowest, op="max")
-    return {"seconds": dict(zip(names, slowest.tolist())), "ok": ok,
-            "nbytes": numel * 4, "world_size": comm.world_size}
+    name = f"bench.{numel}"  # the same name on every rank (names that differ hang Horovod)
+    algos = {"builtin": lambda t: dist.all_reduce(t),
+             "ring": lambda t: collectives.ALGORITHMS["ring"](comm, t),
+             "horovod": lambda t: hvd.allreduce_(t, op=hvd.Sum, name=name)}
+    return timed_rounds(comm, algos, torch.zeros(numel), repeat, clock=time.perf_counter)
 
 
 def _steps_per_second(comm, hvd, job: dict, rounds: int) -> dict:

@@ -2,18 +2,12 @@
 
     python -m syncedu.bench sim [--ranks 256 1024 4096] [--numel 1000] [--ops ring all_reduce ...]
 
-For each world size and operation, one `sim.run` on an ethernet_10g network:
-
-1. ring: the from-scratch ring allreduce (`collectives.ALGORITHMS["ring"]`, on
-   isend/irecv) of `numel` floats: 2(N-1) messages per rank;
-2. the built-ins (`comm.all_reduce`, broadcast, all_gather, reduce_scatter,
-   barrier), which the simulator does at once and charges as a ring would;
-3. p2p: `steps` rounds of isend/irecv/wait of 4 floats around the ring, no
-   arithmetic: the simulator's own cost per message (send, receive and wait).
-
-Events are the messages the model charges (the ring's, the chain's, the
-barrier's); events per second = events / wall seconds. The 4096-rank row runs
-only the barrier and p2p (the ring's tensor work grows as N^2).
+One `sim.run` per world size and operation on an ethernet_10g network: "ring"
+(the from-scratch `collectives.ALGORITHMS["ring"]` of `numel` floats: 2(N-1)
+messages per rank), the built-ins, and "p2p" (20 rounds of isend/irecv/wait of
+4 floats around the ring, no arithmetic: the simulator's own cost per message).
+Events are the messages the model charges. Above 1024 ranks only the barrier
+and p2p run (the ring's tensor work grows as N^2).
 """
 
 from __future__ import annotations
@@ -23,6 +17,7 @@ import time
 
 import torch
 
+from syncedu.bench import table as text_table
 from syncedu.collectives import ALGORITHMS
 from syncedu.comm import sim
 from syncedu.comm.network import Network
@@ -80,14 +75,11 @@ def measure(n: int, op: str, numel: int) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    """Wall and CPU seconds (they differ on a busy machine), events per wall second, and
-    CPU microseconds per event."""
-    out = [f"{'ranks':>6} {'operation':<15} {'wall s':>8} {'cpu s':>8} {'events':>10} "
-           f"{'events/s':>10} {'cpu us/event':>13}"]
-    for r in rows:
-        out.append(f"{r['ranks']:>6} {r['op']:<15} {r['wall']:>8.2f} {r['cpu']:>8.2f} "
-                   f"{r['events']:>10,} {r['rate']:>10,.0f} {r['us']:>13.1f}")
-    return "\n".join(out)
+    """Wall and CPU seconds (they differ on a busy machine), events/s, CPU us per event."""
+    return text_table(rows, [("ranks", "ranks", ">6"), ("operation", "op", "<15"),
+                             ("wall s", "wall", ">8.2f"), ("cpu s", "cpu", ">8.2f"),
+                             ("events", "events", ">10,"), ("events/s", "rate", ">10,.0f"),
+                             ("cpu us/event", "us", ">13.1f")])
 
 
 def add_arguments(parser) -> None:

@@ -1,18 +1,15 @@
-"""Layer 1, comm: the `Comm` interface, its two implementations, the ledger, the launcher.
+"""The engine: the `Comm` interface, its implementations, the network, ledger and launcher.
 
-- base.py: `Comm`, the interface every algorithm is written against;
-- local.py: `LocalComm`, world size 1 in this process (the one-process reference);
-- torch_comm.py: `TorchComm`, real processes over torch.distributed;
-- sim.py: `SimComm`, simulated ranks with a logical clock (its files, in the order a
-  message meets them: sim.py, sim_links.py, sim_delivery.py, sim_handles.py; built-ins
+- base.py `Comm` (what every algorithm is written against); local.py `LocalComm`
+  (world size 1); torch_comm.py `TorchComm` (real processes);
+- sim.py `SimComm`, simulated ranks on a logical clock (then, in the order a
+  message meets them: sim_links.py, sim_delivery.py, sim_handles.py; built-ins
   in sim_collectives.py and sim_fast.py; where ranks run: sim_sched.py);
-- trace.py: `Trace`, every message of a run (`res.trace`);
-- nccl_model.py: NCCL's own tuning model (predicted all-reduce times);
-- wire.py: the bytes the loopback interface really carried (a witness for the ledger);
-- network.py: `Network`, the alpha-beta model with stragglers, jitter, loss;
-- emulation.py: that model applied to real processes;
-- ledger.py: bytes and messages per rank and per op;
-- launch.py / procs.py / _worker.py: starting real ranks.
+- network.py `Network` and alphabeta.py (the model), emulation.py (on real
+  ranks), nccl_model.py (NCCL's tuning model);
+- ledger.py, trace.py, wire.py (bytes per rank and op, every message, and what
+  loopback really carried); runs.py (`RunResult`, argument checks);
+- launch.py, procs.py, _worker.py: starting real ranks.
 """
 
 from .base import Comm, Work
@@ -20,7 +17,7 @@ from .errors import DeadlockError, TimeoutError, WorkerError
 from .ledger import Ledger, RankLedger
 from .local import LocalComm
 from .network import PRESETS, Network
-from .result import RunResult
+from .runs import RunResult
 from .torch_comm import TorchComm
 from .trace import Record, Trace
 

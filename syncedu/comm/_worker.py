@@ -6,9 +6,9 @@ descriptor (no port, nothing listening):
 1. receive the set-up (rank, world size, backend, rendezvous file, timeout);
 2. join the process group and build a `TorchComm`;
 3. loop: receive a pickled `fn` and its arguments, barrier, run
-   `fn(comm, *args, **kwargs)`, send back the value, the ledger and the time
-   (or the traceback), then print an end-of-run marker so the launcher knows
-   this rank's output is complete;
+   `fn(comm, *args, **kwargs)`, print an end-of-run marker (so the launcher
+   knows this rank's output is complete), send back the value, the ledger and
+   the time (or the traceback);
 4. on "stop", or if the launcher goes away, leave the process group and exit.
 """
 
@@ -88,13 +88,14 @@ def main() -> None:
             reply = _run_one(comm, msg[1])
         except BaseException as e:
             reply = ("error", f"{type(e).__name__}: {e}", traceback.format_exc())
-        sys.stdout.flush()
         try:
-            conn.send_bytes(pickle.dumps(reply))
+            data = pickle.dumps(reply)
         except Exception as e:  # e.g. an unpicklable return value
-            conn.send_bytes(pickle.dumps(("error", f"could not send the result back: {e!r}",
-                                          traceback.format_exc())))
+            data = pickle.dumps(("error", f"could not send the result back: {e!r}",
+                                 traceback.format_exc()))
+        # The marker goes first: the launcher's reader has it by the time the reply lands.
         print(END_MARK, flush=True)
+        conn.send_bytes(data)
     _shutdown()
 
 

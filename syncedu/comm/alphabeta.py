@@ -1,9 +1,9 @@
 """The alpha-beta formulas, in one place: what each collective costs on a `Network`.
 
-A message of n bytes on one link takes t(n) = alpha + n * beta (Hockney 1994;
-alpha = latency, beta = 1 / bandwidth). With N ranks and S bytes per rank, the
-allreduce algorithms of `syncedu.collectives` take (flat network, Thakur,
-Rabenseifner & Gropp, IJHPCA 2005; Patarasuk & Yuan, JPDC 2009):
+One message of n bytes takes t(n) = alpha + n beta (Hockney 1994). With N ranks
+and S bytes per rank, on a flat network (Thakur, Rabenseifner & Gropp, IJHPCA
+2005; Patarasuk & Yuan, JPDC 2009), p = 2^floor(log2 N) (the ranks beyond p are
+folded in first: each hands its vector to a partner and gets the result back):
 
 | algorithm | time |
 |---|---|
@@ -14,36 +14,25 @@ Rabenseifner & Gropp, IJHPCA 2005; Patarasuk & Yuan, JPDC 2009):
 | halving_doubling | 2 sum_k t(S/2^k), k = 1..log2 p; plus 2 t(S) if N != p |
 | recursive_doubling | log2 p t(S); plus 2 t(S) if N != p |
 
-p = 2^floor(log2 N): the ranks beyond p are folded in first (each hands its
-vector to a partner and gets the result back). The built-in collectives of
-`Comm` are charged as a ring (all_reduce: 2(N-1) t(S/N); reduce_scatter and
-all_gather: (N-1) t(S/N)), broadcast and reduce as a chain of N-1 whole
-messages, barrier as ceil(log2 N) empty messages (dissemination). Bus bandwidth
-follows nccl-tests' PERFORMANCE.md (`BUS_FACTOR`).
+`Comm`'s built-ins are charged as a ring (reduce_scatter and all_gather: (N-1)
+t(S/N)), broadcast and reduce as a chain of N-1 whole messages, barrier as
+ceil(log2 N) empty messages. Bus bandwidth: nccl-tests' PERFORMANCE.md (`BUS_FACTOR`).
 
-On a cluster (`Network.cluster`: M nodes of L ranks, `intra` inside a node,
-`inter` between nodes, f = ceil(L / nics_per_node) ranks per NIC), a message
-between nodes also queues at its node's NIC, which carries one message's bytes
-at a time (sim.py). So:
+On a cluster (M nodes of L ranks, f = ceil(L / nics_per_node) ranks per NIC) a
+message between nodes also queues at its node's NIC, one message's bytes at a time:
 
-- ring (ranks in node order: one flow per NIC per step):
-  2(N-1) max(t_intra(S/N), t_inter(S/N));
-- hierarchical (ring reduce-scatter inside the node, ring allreduce across
-  nodes among equal local ranks on the S/L shard, ring all-gather inside):
-  2(L-1) t_intra(S/L) + max(alpha + 2(M-1) f w, 2(M-1) t_inter(S/N) + (f-1) w),
-  w = (S/N) beta_inter: the L rings across nodes share the NIC, so it is either
-  always busy (bandwidth) or each ring waits for its own latency;
-- tree, halving_doubling, recursive_doubling: their steps summed, a step
-  between nodes costing alpha + f' n beta_inter when f' flows share a NIC.
+- ring (node order: one flow per NIC per step): 2(N-1) max(t_intra(S/N), t_inter(S/N));
+- hierarchical (ring reduce-scatter inside, ring allreduce across nodes on the
+  S/L shard, ring all-gather inside): 2(L-1) t_intra(S/L) + max(alpha + 2(M-1) f w,
+  2(M-1) t_inter(S/N) + (f-1) w), w = (S/N) beta_inter: the L rings share the NIC,
+  so it is either always busy or each ring waits for its own latency;
+- tree, halving_doubling, recursive_doubling: their steps summed, a crossing
+  step costing alpha + f' n beta_inter when f' flows share a NIC.
 
-The simulator's logical time equals these on flat networks, and on clusters for
-naive, ring, tree, and for every algorithm as long as no two flows meet at a
-NIC (small messages, one rank per NIC). Where flows do meet (halving-doubling,
-recursive doubling and hierarchical with large messages), ranks drift apart
-and the simulator's first-come first-served NICs make the order matter: there
-these are the lockstep model, within 25% of the simulator (tests/test_cluster.py).
-
-Used in: notebooks/02_allreduce_algorithms, 09_tuning_playbook (through `syncedu.cost`).
+The simulator's logical time equals these on flat networks, and on clusters
+while no two flows meet at a NIC; where they do (halving-doubling, recursive
+doubling, hierarchical with large messages) ranks drift apart and these are the
+lockstep model, within 25% of the simulator (tests/comm/test_cluster.py).
 """
 
 from __future__ import annotations
@@ -82,7 +71,6 @@ def _check(nbytes, world_size) -> None:
         raise ValueError(f"nbytes={nbytes!r} must be >= 0")
 
 
-# ---------------------------------------------------------------- flat
 def ring_time(nbytes: float, n: int, network, segments: int = 1) -> float:
     """2(N-1) G t(S/(N G)); on a cluster the slower of the intra/inter link per step."""
     intra, inter, per_node, nodes, _ = _links(network)

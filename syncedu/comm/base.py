@@ -1,29 +1,20 @@
 """`Comm`: the one interface every algorithm in syncedu is written against.
 
-A `Comm` is one rank's view of a group of `world_size` ranks: point-to-point
-messages (`send`/`recv`, non-blocking `isend`/`irecv` returning a handle with
-`.wait()`) and the usual collectives (`broadcast`, `reduce`, `all_reduce`,
-`reduce_scatter`, `all_gather`, `barrier`). Two implementations:
+One rank's view of `world_size` ranks: point-to-point (`send`/`recv`, and
+`isend`/`irecv` returning a handle with `.wait()`) and the collectives
+(`broadcast`, `reduce`, `all_reduce`, `reduce_scatter`, `all_gather`, `barrier`;
+`async_op=True` returns a handle, as torch.distributed's do). Implementations:
+`TorchComm` (real processes), `SimComm` (simulated ranks), `LocalComm` (one rank).
+This base class does what they share, so they cannot drift apart:
 
-- `TorchComm` (torch_comm.py): real processes over torch.distributed.
-- `SimComm` (sim.py): ranks as threads in one process with a logical clock.
-
-This base class does the parts both share, so they cannot drift apart:
-
-1. validate arguments (a wrong rank or a non-tensor gives `ValueError`/`TypeError`
-   naming the parameter);
-2. charge the rank's ledger: point-to-point by payload bytes ("counted"),
-   built-in collectives as a ring would send them ("modeled"; the simulator
-   counts their real messages instead; see ledger.py);
+1. validate arguments (`ValueError`/`TypeError` naming the parameter);
+2. charge the ledger: point-to-point by payload bytes ("counted"), built-ins
+   as a ring would send them ("modeled"; the simulator counts their messages
+   instead; ledger.py);
 3. call the backend's `_isend`, `_irecv`, `_all_reduce`, ... to move the data.
 
-Every built-in collective takes `async_op=True` (as torch.distributed's do): it
-is charged at once and returns a `Work` whose `wait()` finishes it; simulated
-ranks may `compute` while it is in flight. Each comm also knows where its rank
-sits: `node`, `local_rank` and `local_world_size` (from a cluster `Network`, or
-torchrun's `LOCAL_RANK`/`LOCAL_WORLD_SIZE`; one node otherwise).
-
-Used in: every notebook.
+Each comm also knows where its rank sits: `node`, `local_rank`,
+`local_world_size` (from a cluster `Network`, or torchrun's environment).
 """
 
 from __future__ import annotations
@@ -36,13 +27,10 @@ from collections.abc import Iterator
 import torch
 
 from .ledger import RankLedger, ring_allreduce_elements
+from .network import Network
 from .work import CollectiveWork, ThreadWork, Work  # noqa: F401 - re-exported: Comm's handles
 
 REDUCE_OPS = ("sum", "prod", "max", "min", "avg")
-
-
-def _nbytes(t: torch.Tensor) -> int:
-    return t.nbytes
 
 
 def _check_tensor(t, name: str) -> torch.Tensor:
@@ -69,14 +57,11 @@ class Comm(ABC):
         self.ledger = RankLedger(rank)
         self._scopes: list[str] = []
         self._t0 = time.perf_counter()
-        net = network
         # Where this rank sits: one node unless the network (a cluster) says otherwise.
-        self.node = net.node_of(rank) if net is not None else 0
-        self.local_rank = net.local_rank_of(rank) if net is not None else rank
-        self.local_world_size = (net.local_world_size_of(rank, world_size) if net is not None
-                                 else world_size)
+        net = network if network is not None else Network()
+        self.node, self.local_rank = net.node_of(rank), net.local_rank_of(rank)
+        self.local_world_size = net.local_world_size_of(rank, world_size)
 
-    # ----------------------------------------------------------------- helpers
     def _peer(self, peer: int, name: str) -> int:
         if not isinstance(peer, int) or isinstance(peer, bool):
             raise TypeError(f"{name} must be an int rank, got {type(peer).__name__}")
@@ -103,27 +88,18 @@ class Comm(ABC):
 
     def _charge_builtin(self, op: str, sent: int = 0, received: int = 0, msgs_sent: int = 0,
                         msgs_received: int = 0) -> None:
-        """Charge a built-in collective by formula, as "modeled" (ledger.py).
-
-        A backend that moves the collective's messages itself (the simulator)
-        counts them instead and charges only the call here.
-        """
+        """A built-in by formula, "modeled" (the simulator counts its messages instead)."""
         self._charge(op, sent, received, msgs_sent, msgs_received, kind="modeled")
 
     @contextlib.contextmanager
     def scope(self, name: str) -> Iterator[None]:
-        """Charge everything sent inside the block to ledger op `name`.
-
-        Lets a from-scratch algorithm show up as e.g. "ring_allreduce" in the
-        ledger instead of as loose sends and receives.
-        """
+        """Charge everything sent inside the block to ledger op `name` (e.g. "ring_allreduce")."""
         self._scopes.append(name)
         try:
             yield
         finally:
             self._scopes.pop()
 
-    # ------------------------------------------------------- point-to-point
     def send(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> None:
         """Send `tensor` to rank `dst`; returns when the data has been handed over."""
         self.isend(tensor, dst, tag).wait()
@@ -155,20 +131,18 @@ class Comm(ABC):
             _check_tensor(tensor, "tensor")
 
     def recv_any(self, tensor: torch.Tensor, tag: int = 0) -> int:
-        """Receive the next `tag` message from whichever rank sends one; return that rank.
+        """Receive the next `tag` message from any rank; return that rank (a server's loop).
 
-        For servers that serve many peers in arrival order (a parameter server).
         Real ranks take the first to arrive (Gloo's any-source receive); simulated
         ranks the earliest in logical time, so runs repeat exactly.
         """
         _check_tensor(tensor, "tensor")
-        self._charge("recv", received=_nbytes(tensor), msgs_received=1)
+        self._charge("recv", received=tensor.nbytes, msgs_received=1)
         return self._recv_any(tensor, tag)
 
     def _recv_any(self, tensor: torch.Tensor, tag: int) -> int:
         raise NotImplementedError(f"{type(self).__name__} has no any-source receive")
 
-    # ---------------------------------------------------------- collectives
     def _done(self, work: Work | None, async_op: bool, result, then=None):
         """Return `result` once `work` is done, or (async_op) a handle that finishes it."""
         if async_op:
@@ -183,7 +157,7 @@ class Comm(ABC):
         """Copy `src`'s tensor into every rank's `tensor` (charged as a chain)."""
         _check_tensor(tensor, "tensor")
         self._root(src, "src")
-        n, b = self.world_size, _nbytes(tensor)
+        n, b = self.world_size, tensor.nbytes
         last = (src - 1) % n  # the end of the chain src -> src+1 -> ... -> src-1
         sends = int(n > 1 and self.rank != last)
         recvs = int(n > 1 and self.rank != src)
@@ -198,7 +172,7 @@ class Comm(ABC):
         _check_tensor(tensor, "tensor")
         self._root(dst, "dst")
         self._op(op)
-        n, b = self.world_size, _nbytes(tensor)
+        n, b = self.world_size, tensor.nbytes
         first = (dst + 1) % n  # the chain dst+1 -> dst+2 -> ... -> dst
         sends = int(n > 1 and self.rank != dst)
         recvs = int(n > 1 and self.rank != first)
@@ -233,7 +207,7 @@ class Comm(ABC):
         n = self.world_size
         # A ring in which rank r ends up owning chunk r: r sends all chunks but
         # its own and receives all but r - 1's (all the size of `output`).
-        part = _nbytes(output)
+        part = output.nbytes
         self._charge_builtin("reduce_scatter", sent=(n - 1) * part, received=(n - 1) * part,
                              msgs_sent=n - 1, msgs_received=n - 1)
         if n > 1:
@@ -252,7 +226,7 @@ class Comm(ABC):
         self._check_list(tensor_list, "tensor_list", tensor)
         n = self.world_size
         # Ring: rank r forwards every chunk but (r + 1)'s and receives all but its own.
-        part = _nbytes(tensor)
+        part = tensor.nbytes
         self._charge_builtin("all_gather", sent=(n - 1) * part, received=(n - 1) * part,
                              msgs_sent=n - 1, msgs_received=n - 1)
         if n > 1:
@@ -283,7 +257,6 @@ class Comm(ABC):
                 raise ValueError(f"{name}[{i}] has shape {tuple(t.shape)} and dtype {t.dtype}; "
                                  f"expected {tuple(like.shape)} and {like.dtype}")
 
-    # --------------------------------------------------------------- time
     def compute(self, seconds: float) -> None:
         """Spend `seconds` of modeled compute (times this rank's network slowdown)."""
         if seconds < 0:
@@ -306,8 +279,7 @@ class Comm(ABC):
     def _compute(self, seconds: float) -> None:
         time.sleep(seconds)
 
-    # ------------------------------------------------------ backend hooks
-    # Collective hooks get `async_op` and return a `Work` still to wait for, or None
+    # Backend hooks: collective hooks get `async_op` and return a `Work` still to wait for, or None
     # once done; point-to-point hooks return a `Work`.
     @abstractmethod
     def _isend(self, tensor: torch.Tensor, dst: int, tag: int) -> Work: ...

@@ -1,23 +1,15 @@
-"""Network emulation on real processes: wait as the `Network` model says.
+"""Network emulation on real processes: each rank waits as the `Network` model says.
 
 No root, no `tc`: each rank delays its own traffic.
 
-1. Point-to-point: as in the simulator (sim.py), each rank has one send port.
-   A message leaves when the port is free, holds it for
-   d = latency + n / bandwidth (+ seeded jitter and loss), and is handed to
-   torch.distributed at departure + d by a sender thread per peer, so messages
-   out of one rank take turns, as on one NIC. (The receive port is not
-   emulated: a rank receiving from several peers at once gets them sooner
-   than the simulator would say.)
-   On a cluster network (`Network.cluster`) a message between ranks of
-   different nodes takes the `inter` link, inside a node the `intra` one (NIC
-   sharing between ranks is not emulated: each rank only knows its own port).
-2. Collectives: the rank runs torch's built-in, then waits until the time
-   `alphabeta.collective_time` gives (a ring or chain) has passed since the call.
-3. Compute: `comm.compute(seconds)` sleeps seconds times the rank's slowdown
-   (in base.Comm).
-
-Used in: notebooks/00_start_here, 04_parameter_server, 09_tuning_playbook.
+1. Point-to-point: as in the simulator, one send port per rank; a message leaves
+   when the port is free, holds it latency + n / bandwidth (+ seeded jitter and
+   loss; on a cluster the `inter` or `intra` link) and is handed to torch at
+   departure + that by a sender thread per peer, so messages out of one rank take
+   turns. Not emulated: the receive port and NIC sharing between ranks.
+2. Collectives: torch's built-in, then a wait until `alphabeta.collective_time`
+   (a ring or chain) has passed since the call.
+3. Compute: `comm.compute(seconds)` sleeps seconds x the rank's slowdown (base.Comm).
 """
 
 from __future__ import annotations
@@ -32,7 +24,7 @@ from .network import Network
 
 
 def ring_seconds(kind: str, nbytes: int, world_size: int, network: Network) -> float:
-    """Modeled time of a built-in collective (alphabeta.collective_time; kept for callers)."""
+    """Modeled time of a built-in collective (`alphabeta.collective_time`)."""
     return alphabeta.collective_time(kind, nbytes, world_size, network)
 
 

@@ -1,9 +1,6 @@
 """Start real ranks and run a worker on each: `run`, `Pool`, `from_env`.
 
-    from syncedu import launch
-
     def hello(comm):                       # may be defined in a notebook cell
-        print("I am rank", comm.rank)
         t = torch.ones(3) * comm.rank
         comm.all_reduce(t)
         return t
@@ -12,33 +9,38 @@
     res[0], res.ledger.sent, res.seconds
 
 `fn` is serialized by value (cloudpickle), so a function written in a notebook
-cell works in freshly started processes. Each rank's prints come back to the
-caller's stdout marked `[rank r]`. A rank that raises gives `WorkerError` with
-its traceback; a rank that dies gives `WorkerError` within seconds; a run past
+cell works in fresh processes. Each rank's prints come back to the caller's
+stdout marked `[rank r]`. A rank that raises gives `WorkerError` with its
+traceback; a rank that dies gives `WorkerError` within seconds; a run past
 `timeout` gives `TimeoutError` with `.ranks`. Every rank is reaped in every case.
-
 `Pool` keeps the ranks (and their process group) alive between runs, so a
-widget can re-run a worker in milliseconds. `from_env()` gives the same `comm`
-to a script started by `torchrun`, so notebook workers also run multi-node.
-
-Used in: every notebook.
+widget re-runs a worker in milliseconds; `from_env()` gives the same `comm` to a
+script started by `torchrun`.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import sys
+import types
 import weakref
 
 import cloudpickle
 import torch
 
-from .checks import check_call, check_network, check_output, check_timeout, check_world_size
 from .errors import TimeoutError, WorkerError
 from .ledger import Ledger
 from .network import Network
 from .procs import Ranks, default_threads
-from .result import RunResult
+from .runs import (
+    RunResult,
+    check_call,
+    check_network,
+    check_output,
+    check_timeout,
+    check_world_size,
+)
 from .trace import Trace
 
 __all__ = ["run", "Pool", "from_env", "resolve_backend", "WorkerError", "TimeoutError",
@@ -73,6 +75,36 @@ def _check(world_size, timeout, network, threads, output) -> None:
     check_output(output)
 
 
+def _remember_submodule_scans(scan):
+    """cloudpickle's `_find_imported_submodules`, remembered until `sys.modules` changes.
+
+    For every module a cell-defined function uses (e.g. `torch`), cloudpickle scans
+    all of `sys.modules` (thousands of names once torch is in) for submodules it
+    must import on the other side: 1.5-4 ms, most of a warm `Pool.run`. Its answer
+    depends only on the code, those modules and `sys.modules`, so it is kept per
+    (code, modules, number of loaded modules): the function's globals and
+    arguments are still pickled afresh every run.
+    """
+    seen: dict = {}
+
+    def cached(code, deps):
+        deps = list(deps)
+        key = (code, tuple(id(m) for m in deps if isinstance(m, types.ModuleType)),
+               len(sys.modules))
+        if key not in seen:
+            if len(seen) > 256:
+                seen.clear()
+            seen[key] = scan(code, deps)
+        return list(seen[key])
+
+    return cached
+
+
+if hasattr(cloudpickle.cloudpickle, "_find_imported_submodules"):  # else: plain cloudpickle
+    cloudpickle.cloudpickle._find_imported_submodules = _remember_submodule_scans(
+        cloudpickle.cloudpickle._find_imported_submodules)
+
+
 def _payload(fn, args, kwargs) -> bytes:
     try:
         return cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))
@@ -93,19 +125,14 @@ def _result(replies: list) -> RunResult:
 class Pool:
     """Live ranks with their process group, reused by every `pool.run`.
 
-    Use as a context manager (`with launch.Pool(4) as pool: pool.run(fn)`). After
-    a failure (a rank raised, died or timed out) the ranks are stopped and the
-    next `run` starts fresh ones, so a widget keeps working.
-
-    Args:
-        world_size: number of ranks (1..MAX_WORLD_SIZE).
-        backend: "auto" (NCCL with one GPU per rank, else Gloo), "gloo" or "nccl".
-        timeout: default seconds for each `run` (None: no limit); the process
-            group's own timeout is set above it, so no wait inside a rank is endless.
-        network: a `Network` to emulate (delays, stragglers), or None.
-        threads: CPU threads per rank (default: this machine's cores / world_size).
-        output: "live" (stream lines as they come), "ordered" (all of rank 0's
-            lines, then rank 1's, ...: deterministic), or "quiet".
+    A context manager (`with launch.Pool(4) as pool: pool.run(fn)`). After a
+    failure (a rank raised, died or timed out) the ranks are stopped and the next
+    `run` starts fresh ones, so a widget keeps working. `backend`: "auto" (NCCL
+    with one GPU per rank, else Gloo), "gloo" or "nccl"; `timeout`: default
+    seconds of each `run` (None: none; the process group's own is set above it);
+    `network`: a `Network` to emulate; `threads`: per rank (default: cores /
+    world_size); `output`: "live", "ordered" (rank 0's lines, then rank 1's, ...)
+    or "quiet".
     """
 
     def __init__(self, world_size: int, *, backend: str = "auto",
@@ -138,20 +165,17 @@ class Pool:
         if self._closed:
             raise RuntimeError("this Pool is closed; create a new one")
         payload = _payload(fn, args, kwargs)
-        if self._ranks is None or not self._ranks.alive():
-            self._recover()
+        if self._ranks is None or not self._ranks.alive():  # first run, or a rank died
+            if self._ranks is not None:
+                self._ranks.kill()
+            self._ranks = None
+            self._start()
         try:
             return _result(self._ranks.run(payload, timeout))
         except BaseException:  # failed, timed out or interrupted: no rank survives it
             self._ranks.kill()
             self._ranks = None
             raise
-
-    def _recover(self) -> None:
-        if self._ranks is not None:
-            self._ranks.kill()
-        self._ranks = None
-        self._start()
 
     @property
     def pids(self) -> list[int]:
@@ -188,17 +212,13 @@ def run(fn, world_size: int, args=(), kwargs=None, *, backend: str = "auto",
         threads: int | None = None, output: str = "live") -> RunResult:
     """Start `world_size` ranks, run `fn(comm, *args, **kwargs)` on each, return the values.
 
-    Steps: 1. validate; 2. start the ranks and join them in a process group
-    (fresh rendezvous every call, so runs never clash); 3. run `fn` (after a
-    barrier, so `.seconds` starts together); 4. collect values, ledgers and
-    times, or the first failure; 5. stop and reap every rank, whatever happened.
-
-    Returns a `RunResult`: `res[r]` is rank r's return value, plus `.ledger`
-    (bytes and messages each rank sent through its comm: point-to-point
-    `.counted`, built-ins `.modeled` by formula), `.trace` (the point-to-point
-    sends, wall-clock start and end) and `.seconds` (time of `fn` on the
-    slowest rank). Raises `WorkerError`, `TimeoutError` (`.ranks`),
-    or `ValueError` for bad arguments. Keyword arguments are as for `Pool`.
+    1. validate; 2. start the ranks in a process group (a fresh rendezvous each
+    call); 3. run `fn` after a barrier, so `.seconds` starts together; 4. collect
+    values, ledgers and times, or the first failure; 5. stop and reap every rank.
+    Returns a `RunResult`: `res[r]`, `.ledger` (point-to-point `.counted`,
+    built-ins `.modeled`), `.trace` (point-to-point sends, wall clock) and
+    `.seconds` (the slowest rank's `fn`). Raises `WorkerError`, `TimeoutError`
+    (`.ranks`) or `ValueError`. Keyword arguments are as for `Pool`.
     """
     check_call(fn, args, kwargs)  # before any process starts; Pool checks the rest
     pool = Pool(world_size, backend=backend, timeout=timeout, network=network,
@@ -210,12 +230,8 @@ def run(fn, world_size: int, args=(), kwargs=None, *, backend: str = "auto",
 
 
 def from_env(backend: str = "auto", *, network: Network | None = None, timeout: float = 300.0):
-    """A `TorchComm` for a script started by torchrun (or anything that sets RANK etc.).
-
-    Joins the default process group from the environment (MASTER_ADDR,
-    MASTER_PORT, RANK, WORLD_SIZE) unless the script already did, so a worker
-    written for `launch.run` runs unchanged: `fn(launch.from_env())`.
-    """
+    """A `TorchComm` for a script started by torchrun: joins the default process group from
+    MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE unless done, so `fn(launch.from_env())` runs."""
     import datetime
 
     import torch.distributed as dist

@@ -1,29 +1,19 @@
 """The ledger: who sent how many payload bytes and messages, per rank and per op.
 
-Every `Comm` keeps a `RankLedger` of its own calls. When a run ends, the
-launcher (or the simulator) merges the per-rank ledgers into one `Ledger`,
-which is what `res.ledger` is:
+Every `Comm` keeps a `RankLedger` of its own calls; at the end of a run they are
+merged into one `Ledger`, `res.ledger`: `sent[r]`, `received[r]` (payload bytes
+of rank r), `ops["all_reduce"].sent[r]` (one op only). Each entry is one of two
+kinds, kept apart as `res.ledger.counted` and `res.ledger.modeled` (same fields;
+`res.ledger.sent` is their sum):
 
-    res.ledger.sent[r]       payload bytes rank r sent through its comm
-    res.ledger.received[r]   payload bytes rank r received
-    res.ledger.ops["all_reduce"].sent[r]   the same, for one op only
-
-Every entry is one of two kinds, kept apart (`res.ledger.counted`,
-`res.ledger.modeled`, each a `Ledger` with the same fields; `res.ledger.sent`
-is their sum):
-
-- **counted**: a message the engine really moved: every point-to-point message
-  on any `Comm`, and every message of a built-in collective on simulated ranks
-  (the simulator runs them as message schedules, sim_collectives.py);
+- **counted**: a message the engine moved: every point-to-point message, and
+  every message of a built-in collective on simulated ranks (sim_collectives.py);
 - **modeled**: a built-in collective on real ranks, charged by formula as a
-  ring would send it (`ring_allreduce_elements`), because the backend (Gloo,
-  NCCL) hides its messages. `syncedu.comm.wire` measures what such a call
-  really put on the loopback wire, a witness that can disagree.
+  ring would send it (`ring_allreduce_elements`), because Gloo and NCCL hide
+  their messages; `syncedu.comm.wire` measures what such a call really put on
+  the loopback wire, a witness that can disagree.
 
-A comm's `RankLedger` has a default kind for entries recorded without one:
-"counted" on simulated ranks, "modeled" on real ones (`TorchComm`).
-
-Used in: notebooks/00_start_here, 01_collectives, 02_allreduce_algorithms.
+A `RankLedger`'s default kind is "counted" (simulated ranks) or "modeled" (`TorchComm`).
 """
 
 from __future__ import annotations
@@ -32,11 +22,8 @@ from dataclasses import dataclass, field
 
 
 def ring_chunks(numel: int, world_size: int) -> list[int]:
-    """Split `numel` elements into `world_size` contiguous chunks, sizes differing by <= 1.
-
-    The first `numel % world_size` chunks get one extra element. This is the
-    split the ring algorithms use, so the ledger's charge and the algorithm agree.
-    """
+    """`world_size` contiguous chunk sizes of `numel`, the first `numel % world_size` one
+    larger: the ring algorithms' split, so the ledger's charge and the algorithm agree."""
     base, extra = divmod(numel, world_size)
     return [base + (1 if i < extra else 0) for i in range(world_size)]
 
@@ -44,11 +31,9 @@ def ring_chunks(numel: int, world_size: int) -> list[int]:
 def ring_allreduce_elements(numel: int, world_size: int, rank: int) -> tuple[int, int]:
     """Elements rank `rank` sends and receives in a ring allreduce of `numel` elements.
 
-    Patarasuk & Yuan (2009): reduce-scatter then all-gather, N-1 steps each,
-    arranged so that rank r owns chunk r after the reduce-scatter (as
-    `reduce_scatter` promises). In the reduce-scatter rank r forwards every chunk
-    except its own, r; in the all-gather every chunk except (r + 1) mod N, the
-    one it receives last. It receives what rank r - 1 sends.
+    Patarasuk & Yuan (2009): reduce-scatter then all-gather, N-1 steps each, rank r
+    owning chunk r in between. Rank r forwards every chunk but r in the first,
+    every chunk but (r + 1) mod N in the second; it receives what rank r - 1 sends.
     """
     n = world_size
     if n == 1:
@@ -89,11 +74,8 @@ def _add(ops: dict, op: str, sent: int, received: int, msgs_sent: int, msgs_rece
 
 @dataclass
 class RankLedger:
-    """What one rank's comm sent and received, kept by the comm itself.
-
-    `ops` is the total per op; `kinds["counted"]` and `kinds["modeled"]` split it.
-    `kind` is the default kind of `record` ("counted" or "modeled").
-    """
+    """One rank's calls: `ops` per op, split by `kinds["counted"]`/`["modeled"]`; `kind`
+    is `record`'s default."""
 
     rank: int
     ops: dict[str, OpCount] = field(default_factory=dict)
@@ -108,11 +90,7 @@ class RankLedger:
     def record(self, op: str, sent: int = 0, received: int = 0,
                msgs_sent: int = 0, msgs_received: int = 0, calls: int = 1,
                kind: str | None = None) -> None:
-        """Charge one call of `op` (payload bytes and message counts, ints).
-
-        `kind`: "counted" (messages really moved) or "modeled" (charged by
-        formula); None: this ledger's default `kind`.
-        """
+        """Charge one call of `op`; `kind`: "counted", "modeled" or None (the default)."""
         kind = kind or self.kind
         if kind not in self.kinds:
             raise ValueError(f"record: kind={kind!r} must be one of {KINDS}")
@@ -159,13 +137,8 @@ class OpLedger:
 
 
 class Ledger:
-    """Merged ledger of a run: per-rank lists, overall and per op.
-
-    `sent`, `received`, `msgs_sent`, `msgs_received` are lists of length
-    `world_size`; `ops[name]` is an `OpLedger` with the same lists for one op.
-    `counted` and `modeled` are `Ledger`s of the two kinds of entry (module
-    docstring); their `sent` lists add up to this one's.
-    """
+    """Merged ledger of a run: `sent`, `received`, `msgs_sent`, `msgs_received` (lists of
+    length `world_size`), `ops[name]` (the same for one op), `counted` and `modeled`."""
 
     def __init__(self, rank_ledgers: list[RankLedger], _names: list[str] | None = None):
         self.world_size = len(rank_ledgers)
@@ -185,10 +158,6 @@ class Ledger:
         attrs = ("sent", "received", "msgs_sent", "msgs_received", "calls")
         return OpLedger(*[[get(rl, a) for rl in rank_ledgers] for a in attrs])
 
-    @classmethod
-    def empty(cls, world_size: int) -> Ledger:
-        return cls([RankLedger(r) for r in range(world_size)])
-
     sent = property(lambda self: self._total.sent)
     received = property(lambda self: self._total.received)
     msgs_sent = property(lambda self: self._total.msgs_sent)
@@ -201,12 +170,8 @@ class Ledger:
 
     def rows(self) -> list[tuple[str, int, int, int, int, int]]:
         """(op, rank, bytes sent, bytes received, messages sent, messages received)."""
-        out = []
-        for name, op in self.ops.items():
-            for r in range(self.world_size):
-                out.append((name, r, op.sent[r], op.received[r],
-                            op.msgs_sent[r], op.msgs_received[r]))
-        return out
+        return [(name, r, op.sent[r], op.received[r], op.msgs_sent[r], op.msgs_received[r])
+                for name, op in self.ops.items() for r in range(self.world_size)]
 
     def table(self) -> str:
         """A fixed-width text table: one row per (op, rank) plus a total per rank."""

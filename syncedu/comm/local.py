@@ -1,12 +1,8 @@
-"""`LocalComm`: a `Comm` of world size 1, in this process.
+"""`LocalComm`: a `Comm` of world size 1, in this process (the one-process reference).
 
-The one-process reference of a lesson (e.g. `train.run("single", 1, ...)`)
-runs the same code as the distributed ranks, on a real `Comm`: `Comm` itself
-makes every collective of one rank the identity (nothing to send, nothing
-charged but the call), and there is no other rank to send to. So nothing here
-moves data; `compute(seconds)` sleeps, as on real ranks.
-
-Used in: notebooks/03_data_parallel, 05_gradient_accumulation (through train.run).
+`train.run("single", 1, ...)` runs the same code as the distributed ranks on a
+real `Comm`: `Comm` makes every collective of one rank the identity and rejects
+any peer, so nothing here moves data; `compute(seconds)` sleeps, as on real ranks.
 """
 
 from __future__ import annotations

@@ -1,45 +1,31 @@
 """NCCL's own prediction of an all-reduce's time: a port of its tuning model.
 
-NCCL picks an algorithm (ring, tree, ...) and a protocol (LL, LL128, Simple)
-per call by predicting each one's time with a latency-bandwidth model,
-`ncclTopoTuneModel` and `ncclTopoGetAlgoTime` in `src/graph/tuning.cc`. This
-module re-implements that model for all-reduce (written from the source, not
-copied), from NCCL 2.30.7 (github.com/NVIDIA/nccl, commit 5067397c, June 2026),
-whose constants are in `ncclTunerConstantsDefaults` (baseLatencies,
-hwLatencies, llMaxBws, perChMaxRingLL128Bws, perChMaxTreeLL128Bws,
-perChMaxTreeBws). Times are in microseconds, bandwidths in GB/s, as there.
+NCCL picks an algorithm (ring, tree) and a protocol (LL, LL128, Simple) per call
+by predicting each one's time, `ncclTopoTuneModel` and `ncclTopoGetAlgoTime` in
+`src/graph/tuning.cc`. This is that model for all-reduce, written from the
+source (not copied) of NCCL 2.30.7 (github.com/NVIDIA/nccl, commit 5067397c),
+constants from `ncclTunerConstantsDefaults`; microseconds and GB/s, as there.
 
-1. Bus bandwidth of one algorithm/protocol: `n_channels` times the per-channel
-   bandwidth NCCL's topology search found (`bw_intra` inside a node, used up to
-   2 nodes; `bw_inter` beyond), then capped per protocol (LL: half, at most
-   llMaxBw; LL128: 0.92 of it, at most n_channels x perChMaxRingLL128Bw; tree:
-   0.92, at most n_channels x perChMaxTreeBw, ...).
-2. Algorithm bandwidth: a ring's busBw times nRanks / (2 (nRanks - 1)); a tree's
-   half of it.
-3. Latency: a base latency plus one hardware latency per hop along the path:
-   a ring all-reduce makes nsteps = 2 (nRanks - 1) hops, of which
-   nInterSteps = 2 (nNodes - 1) cross the network (each hwLatencies[NET] plus
-   the graph's latencyInter, twice for Simple's flush) and the rest stay
-   inside a node (hwLatencies[NVLINK or PCI], at least the network post
-   overhead, 1 us on Intel, 2 on AMD, times 3 for Simple); a tree all-reduce
-   makes 2 ((nRanks / nNodes - 1) intra hops + log2(nNodes) network hops).
-4. Time: latency + bytes / (1000 x algBw), with the ring's "plateau" (Simple,
-   several nodes, at least 64 bytes per channel and rank: latency x 1.4 from
-   Ampere on, 1.9 before) and the tree's per-size correction factors.
+1. Bus bandwidth: `n_channels` x the per-channel bandwidth of the topology
+   search (`bw_intra` up to 2 nodes, `bw_inter` beyond), capped per protocol
+   (LL: half, at most llMaxBw; LL128: 0.92, at most n_channels x
+   perChMaxRingLL128Bw; tree: 0.92, at most n_channels x perChMaxTreeBw, ...).
+2. Algorithm bandwidth: a ring's busBw x nRanks / (2 (nRanks - 1)); a tree's half.
+3. Latency: a base latency plus one hardware latency per hop: a ring makes
+   2 (nRanks - 1) hops, 2 (nNodes - 1) of them across the network (hwLatencies[NET]
+   plus latencyInter, twice for Simple), the rest inside a node (hwLatencies
+   [NVLINK or PCI], at least the network post overhead, 1 us Intel, 2 AMD, x3 for
+   Simple); a tree 2 ((nRanks / nNodes - 1) + log2(nNodes)) hops.
+4. Time: latency + bytes / (1000 x algBw), with the ring's plateau (Simple,
+   several nodes, >= 64 bytes per channel and rank: latency x 1.4 from Ampere,
+   1.9 before) and the tree's per-size correction factors.
 
-So NCCL charges a ring's latency once per hop along the path, not once per
-message at each sender's port: this is what `Network(latency_model="wire")`
-simulates, and why lesson 02 shows both.
-
-Out of scope: NVLS and NVLS-tree (they need NVSwitch multicast, SHARP-like
-in-switch reduction, which the simulator has no model of), CollNet (in-network
-reduction), PAT (NCCL uses it only for all-gather and reduce-scatter with one
-GPU per node, never for all-reduce), pipelined multi-op latency counts
-(numPipeOps = 1 here), and NCCL's topology search itself: `bw_intra`,
-`bw_inter` and `n_channels` are inputs (`from_network` derives them from a
-simulator `Network` by the rule given there).
-
-Used in: notebooks/02_allreduce_algorithms (beside the simulator's times).
+So NCCL charges a ring's latency once per hop along the path, not per message
+at each sender's port: `Network(latency_model="wire")`, which lesson 02 shows.
+Out of scope: NVLS (NVSwitch multicast), CollNet, PAT (all-gather and
+reduce-scatter only), pipelined multi-op latency (numPipeOps = 1) and the
+topology search itself: `bw_intra`, `bw_inter`, `n_channels` are inputs
+(`from_network` derives them from a simulator `Network`).
 """
 
 from __future__ import annotations
@@ -189,22 +175,20 @@ def best(sys: NcclSystem, nbytes: int) -> tuple[str, str, float]:
 
 
 def from_network(network, n_channels: int | None = None, **changes) -> NcclSystem:
-    """An `NcclSystem` for a simulator `Network` (our mapping, not NCCL's topology search).
+    """An `NcclSystem` for a `Network.cluster` (our mapping, not NCCL's topology search).
 
-    A flat network is one node whose links are `network.bandwidth`; a cluster has
-    `nodes` nodes. Channels: `n_channels` or max(2, nics_per_node); each channel gets
-    intra bandwidth / n_channels inside a node and its share of the node's NICs,
-    nics_per_node x inter bandwidth / n_channels, between nodes (GB/s).
+    Channels: `n_channels` or max(2, nics_per_node); each gets intra bandwidth /
+    channels inside a node and nics_per_node x inter bandwidth / channels between
+    nodes (GB/s). A flat `Network` has no nodes to map: build an `NcclSystem` directly.
     """
-    if network.is_cluster:
-        nodes, ppn, nics = network.nodes, network.gpus_per_node, network.nics_per_node
-        intra_bw, inter_bw = network.intra.bandwidth, network.inter.bandwidth
-    else:
+    if not network.is_cluster:
         raise ValueError("from_network needs a Network.cluster(...) (a flat Network has no "
                          "nodes to map onto NCCL's); build an NcclSystem directly")
+    nodes, nics = network.nodes, network.nics_per_node
     ch = n_channels or max(2, nics)
-    base = dict(n_ranks=nodes * ppn, n_nodes=nodes, bw_intra=intra_bw / 1e9 / ch,
-                bw_inter=nics * inter_bw / 1e9 / ch, n_channels=ch)
+    base = dict(n_ranks=nodes * network.gpus_per_node, n_nodes=nodes,
+                bw_intra=network.intra.bandwidth / 1e9 / ch,
+                bw_inter=nics * network.inter.bandwidth / 1e9 / ch, n_channels=ch)
     base.update(changes)
     return NcclSystem(**base)
 

@@ -1,64 +1,41 @@
 """`Network`: a small, validated model of the wires between ranks.
 
-The alpha-beta model (Hockney 1994; Thakur, Rabenseifner & Gropp 2005): a
-message of n bytes takes
+The alpha-beta model (Hockney 1994; Thakur, Rabenseifner & Gropp 2005): one
+message of n bytes takes t(n) = alpha + n / bandwidth (alpha = latency); the
+formulas for every collective are in alphabeta.py. On top of it: per-rank
+`slowdown` factors on compute time (stragglers), seeded `jitter` (uniform in
+[0, jitter) s per message) and `loss` (resent after `retransmit` s). The
+simulator runs its logical clock on it; real ranks wait as it says (emulation.py).
 
-    t(n) = alpha + n / bandwidth          (alpha = latency, 1/bandwidth = beta)
+`Network.cluster(nodes, gpus_per_node, intra="nvlink4", inter="infiniband_ndr",
+nics_per_node=1)` is a `Cluster`: consecutive ranks share a node (as torchrun
+numbers them); a message inside a node uses `intra`, one between nodes `inter`
+and also a NIC of each node (rank r uses NIC local_rank mod `nics_per_node`).
+A NIC carries one message's bytes at a time, so eight ranks sending S bytes out
+of one node at once take latency + 8 S / bandwidth. `nics_per_node=gpus_per_node`
+(`nics="per_gpu"`) is a rail-optimized server (DGX H100: eight 400 Gb/s NICs).
 
-`Network.cluster(nodes, gpus_per_node, intra, inter)` builds a hierarchical
-one, `Cluster` (below; its guide is cluster.py's docstring); the formulas for
-every collective are in alphabeta.py.
-On top of it: per-rank `slowdown` factors that multiply each rank's compute time
-(stragglers), seeded `jitter` (extra delay drawn uniformly in [0, jitter) s per
-message) and `loss` (each message is lost with that probability and resent after
-`retransmit` seconds). The simulator uses it for its logical clock; on real
-processes the launcher's comm waits as the model says (emulation).
+The simulator's assumptions are named fields (they change simulated runs only):
 
-The simulator's assumptions are named fields, each with the real system it
-matches (they change simulated runs only):
+- `latency_model`: "port" (default) holds the sender's port for latency + n /
+  bandwidth per message, the lockstep accounting of Hockney and Thakur et al.
+  (k messages in a row cost k (alpha + n beta)); "wire" makes latency a delay
+  that does not hold the port (k messages cost alpha + k n beta), as in LogGP
+  (Alexandrov et al. 1995) and NCCL's tuning model (nccl_model.py).
+- `eager_limit` (bytes, default 64 KiB, Open MPI's `btl_tcp_eager_limit`): a
+  larger send is rendezvous: its `wait()` returns once the receiver has posted
+  the matching receive, so "both send a large message, then both receive"
+  raises `sim.DeadlockError`, as it hangs on a real system. `math.inf`: all eager.
+- `builtin_algorithm`: "ring" (default): the built-in collectives as rings
+  (Patarasuk & Yuan 2009), broadcast and reduce as a chain along the ring;
+  "binomial": broadcast and reduce as binomial trees (ceil(log2 N) rounds,
+  MPICH's choice for short messages, Thakur et al. 2005).
 
-- `latency_model`: "port" (default) holds the sender's port for
-  latency + n / bandwidth per message, the lockstep accounting of Hockney (1994)
-  and of Thakur, Rabenseifner & Gropp (2005), whose formulas (alphabeta.py)
-  this reproduces: k messages in a row cost k (alpha + n beta). "wire" makes
-  latency a propagation delay that does not hold the port: the port is busy
-  n / bandwidth, the message arrives latency later, so k back-to-back
-  messages cost alpha + k n beta, as in LogGP (Alexandrov et al. 1995, where
-  L does not occupy the sender) and NCCL's tuning model, which charges a
-  pipeline's latency once per hop along the path (nccl_model.py).
-- `eager_limit` (bytes, default 64 KiB): a send of at most this many bytes is
-  eager (buffered: it completes without the receiver); a larger one is
-  rendezvous: its `wait()` (and a blocking `send`) returns only once the
-  receiver has posted the matching receive, and its clock moves on to at least
-  that moment. 64 KiB is Open MPI's TCP eager limit (`btl_tcp_eager_limit`,
-  65536); NCCL's send blocks on the receiver whenever its staging buffer is
-  full. So the unsafe exchange "both send a large message, then both receive"
-  raises `sim.DeadlockError`, as it hangs on a real system. The handshake
-  itself is not timed (no extra latency). `math.inf`: every send is eager.
-- `builtin_algorithm`: the message schedule of the simulator's built-in
-  collectives (sim_collectives.py). "ring" (default): all_reduce,
-  reduce_scatter, all_gather as rings (Patarasuk & Yuan 2009, NCCL's ring),
-  broadcast and reduce as a chain along the ring (one whole message per hop,
-  NCCL's ring broadcast without its pipelining); "binomial": the same rings,
-  but broadcast and reduce as binomial trees (ceil(log2 N) rounds, MPICH's
-  choice for short messages, Thakur et al. 2005).
-- NICs per node: `Network.cluster(..., nics_per_node=1)` is one NIC shared by
-  a node's GPUs (the default); `nics_per_node=gpus_per_node` is one NIC per GPU,
-  as rail-optimized GPU servers (DGX H100: eight 400 Gb/s NICs for eight
-  GPUs) have. `Network.cluster(..., nics="per_gpu")` says the latter by name.
-
-Presets (`Network.preset(name)`, listed in `PRESETS`) are round figures for one
-link, one direction, from public specifications:
-
-- nvlink4: NVIDIA H100 SXM datasheet, NVLink 900 GB/s per GPU both ways -> 450 GB/s.
-- infiniband_ndr: InfiniBand NDR, 400 Gb/s per port -> 50 GB/s; ~2 us end to end.
-- ethernet_100g: 100 GbE -> 12.5 GB/s; ~10 us through a TCP/RoCE stack.
-- ethernet_10g: 10 GbE -> 1.25 GB/s; ~50 us.
-- ethernet_1g: 1 GbE -> 125 MB/s; ~100 us.
-- wan: a cross-region link, ~1 Gb/s usable and ~40 ms one way.
-- loopback: roughly Gloo over loopback on a laptop (~1 GB/s, ~50 us).
-
-Used in: notebooks/00_start_here, 02_allreduce_algorithms, 04_parameter_server, 09_tuning_playbook.
+Presets (`PRESETS`, `Network.preset(name)`): one link, one direction, from
+public specifications: nvlink4 (H100 SXM, 900 GB/s both ways -> 450 GB/s),
+infiniband_ndr (400 Gb/s -> 50 GB/s, ~2 us), ethernet_100g (12.5 GB/s, ~10 us),
+ethernet_10g (1.25 GB/s, ~50 us), ethernet_1g (125 MB/s, ~100 us), wan (~1 Gb/s,
+~40 ms one way), loopback (Gloo on a laptop, ~1 GB/s, ~50 us).
 """
 
 from __future__ import annotations
@@ -118,7 +95,6 @@ class Network:
         _check(self.builtin_algorithm in BUILTIN_ALGORITHMS, "builtin_algorithm",
                self.builtin_algorithm, f"one of {BUILTIN_ALGORITHMS}")
 
-    # ------------------------------------------------------------- model
     def transfer_time(self, nbytes: int) -> float:
         """alpha + n * beta: seconds one message of `nbytes` takes on one link."""
         return self.latency + nbytes / self.bandwidth
@@ -142,13 +118,8 @@ class Network:
     @classmethod
     def cluster(cls, nodes: int, gpus_per_node: int, intra="nvlink4", inter="infiniband_ndr",
                 nics_per_node: int = 1, nics: str | None = None, **changes) -> Network:
-        """A hierarchical network of `nodes` x `gpus_per_node` ranks (`Cluster`, below).
-
-        `intra` (inside a node) and `inter` (between nodes) are `Network`s or preset
-        names; `nics`: None (use `nics_per_node`), "per_node" (one NIC per node) or
-        "per_gpu" (one per GPU, rail-optimized); `changes` sets the other fields
-        (slowdown, jitter, loss, seed, name, latency_model, eager_limit, ...).
-        """
+        """A hierarchical network (module docstring): `intra`/`inter` are `Network`s or
+        preset names; `nics`: None, "per_node" or "per_gpu"; `changes`: other fields."""
         if nics is not None:
             if nics not in NIC_PRESETS:
                 raise ValueError(f"Network.cluster: nics={nics!r} must be one of "
@@ -187,7 +158,6 @@ class Network:
     def deterministic(self) -> bool:
         return not self.jitter and not self.loss
 
-    # ----------------------------------------------------------- presets
     @classmethod
     def preset(cls, name: str, **changes) -> Network:
         """A named network (see `PRESETS`), optionally with fields changed."""
@@ -228,7 +198,6 @@ PRESETS: dict[str, Network] = {
 }
 
 
-# ------------------------------------------------------------ clusters
 @dataclass(frozen=True)
 class Cluster(Network):
     """`nodes` x `gpus_per_node` ranks; `intra` links inside a node, `inter` between nodes."""

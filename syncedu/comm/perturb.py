@@ -1,20 +1,14 @@
 """Test-only perturbation of real ranks: other thread counts, other arrival orders.
 
-A notebook's checked output must not depend on the order in which ranks'
-messages arrive, nor on how many BLAS threads each rank uses. Both change from
-one machine (and one run) to the next, so a committed output that depends on
-them passes on the machine that made it and fails on the next. To catch that on
-our own machine, the test run (`make test-only`) sets `SYNCEDU_PERTURB=<seed>`,
-and every real rank started by `syncedu.launch` then:
+A notebook's checked output must not depend on the order in which messages
+arrive, nor on each rank's BLAS thread count: both change from machine to
+machine. To catch that here, the test run sets `SYNCEDU_PERTURB=<seed>`, and
+every real rank started by `syncedu.launch` then:
 
-1. uses 1 or 2 torch threads, chosen per rank from the seed, instead of its fair
-   share of the cores (so ranks, and the notebook kernel, differ);
-2. sleeps a seeded random 0-3 ms before each send and each built-in collective,
-   so messages arrive in orders a quiet machine would rarely produce.
+1. uses 1 or 2 torch threads, chosen per rank from the seed;
+2. sleeps a seeded random 0-3 ms before each send and each built-in collective.
 
 Nothing happens when the variable is unset: learners never pay for it.
-
-Used in: comm/_worker.py (every real rank), Makefile (test-only).
 """
 
 from __future__ import annotations

@@ -120,7 +120,6 @@ class Ranks:
             self.kill()
             raise
 
-    # ------------------------------------------------------------- start
     def _spawn(self, rank: int, cfg: dict) -> None:
         mine, theirs = Pipe(duplex=True)
         env = _child_env(rank, cfg["world_size"], cfg["threads"], theirs.fileno())
@@ -145,7 +144,6 @@ class Ranks:
                 self._lines.put((rank, line))
         stream.close()
 
-    # ------------------------------------------------------------ output
     def _drain(self, held: list | None, block: float = 0.0) -> None:
         """Write waiting output lines (or hold them, in "ordered" mode).
 
@@ -179,7 +177,6 @@ class Ranks:
         held.clear()
         sys.stdout.flush()
 
-    # ----------------------------------------------------------- replies
     def _collect(self, timeout: float | None, what: str) -> list:
         """Wait for one reply per rank; raise on the first failure."""
         pending, replies, held = set(range(self.world_size)), {}, []
@@ -222,11 +219,11 @@ class Ranks:
     def run(self, payload: bytes, timeout: float | None) -> list:
         """Send one pickled (fn, args, kwargs) to every rank and collect the replies."""
         self._runs += 1
+        message = pickle.dumps(("run", payload))
         for conn in self.conns:
-            conn.send_bytes(pickle.dumps(("run", payload)))
+            conn.send_bytes(message)
         return self._collect(timeout, "the run")
 
-    # -------------------------------------------------------------- stop
     def alive(self) -> bool:
         return bool(self.procs) and all(p.poll() is None for p in self.procs)
 

@@ -1,11 +1,10 @@
 """Mark what simulated ranks print with their rank, as real ranks' lines are.
 
-Simulated ranks run in the caller's process (threads or greenlets), so their `print` goes to
-the caller's `sys.stdout` directly. While a `sim.run` is active, `capture`
-puts a dispatcher in front of `sys.stdout`: a write from a rank bound to a
-rank goes to that run's `RankSink`, which marks each line `[rank r]` and either
-passes it on at once ("live"), holds it to print in rank order at the end
-("ordered"), or drops it ("quiet"). Writes from any other thread pass through.
+Simulated ranks print to the caller's `sys.stdout` directly. While a `sim.run`
+is active, `capture` puts a dispatcher in front of it: a write from a thread or
+greenlet bound to a rank goes to that run's `RankSink`, which marks each line
+`[rank r]` and passes it on ("live"), holds it for rank order at the end
+("ordered") or drops it ("quiet"). Other writes pass through.
 """
 
 from __future__ import annotations

@@ -2,12 +2,11 @@
 
 `run(fn, world_size)` calls `fn(comm, *args, **kwargs)` on `world_size`
 `SimComm`s (threads, or greenlets for large runs: sim_sched.py) and returns a
-`RunResult` whose `.seconds` is logical time under a `Network` model, not
-wall-clock time, with `.ledger` (every byte counted from a message) and
-`.trace` (every message). This is how a laptop "runs" 1024 GPUs: the values
-are real, the time is the model's, and the same call always gives the same
-values, ledger, trace and seconds. One rank runs at a time and hands over
-when it must wait (sim_delivery.py), so even the order of prints repeats.
+`RunResult` whose `.seconds` is logical time under a `Network` model, with
+`.ledger` (every byte counted from a message) and `.trace` (every message).
+The values are real, the time is the model's, and the same call always gives
+the same values, ledger, trace and seconds: one rank runs at a time and hands
+over when it must wait (sim_delivery.py), so even the order of prints repeats.
 
 One send, in the order of the files it passes through:
 
@@ -15,51 +14,33 @@ One send, in the order of the files it passes through:
    at once) and charges the ledger ("counted", base.py);
 2. the links and the clock (sim_links.py, `Wires.depart`): it leaves when the
    sender's send port is free, start = max(clock, port free), and holds the
-   port for d = latency + n / bandwidth under `latency_model="port"` (the
-   default: lockstep, Hockney 1994; single-port, full-duplex, Thakur,
-   Rabenseifner & Gropp 2005), or n / bandwidth under "wire", where latency is
-   time in flight that does not hold the port (LogGP, NCCL); the network's
-   seeded jitter and loss-retransmit delay come from the sender's random
-   stream. On a cluster (`Network.cluster`) a message between nodes also
-   books n / inter bandwidth on its node's NIC, so flows sharing a NIC split it;
-3. delivery (sim_delivery.py): it is matched to the receiver's posted receive
-   or queued in its mailbox, by (source, tag); a receiver parked for it is
-   made ready. A send above the network's `eager_limit` is rendezvous: its
-   sender's `wait()` (or blocking `send`) parks until the receive is posted,
-   so an unsafe exchange raises `DeadlockError` naming each rank and what it
-   waits for;
-4. the handles (sim_handles.py): `recv` (or `irecv(...).wait()`) books the
-   receiver's port (and NIC) at the first free slot from the message's start
-   (sim_links.py, `Wires.arrive`), moves its clock to max(clock, arrival),
-   copies the data into place and adds the message to the trace; `send` (or
-   `isend(...).wait()`) moves the sender's clock to when its port is free
-   again. Compute between `isend` and `wait` overlaps the transfer;
-   `comm.compute(seconds)` adds seconds times the rank's slowdown factor.
+   port for latency + n / bandwidth under `latency_model="port"` (lockstep,
+   Hockney 1994; single-port, full-duplex, Thakur, Rabenseifner & Gropp 2005),
+   or n / bandwidth under "wire" (latency in flight: LogGP, NCCL), plus the
+   seeded jitter and loss of the sender's random stream; between nodes of a
+   cluster it also books n / inter bandwidth on its node's NIC;
+3. delivery (sim_delivery.py): matched to the receiver's posted receive or
+   queued in its mailbox, by (source, tag); a send above `eager_limit` is
+   rendezvous: its `wait()` parks until the receive is posted, so an unsafe
+   exchange raises `DeadlockError` naming each rank and what it waits for;
+4. the handles (sim_handles.py): `recv` books the receiver's port (and NIC) at
+   the first free slot from the message's start (`Wires.arrive`), moves its
+   clock to max(clock, arrival), copies the data and traces the message; `send`
+   moves the sender's clock to when its port is free again, so compute between
+   `isend` and `wait` overlaps the transfer.
 
-So a rank sends one message and receives another at the same time, but two
-messages out of one rank (or into one) take turns, as on one NIC: a naive
-allreduce at its root pays 2(N-1)(alpha + S/bandwidth), a ring
-2(N-1)(alpha + S/(N bandwidth)), as in the textbook formulas (alphabeta.py).
+So two messages out of one rank (or into one) take turns, as on one NIC: a
+naive allreduce at its root pays 2(N-1)(alpha + S/bandwidth), a ring
+2(N-1)(alpha + S/(N bandwidth)), the textbook formulas (alphabeta.py).
 
-The built-in collectives run as message schedules once every rank has joined
-(sim_collectives.py): each message goes through steps 2-4 above, carries its
-chunk, is counted and traced; with `async_op=True` the rank computes on while
-the collective is in flight. The schedules (`Network.builtin_algorithm`):
-
-- `all_reduce`: ring reduce-scatter then ring all-gather over `ring_chunks`
-  (Patarasuk & Yuan 2009), rank r owning chunk r after the reduce-scatter;
-- `reduce_scatter`, `all_gather`: the same two rings on their own;
-- `broadcast`: a chain src -> src+1 -> ... -> src-1, one whole message each
-  ("ring"), or a binomial tree ("binomial");
-- `reduce`: a chain dst+1 -> ... -> dst, each rank adding its own tensor
-  ("ring"), or a binomial tree ("binomial");
-- `barrier`: dissemination (Hensgen et al. 1988): ceil(log2 N) rounds of empty
-  messages, so it costs ceil(log2 N) latencies and no bytes.
-
-A ring on a flat, noiseless network takes a fast path with the same results
-(sim_fast.py). Arithmetic is free in the model: only the wires cost time.
-
-Used in: notebooks/00_start_here, 02_allreduce_algorithms, 04_parameter_server.
+Built-in collectives run as message schedules once every rank has joined
+(sim_collectives.py; `Network.builtin_algorithm`), each message through steps
+2-4: `all_reduce` a ring reduce-scatter then ring all-gather (Patarasuk & Yuan
+2009), rank r owning chunk r in between; `reduce_scatter` and `all_gather` those
+rings alone; `broadcast` and `reduce` a chain along the ring or a binomial
+tree; `barrier` dissemination (Hensgen et al. 1988): ceil(log2 N) rounds of
+empty messages. A ring on a flat, noiseless network takes a fast path with the
+same results (sim_fast.py). Arithmetic is free in the model.
 """
 
 from __future__ import annotations
@@ -68,7 +49,12 @@ import torch
 
 from . import rank_output
 from .base import Comm, Work
-from .checks import (
+from .errors import DeadlockError, WorkerError  # noqa: F401 - public as sim.DeadlockError, ...
+from .errors import TimeoutError as RunTimeoutError
+from .ledger import Ledger
+from .network import Network
+from .runs import (
+    RunResult,
     check_call,
     check_network,
     check_output,
@@ -76,11 +62,6 @@ from .checks import (
     check_timeout,
     check_world_size,
 )
-from .errors import DeadlockError, WorkerError  # noqa: F401 - public as sim.DeadlockError, ...
-from .errors import TimeoutError as RunTimeoutError
-from .ledger import Ledger
-from .network import Network
-from .result import RunResult
 from .sim_collectives import Call
 from .sim_delivery import PROGRESS_EVERY, World
 from .sim_handles import RecvWork, RendezvousWork, SendWork, flat_view
@@ -108,7 +89,6 @@ class SimComm(Comm):
         self._clock = world.wires.clocks[rank]
         self._eager = network.eager_limit
 
-    # ------------------------------------------------------------ the clock
     def now(self) -> float:
         """This rank's logical clock, in seconds since the run started."""
         return self._clock.now
@@ -117,7 +97,6 @@ class SimComm(Comm):
         self._world.check()
         self._clock.now += seconds
 
-    # ------------------------------------------------------ point-to-point
     # A message's channel is its tag: built-in collectives send no messages here.
     def _isend(self, tensor: torch.Tensor, dst: int, tag: int) -> Work:
         data = flat_view(tensor)
@@ -140,7 +119,7 @@ class SimComm(Comm):
         return handle
 
     def arrive(self, handle: RecvWork):
-        """Wait for `handle`'s message, book the receive port, advance the clock (for handles)."""
+        """Wait for `handle`'s message, book the receive port, advance the clock."""
         msg = handle.msg or self._world.wait(self.rank, handle)
         t = self._wires.arrive(self.rank, msg.src, msg.start, msg.dur, msg.nbytes)  # Step 2
         self._clock.advance(t)  # Step 3
@@ -155,7 +134,6 @@ class SimComm(Comm):
         handle.wait()  # books the receive port, advances the clock, checks, copies
         return msg.src
 
-    # --------------------------------------------------------- collectives
     def _charge_builtin(self, op: str, **charge) -> None:
         """Only the call: its bytes are counted from its messages (sim_collectives.py)."""
         self.ledger.record(self._scopes[-1] if self._scopes else op, kind="counted")
@@ -188,29 +166,23 @@ class SimComm(Comm):
         return self._collective(Call("barrier", self.rank), async_op)
 
 
-# ------------------------------------------------------------------ run
 def run(fn, world_size: int, args=(), kwargs=None, *, network: Network | None = None,
         timeout: float | None = None, output: str = "live",
         scheduler: str = "auto", progress=None) -> RunResult:
     """Run `fn(comm, *args, **kwargs)` on `world_size` simulated ranks.
 
-    Returns a `RunResult`: the ranks' return values, `.ledger` (all "counted":
-    `.ledger.modeled` is zeros), `.trace` (every message) and `.seconds`,
-    the latest final logical clock under `network` (default `Network()`: zero
-    latency, infinite bandwidth, so 0.0 unless a rank calls `comm.compute`).
-    Raises `WorkerError` if a rank raised (the lowest such rank), `DeadlockError`
-    if every unfinished rank waits for a message that cannot come, and
-    `TimeoutError` (`.ranks`: the unfinished ones) after `timeout` real seconds
-    (default 300). Every rank is stopped before it returns or raises.
-    What ranks print is marked `[rank r]`; `output` is "live", "ordered" (rank 0's
-    lines first, then rank 1's, ...) or "quiet", as for `launch.run`.
-    `scheduler`: "thread" (a thread per rank: safe for anything, e.g. collectives
-    inside a backward), "greenlet" (fast: thousands of ranks) or "auto" (threads
-    up to 64 ranks); see sim_sched.py.
-    `progress`: None or False (no bar), True (a tqdm bar counting the point-to-point
-    messages, for runs of millions of them) or your own bar (anything with
-    `.update(n)`), told every 4096 messages and of the rest at the end, so its count
-    is the run's; built-in collectives complete at once and are not counted.
+    Returns a `RunResult`: the values, `.ledger` (all "counted"), `.trace` (every
+    message) and `.seconds`, the latest final logical clock under `network`
+    (default `Network()`: no latency, infinite bandwidth, so 0.0 unless a rank
+    calls `comm.compute`). Raises `WorkerError` (the lowest rank that raised),
+    `DeadlockError` (every unfinished rank waits for a message that cannot come)
+    or `TimeoutError` (`.ranks`) after `timeout` real seconds (default 300); every
+    rank is stopped first. `output`: "live", "ordered" or "quiet", as for
+    `launch.run`. `scheduler`: "thread" (safe for anything, e.g. collectives inside
+    a backward), "greenlet" (thousands of ranks) or "auto" (threads up to 64
+    ranks; sim_sched.py). `progress`: None/False, True (a tqdm bar of point-to-point
+    messages) or anything with `.update(n)`, told every 4096 messages and of the
+    rest at the end (built-in collectives are not counted).
     """
     network, timeout = _check_run(fn, world_size, args, kwargs, network, timeout)
     check_output(output)

@@ -1,31 +1,22 @@
 """The simulator's built-in collectives, run as message schedules when the last rank joins.
 
-Each rank's `comm.all_reduce(...)` (or broadcast, reduce, reduce_scatter,
-all_gather, barrier) joins a rendezvous (sim_delivery.py). When the last rank
-joins, `resolve` runs the collective's schedule, the messages of the algorithm
-that `Network.builtin_algorithm` names (network.py):
+Each rank's `comm.all_reduce(...)` (broadcast, reduce, reduce_scatter,
+all_gather, barrier) joins a rendezvous (sim_delivery.py); when the last rank
+joins, `resolve` runs the schedule `Network.builtin_algorithm` names:
 
 1. check that every rank called the same collective with the same sizes;
-2. build the schedule: rounds of messages (src, dst, bytes, chunk), e.g. a
-   ring's 2(N-1) steps in which rank r sends chunk (r - 1 - s) mod N to r + 1;
-3. move each message: it departs on the sender's links and arrives on the
-   receiver's (`Wires.depart`/`arrive`: ports, NICs, the latency model, as a
-   point-to-point message does), carries a copy of the sender's chunk, which
-   the receiver combines into its own (reduce) or stores (gather, broadcast);
-   it is counted in both ranks' ledgers ("counted") and added to the trace.
-   So bytes, messages, logical time and the order of every sum come from the
-   messages.
+2. build rounds of messages (src, dst, bytes, chunk), e.g. a ring's 2(N-1)
+   steps in which rank r sends chunk (r - 1 - s) mod N to r + 1;
+3. move each message as a point-to-point one moves (`Wires.depart`/`arrive`:
+   ports, NICs, the latency model) with a copy of the sender's chunk, which the
+   receiver combines (reduce) or stores (gather, broadcast); count it in both
+   ledgers and trace it. So bytes, messages, time and the order of every sum
+   come from the messages.
 
-A ring takes a fast path (sim_fast.py): its values at once, and on a flat,
-noiseless network its clock a whole step at a time (elsewhere message by
-message, without moving data); it gives the same values, ledger, clocks and
-trace as moving every message (tested); `FAST = False` turns it off.
-
-A rank that joined with `async_op=True` went on computing meanwhile: the
-replay starts from its clock when it joined, and its handle's `wait()` moves
-its clock to max(now, completion).
-
-Used in: notebooks/00_start_here, 01_collectives (through `syncedu.sim`).
+A ring takes a fast path (sim_fast.py) with the same values, ledger, clocks and
+trace (tested; `FAST = False` turns it off). A rank that joined with
+`async_op=True` computed on meanwhile: the messages leave from its clock when it
+joined, and `wait()` moves its clock to max(now, completion).
 """
 
 from __future__ import annotations
@@ -58,7 +49,7 @@ class Call:
         return (self.kind, self.op, self.root, None if t is None else (t.numel(), t.dtype))
 
 
-class CollectiveWork:
+class SimCollectiveWork:
     """Handle of one rank's part in a built-in collective (made by `World.join`)."""
 
     __slots__ = ("world", "rank", "call", "pending", "msg")
@@ -120,7 +111,6 @@ def resolve(calls: list[Call], wires, ledgers: list, trace) -> None:
         call.end, c.now = c.now, t
 
 
-# -------------------------------------------------------- moving messages
 class Mover:
     """Moves one collective's messages (Step 3), round by round, and counts them."""
 
@@ -169,7 +159,6 @@ class Mover:
                       int(self.msgs_received[r]), calls=0, kind="counted")
 
 
-# ------------------------------------------------------------------ rings
 def _ring(mover: Mover) -> None:
     """Ring reduce-scatter and/or all-gather (Patarasuk & Yuan 2009), rank r owning chunk r."""
     calls, n, kind = mover.calls, mover.n, mover.calls[0].kind
@@ -274,7 +263,6 @@ def _replay(mover: Mover, nbytes, steps):
     return np.array(deps), np.array(ends), np.array(chunks, dtype=np.int64)
 
 
-# ------------------------------------------------------- rooted, barrier
 def _chain(mover: Mover) -> None:
     """broadcast: src -> src+1 -> ... ; reduce: dst+1 -> ... -> dst. One whole message a hop."""
     calls, n = mover.calls, mover.n

@@ -1,30 +1,21 @@
 """Step 3 of a simulated message: delivery, and what the ranks of one run share.
 
-A message that left its sender (sim_links.py) is handed to its receiver here:
-matched to a posted receive or queued in the receiver's mailbox, and a
-receiver parked for it is made ready again. One `World` per run holds:
+A message that left its sender (sim_links.py) is matched here to a posted
+receive or queued in the receiver's mailbox, and a receiver parked for it is
+made ready. One `World` per run (nothing at module level, so runs may nest) holds:
 
-`sim.py` runs each rank as a thread or a greenlet (sim_sched.py); this module
-holds everything those ranks share, in one `World` per run (nothing lives at
-module level, so several runs can go on at once, even nested):
-
-- **mailboxes**: per receiver, the messages not yet matched and the receives
-  not yet matched, keyed by (source, channel) and matched first-in first-out,
-  as MPI matches by (source, tag); a rendezvous send (above the network's
-  `eager_limit`) is told here when a receive matches it (`_matched`);
-- **collective rendezvous**: the built-in collectives, matched by call number;
-  the last rank to join runs the collective's message schedule
-  (sim_collectives.py), counting its messages in every rank's ledger and the trace;
-- **the baton**: only one rank runs at a time. A rank runs until it must wait
-  for a message (or a collective) that is not there, then hands the baton to
-  the next ready rank (first come, first served), or when it has sent
-  `BACKLOG` messages that nobody has received yet (memory). The run order
-  (and so the order of prints) is the same every time, and a deadlock is
-  exact: a rank that must wait finds nobody ready;
+- **mailboxes**: per receiver, unmatched messages and receives keyed by
+  (source, channel), matched first-in first-out as MPI matches by (source,
+  tag); a rendezvous send is told here when a receive matches it (`_matched`);
+- **collective rendezvous**: built-ins matched by call number; the last rank to
+  join runs the message schedule (sim_collectives.py), counting its messages in
+  every rank's ledger and the trace;
+- **the baton**: one rank runs at a time, until it must wait for something not
+  there (then the next ready rank runs, first come first served) or has sent
+  `BACKLOG` messages nobody received. The run order (and the order of prints)
+  repeats, and a deadlock is exact: a rank that must wait finds nobody ready;
 - **the watch**: when a rank raises, or a deadlock or timeout stops the run,
   every parked rank is woken and `Cancelled` is raised inside it.
-
-Used in: notebooks/00_start_here (through `syncedu.sim`).
 """
 
 from __future__ import annotations
@@ -35,7 +26,7 @@ from collections import deque
 
 from . import rank_output
 from .errors import DeadlockError, WorkerError
-from .sim_collectives import Call, CollectiveWork, check, resolve
+from .sim_collectives import Call, SimCollectiveWork, check, resolve
 from .sim_links import Message
 from .sim_sched import Cancelled, RankState
 from .trace import Trace
@@ -70,7 +61,6 @@ class World:
         self.trace = Trace()  # every message, as it comes in (res.trace)
         self.ledgers: list = []  # the ranks' RankLedgers (set by sim.run)
 
-    # ------------------------------------------------------------ messages
     def check(self) -> None:
         """Raise `Cancelled` in the calling rank if the run is stopping."""
         if self.error is not None:
@@ -157,7 +147,7 @@ class World:
         self._turn(rank)
         return handle.msg
 
-    def join(self, rank: int, call: Call) -> CollectiveWork:
+    def join(self, rank: int, call: Call) -> SimCollectiveWork:
         """Join rank `rank`'s next built-in collective; the last rank to join does it."""
         with self.lock:
             self.check()
@@ -167,7 +157,7 @@ class World:
             if pending:
                 check(next(iter(pending.values())).call, call)
             call.now = self.wires.clocks[rank].now
-            handle = pending[rank] = CollectiveWork(self, rank, call, pending)
+            handle = pending[rank] = SimCollectiveWork(self, rank, call, pending)
             if len(pending) < self.n:
                 return handle
             del self.rendezvous[number]
@@ -225,7 +215,6 @@ class World:
                     best, key = (msg.start + msg.dur, src), (src, chan)
         return key
 
-    # --------------------------------------------------------------- ranks
     def launch(self, comms: list, body) -> None:
         """Start every rank (parked) running `body(comm)`; rank 0 goes first."""
         try:
@@ -260,7 +249,6 @@ class World:
         self.sched.park(rank)
         self.check()
 
-    # --------------------------------------------------------------- watch
     def finish(self, rank: int, result) -> None:
         """Rank `rank` returned `result`: pass the baton on."""
         with self.lock:

@@ -1,25 +1,20 @@
 """The ring's fast path: the same messages as sim_collectives.py's, a step at a time.
 
-A ring collective on N ranks is 2(N-1) (or N-1) steps in which every rank
-sends one chunk to the next. sim_collectives.py moves those messages one by
-one (`FAST = False`); at 1024 ranks that is two million messages per
-all-reduce. This module does each *step* at once, for all ranks, with numpy
-and torch, and gives the same result bit for bit (tests/comm/test_counted.py
-checks values, ledger, clocks and trace against the message-by-message path):
+A ring collective on N ranks is 2(N-1) (or N-1) steps in which every rank sends
+one chunk to the next: two million messages per all-reduce at 1024 ranks. This
+does each step at once for all ranks, with numpy and torch, bit for bit the same
+(tests/comm/test_counted.py compares values, ledger, clocks and trace with the
+message-by-message path, `sim_collectives.FAST = False`):
 
-1. values (`ring_values`): chunk k is reduced in the ring's order, starting
-   at rank k+1 and ending at rank k, each rank combining what it received
-   with its own chunk (addition is commutative in IEEE arithmetic, so "mine +
-   yours" and "yours + mine" are the same bits);
+1. values (`ring_values`): chunk k is reduced in the ring's order, from rank k+1
+   to rank k, each rank combining what it received with its own chunk (IEEE
+   addition is commutative: "mine + yours" and "yours + mine" are the same bits);
 2. clocks (`ring_clock`): on a flat, noiseless network whose receive ports are
    free from the first step on, every message of a step departs when its
-   sender's port is free and arrives `latency + n / bandwidth` later ("port"),
-   or holds the port n / bandwidth and arrives latency after that ("wire");
-3. the ledger and the trace (`ring_counts`, and the arrays `ring_clock` returns):
-   the bytes and messages each rank sent and received, and one trace record
-   per message, built from the same `chunk_sent` as the messages.
-
-Used in: notebooks/00_start_here, 02_allreduce_algorithms (through `syncedu.sim`).
+   sender's port is free and arrives latency + n / bandwidth later ("port"), or
+   holds the port n / bandwidth and arrives latency after that ("wire");
+3. ledger and trace (`ring_counts`, and `ring_clock`'s arrays), from the same
+   `chunk_sent` as the messages.
 """
 
 from __future__ import annotations

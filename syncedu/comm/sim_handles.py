@@ -1,13 +1,10 @@
 """Step 4 of a simulated message: the handles a rank waits on, which copy data into place.
 
-`isend` returns a `SendWork` (eager: `wait()` only moves the clock to when the
-send port is done) or a `RendezvousWork` (above the network's `eager_limit`:
-`wait()` parks the sender until the receiver has posted the matching receive);
-`irecv` returns a `RecvWork`, whose `wait()` parks the receiver until its
-message is delivered (sim_delivery.py), books the receive port (sim_links.py),
-then copies the data into the receiver's tensor. See sim.py for the story.
-
-Used in: notebooks/00_start_here (through `syncedu.sim`).
+`isend` returns a `SendWork` (eager: `wait()` moves the clock to when the send
+port is done) or a `RendezvousWork` (above `eager_limit`: `wait()` parks until the
+receiver posted the matching receive); `irecv` returns a `RecvWork`, whose
+`wait()` parks until the message is delivered (sim_delivery.py), books the
+receive port (sim_links.py) and copies the data in. See sim.py for the story.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Step 2 of a simulated message: the links and the clocks (ports, NICs, latency model).
 
-See sim.py for the time model and the files in the order a message meets
-them. A message's send-side times are fixed by its sender, in the sender's
-program order; the receive port is booked by the receiver, in its own
-program order. So logical time never depends on which
-rank the scheduler happens to run first. On a cluster network (cluster.py) a
-message between nodes also books its node's NIC on the way out (by the sender)
-and the other node's NIC on the way in (by the receiver).
-
-Used in: notebooks/00_start_here (through `syncedu.sim`).
+A message's send-side times are fixed by its sender in the sender's program
+order, its receive port booked by the receiver in its own program order, so
+logical time never depends on which rank the scheduler runs first. Between the
+nodes of a cluster a message also books its node's NIC on the way out (sender)
+and the other node's on the way in (receiver). See sim.py for the time model.
 """
 
 from __future__ import annotations

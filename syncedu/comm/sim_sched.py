@@ -1,28 +1,18 @@
 """Where simulated ranks run: one thread each, or one greenlet each on the caller's thread.
 
-Either way exactly one rank runs at a time and hands over (sim_delivery.py picks
-who is next), so runs repeat exactly. The two differ in cost and in what they
-share:
+Either way one rank runs at a time and hands over (sim_delivery.py picks who is
+next), so runs repeat exactly. `pick("auto", n)`: threads up to `THREAD_LIMIT`
+ranks, greenlets above.
 
-- `ThreadScheduler`: a thread per rank, parked on its own lock. A hand-over is
-  an operating-system context switch (~10-20 us); every rank has its own
-  thread-local torch state (grad mode, autocast, the autograd engine), so a
-  rank may wait anywhere, even inside a backward (SyncBN, DDP-style hooks).
-- `GreenletScheduler`: a greenlet per rank, switched by the caller's thread (the
-  hub); a hand-over costs about a microsecond, so 1024 ranks that exchange two
-  million messages take seconds. The ranks share one thread, so at every switch
-  grad mode and autocast are saved and restored per rank, and a rank must not
-  wait inside the C++ autograd engine (it keeps per-thread state that another
-  rank's backward would trample): that raises an error naming the fix,
-  `scheduler="thread"`.
-
-Each rank's `RankState` (parked or not, its mailbox) and the `Cancelled`
-exception that stops a parked rank live here too.
-
-`pick("auto", world_size)` chooses threads up to `THREAD_LIMIT` ranks (safe for
-anything torch does) and greenlets above (fast).
-
-Used in: notebooks/00_start_here, 02_allreduce_algorithms (through `syncedu.sim`).
+- `ThreadScheduler`: a thread per rank, parked on its own lock; a hand-over is an
+  OS context switch (~10-20 us), and each rank has its own thread-local torch
+  state (grad mode, autocast, the autograd engine), so it may wait anywhere,
+  even inside a backward (SyncBN, DDP-style hooks).
+- `GreenletScheduler`: a greenlet per rank, switched on the caller's thread; a
+  hand-over costs about a microsecond (1024 ranks, two million messages: seconds).
+  Grad mode and autocast are saved and restored per rank at every switch, and a
+  rank may not wait inside the C++ autograd engine (its per-thread state would
+  be trampled): that raises an error naming the fix, `scheduler="thread"`.
 """
 
 from __future__ import annotations

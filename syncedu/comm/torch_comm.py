@@ -6,10 +6,7 @@ call is charged to the rank's ledger by `Comm` before it reaches torch. When a
 slow or straggling cluster can be felt on one laptop.
 
 `TorchComm()` with no arguments wraps the default process group of a script
-that called `torch.distributed.init_process_group` itself (e.g. under torchrun).
-
-Used in: every notebook that launches real ranks.
-"""
+that called `torch.distributed.init_process_group` itself (e.g. under torchrun)."""
 
 from __future__ import annotations
 
@@ -109,7 +106,6 @@ class TorchComm(Comm):
     def _global(self, r: int) -> int:
         return r if self.group is None else dist.get_global_rank(self.group, r)
 
-    # ------------------------------------------------------------ p2p
     def _isend(self, tensor, dst, tag):
         start, op = self.now(), self._scopes[-1] if self._scopes else "send"
         if self._emu is not None:
@@ -131,7 +127,6 @@ class TorchComm(Comm):
         src = dist.recv(tensor, None, group=self.group, tag=tag)  # a global rank
         return src if self.group is None else dist.get_group_rank(self.group, src)
 
-    # ---------------------------------------------------- collectives
     # Each runs torch's built-in (async_op as given); with emulation the rank then
     # waits until the modeled time since the call has passed (Emulator.hold).
     def _timed(self, kind: str, nbytes: int, call, async_op: bool):
@@ -145,47 +140,26 @@ class TorchComm(Comm):
         return None
 
     def _broadcast(self, tensor, src, async_op):
-        return self._timed("broadcast", _nb(tensor), lambda a: dist.broadcast(
+        return self._timed("broadcast", tensor.nbytes, lambda a: dist.broadcast(
             tensor, self._global(src), group=self.group, async_op=a), async_op)
 
     def _reduce(self, tensor, dst, op, async_op):
-        return self._timed("reduce", _nb(tensor), lambda a: dist.reduce(
+        return self._timed("reduce", tensor.nbytes, lambda a: dist.reduce(
             tensor, self._global(dst), op=_OPS[op], group=self.group, async_op=a), async_op)
 
     def _all_reduce(self, tensor, op, async_op):
-        return self._timed("all_reduce", _nb(tensor), lambda a: dist.all_reduce(
+        return self._timed("all_reduce", tensor.nbytes, lambda a: dist.all_reduce(
             tensor, op=_OPS[op], group=self.group, async_op=a), async_op)
 
-    def _reduce_scatter(self, output, inputs, op, async_op):
-        def call(a):
-            if self._has_reduce_scatter:
-                try:
-                    return dist.reduce_scatter(output, list(inputs), op=_OPS[op],
-                                               group=self.group, async_op=a)
-                except RuntimeError as e:  # older Gloo builds lack reduce_scatter
-                    if "support" not in str(e).lower():
-                        raise
-                    self._has_reduce_scatter = False
-            flat = torch.cat([t.reshape(-1) for t in inputs])  # done here, even if async
-            dist.all_reduce(flat, op=_OPS[op], group=self.group)
-            output.copy_(flat.view(len(inputs), -1)[self.rank].view_as(output))
-            return None
-        return self._timed("reduce_scatter", _nb(output) * self.world_size, call, async_op)
-
-    _has_reduce_scatter = True
+    def _reduce_scatter(self, output, inputs, op, async_op):  # Gloo has it since torch 2.8
+        return self._timed("reduce_scatter", output.nbytes * self.world_size, lambda a:
+                           dist.reduce_scatter(output, list(inputs), op=_OPS[op],
+                                               group=self.group, async_op=a), async_op)
 
     def _all_gather(self, outputs, tensor, async_op):
-        return self._timed("all_gather", _nb(tensor) * self.world_size, lambda a: dist.all_gather(
+        return self._timed("all_gather", tensor.nbytes * self.world_size, lambda a: dist.all_gather(
             list(outputs), tensor, group=self.group, async_op=a), async_op)
 
     def _barrier(self, async_op):
         return self._timed("barrier", 0, lambda a: dist.barrier(group=self.group, async_op=a),
                            async_op)
-
-    def _compute(self, seconds: float) -> None:
-        time.sleep(seconds)
-
-
-def _nb(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
-

@@ -1,33 +1,19 @@
 """`Trace`: one record per message a run moved, stored column-wise.
 
-`res.trace` on simulated ranks lists every message, point-to-point and those
-of the built-in collectives (which the simulator runs as message schedules,
-sim_collectives.py); on real ranks (`launch.run`) it lists the point-to-point
-messages (the backend hides a built-in's). Each record has
+On simulated ranks every message (built-in collectives' too); on real ranks the
+point-to-point ones (the backend hides a built-in's). Each record has `src`,
+`dst`, `nbytes`, `tag` (-1 for a built-in's message), `op` (the ledger op:
+"send", a `comm.scope` name, "all_reduce", ...), `start` (left the sender) and
+`end` (in at the receiver; on real ranks: the send completed), logical seconds
+(wall seconds on real ranks), and `chunk` (the collective's chunk, -1 if none).
 
-    src, dst   sender and receiver ranks
-    nbytes     payload bytes
-    tag        the point-to-point tag (-1 for a built-in collective's message)
-    op         the ledger op it was charged to ("send", a `comm.scope` name, "all_reduce", ...)
-    start      when it left the sender (logical seconds; wall seconds on real ranks)
-    end        when it was in at the receiver (on real ranks: when the send completed)
-    chunk      which chunk of the collective it carries (ring step pictures), -1 if none
-
-The columns are plain lists, appended to per message, or numpy blocks added
-at once by a collective's fast path, so a 1024-rank run with millions of
-messages stays fast; `trace.src` (etc.) gives a column as a numpy array and
-iterating gives `Record`s (a namedtuple, fields read by name).
-
-A trace keeps at most `limit` records (default `LIMIT`, four million: about
-200 MB; a 1024-rank all-reduce is two million); later messages are counted in
-`dropped` and `complete` turns False, so a checker can tell a cut trace from
-a quiet run.
-
-Helpers that checkers use to look at the pattern, not only at the values:
-`pairs()`, `only(op=..., src=..., dst=...)`, `neighbours_only(world_size)`,
-`ops_in_order()`, `busiest_receiver()`.
-
-Used in: notebooks/01_collectives, 02_allreduce_algorithms (with ui/trace.py's figure).
+Columns are plain lists appended per message, or numpy blocks from a fast path,
+so millions of messages stay cheap; `trace.src` (etc.) is a numpy column,
+iterating gives `Record` namedtuples. At most `limit` records are kept (default
+four million, about 200 MB); later ones are counted in `dropped` and `complete`
+turns False, so a checker can tell a cut trace from a quiet run. For checkers:
+`pairs()`, `only(op=, src=, dst=)`, `neighbours_only(n)`, `ops_in_order()`,
+`busiest_receiver()`.
 """
 
 from __future__ import annotations
@@ -58,7 +44,6 @@ class Trace:
         """False if messages were left out because the trace was full (`dropped` of them)."""
         return self.dropped == 0
 
-    # ------------------------------------------------------------ writing
     def add(self, src: int, dst: int, nbytes: int, tag: int, op: str, start: float,
             end: float, chunk: int = -1) -> None:
         """Record one message."""
@@ -138,7 +123,6 @@ class Trace:
                 self._blocks = [self._cache]
         return self._cache
 
-    # ------------------------------------------------------------ reading
     def __len__(self) -> int:
         return len(self._cols[0]) + sum(len(b[0]) for b in self._blocks)
 
@@ -169,7 +153,6 @@ class Trace:
         cut = "" if self.complete else f", {self.dropped} more dropped (limit {self.limit})"
         return f"Trace({len(self)} messages, ops {sorted(set(self.op.tolist()))}{cut})"
 
-    # ----------------------------------------------------------- checkers
     def only(self, op: str | None = None, src: int | None = None,
              dst: int | None = None) -> Trace:
         """The records of one op (and/or one sender, one receiver), as a new Trace."""

@@ -1,29 +1,22 @@
 """The wire witness: bytes the loopback interface really carried around a call.
 
 The ledger charges a built-in collective on real ranks by formula ("modeled",
-ledger.py), because Gloo hides its messages. The Linux kernel does not: it
-counts every byte that leaves each network interface, and ranks on one host
-talk over loopback, `lo`, whose counter `/sys/class/net/lo/statistics/tx_bytes`
-(or the `lo` line of `/proc/net/dev`) anyone may read. So
+ledger.py), because Gloo hides its messages. The Linux kernel counts every byte
+that leaves each interface, and ranks on one host talk over `lo`, whose counter
+(`/sys/class/net/lo/statistics/tx_bytes`, or `/proc/net/dev`) anyone may read:
 
     res = launch.run(lambda comm: wire.measure(comm, lambda: comm.all_reduce(t)), 3)
 
-gives, on each rank, a `WireReading` of what `lo` carried while the call ran,
-a witness that can disagree with the ledger (lesson 00 compares the two).
+gives each rank a `WireReading` of what `lo` carried during the call, a witness
+that can disagree with the ledger (lesson 00 compares them). `rounds` times:
 
-The steps, on every rank, `rounds` times:
-
-1. barrier (everyone finished the round before), read the counter, barrier
-   (nobody sends before the reading);
+1. barrier, read the counter, barrier (nobody sends before the reading);
 2. run the call, barrier (everyone has sent all its bytes), read again;
 3. the same three barriers with no call, for the baseline they cost.
 
-Other programs on the machine may use loopback too; their bytes can only add
-to a reading, so the quietest round (the minimum) is kept. The readings include
-TCP/IP headers (about 0.1% at loopback's 64 KiB MTU) and the barriers' own few
-bytes (`baseline`).
-
-Used in: notebooks/00_start_here.
+Other programs' loopback bytes can only add, so the quietest round (the
+minimum) is kept. Readings include TCP/IP headers (about 0.1% at loopback's
+64 KiB MTU) and the barriers' few bytes (`baseline`).
 """
 
 from __future__ import annotations
@@ -71,12 +64,8 @@ def loopback_tx_bytes() -> int | None:
 
 
 def measure(comm, call, rounds: int = 5) -> WireReading:
-    """On real ranks (every rank calls it): what `lo` carried around `call()`.
-
-    `call` is a function of no arguments (e.g. `lambda: comm.all_reduce(t)`);
-    every rank must call `measure` with the same `rounds`. Raises `RuntimeError`
-    where there is no loopback counter (not Linux).
-    """
+    """What `lo` carried around `call()` (no arguments), called by every real rank with the
+    same `rounds`; `RuntimeError` where there is no loopback counter (not Linux)."""
     if not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds={rounds!r} must be an int >= 1")
     if not callable(call):

@@ -1,10 +1,8 @@
-"""Handles of operations in flight: `Work` and its two shared implementations.
+"""Handles of operations in flight: `Work`, and the two that several backends share.
 
-- `ThreadWork`: an operation another thread carries out (emulated sends, DP buckets);
-- `CollectiveWork`: an asynchronous built-in collective (`async_op=True`): the
-  backend's handle, then what is left to do (e.g. divide by N for op="avg").
-
-Backends add their own (`TorchWork`, the simulator's handles).
+`ThreadWork`: an operation another thread carries out (emulated sends, DP
+buckets); `CollectiveWork`: an asynchronous built-in collective, the backend's
+handle then what is left to do (e.g. divide by N for op="avg").
 """
 
 from __future__ import annotations

@@ -5,27 +5,22 @@
         --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:PORT \\
         -m syncedu.examples.elastic_ddp --checkpoint ckpt.pt --out out.pt
 
-The job is the DDP program of lesson 03 (`ddp_program`: the same setup,
-sampler, checkpoint format, `resume_checkpoint` and `save_checkpoint`), plus a failure on purpose:
-on the first attempt rank `crash_rank` exits (`os._exit(1)`: no exception, no
-goodbye) when it reaches epoch `crash_epoch`. What happens then (PyTorch's
-"torchrun (Elastic Launch)" documentation):
+The DDP program of lesson 03 (`ddp_program`'s setup, sampler and checkpoints)
+plus a failure on purpose: on the first attempt rank `crash_rank` exits
+(`os._exit(1)`) at epoch `crash_epoch`. Then (PyTorch's "torchrun (Elastic
+Launch)" documentation):
 
-1. the agent polls its workers every `--monitor-interval` s and sees rank 1
-   exit non-zero (rank 0, blocked in an allreduce with a dead peer, fails too);
-2. it stops the survivors and, while restarts are left (`--max-restarts`),
-   starts the whole group again through the rendezvous, with
-   `TORCHELASTIC_RESTART_COUNT` one higher;
-3. every rank of the new attempt loads the last checkpoint (`resume_checkpoint`) and
-   trains the epochs that are left;
-4. rank 0 writes the final parameters with the attempt that finished and the
-   epoch it resumed at.
+1. the agent, polling every `--monitor-interval` s, sees rank 1 exit non-zero
+   (rank 0, blocked in an allreduce with a dead peer, fails too);
+2. it stops the survivors and, while `--max-restarts` allow, starts the group
+   again through the rendezvous, `TORCHELASTIC_RESTART_COUNT` one higher;
+3. every rank loads the last checkpoint and trains the epochs left;
+4. rank 0 writes the final parameters, the attempt and the epoch it resumed at.
 
-Checkpoints are taken at epoch ends, so the restarted run sees the same
-batches in the same order as an uninterrupted one: the parameters match
-`train.run("single", 1, steps=epochs * (1797 // global_batch), ...)`.
-`launch_elastic` runs the whole thing from Python with a timeout, on
-127.0.0.1 and a free port, and leaves no process behind.
+Checkpoints are taken at epoch ends, so the restarted run sees the batches of an
+uninterrupted one: the parameters match `train.run("single", 1, steps=epochs *
+(1797 // global_batch), ...)`. `launch_elastic` runs it all from Python with a
+timeout, on 127.0.0.1 and a free port, and leaves no process behind.
 """
 
 from __future__ import annotations
@@ -107,13 +102,9 @@ def _command(port: int, nproc: int, max_restarts: int, monitor_interval: float,
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """Stop torchrun and every process it started: nothing is left behind.
-
-    torchrun starts each worker in a session of its own (torch's SubprocessHandler,
-    `start_new_session=True`), so a signal to torchrun's process group misses them.
-    SIGTERM first (the agent then stops its workers itself), SIGKILL if it hangs,
-    then kill whatever worker is still running.
-    """
+    """Stop torchrun and every process it started: SIGTERM (the agent stops its workers),
+    SIGKILL if it hangs, then each worker still running (torchrun starts them in sessions
+    of their own, `start_new_session=True`, so torchrun's process group misses them)."""
     try:
         family = psutil.Process(proc.pid).children(recursive=True)
     except psutil.NoSuchProcess:  # torchrun already exited (and was reaped)
@@ -139,10 +130,8 @@ def launch_elastic(*, nproc: int = 2, max_restarts: int = 1, crash_rank: int | N
                    lr: float = 0.1, monitor_interval: float = 0.5, timeout: float = 120.0,
                    workdir: str | None = None) -> ElasticResult:
     """Run the job under torchrun (`crash_rank=None`: no failure); raise if it fails or hangs."""
-    if not isinstance(nproc, int) or nproc < 1:
-        raise ValueError(f"nproc={nproc!r} must be an int >= 1")
-    for name, value, low in (("epochs", epochs, 1), ("max_restarts", max_restarts, 0),
-                             ("global_batch", global_batch, 1)):
+    for name, value, low in (("nproc", nproc, 1), ("epochs", epochs, 1),
+                             ("max_restarts", max_restarts, 0), ("global_batch", global_batch, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name}={value!r} must be an int >= {low}")
     if crash_rank is not None and not 0 <= crash_rank < nproc:

@@ -1,11 +1,8 @@
 """What `compression=` accepts, resolved without importing the compression topic.
 
-`train.run(..., compression=...)` and `dp.DataParallel(..., compression=...)`
-take None, a registered name ("fp16", "bf16", "topk", ...) or a compressor
-object (anything with `average_(comm, tensors, key)` and `check(comm)`, the
-protocol of `syncedu/compress/base.py`). The names are registered by
-`syncedu/compress/__init__.py` (`COMPRESSORS[name] = cls`), so the harness and
-the data-parallel wrapper (lesson 03) never import lesson 07's package.
+None, a name registered by `syncedu/compress/__init__.py` (`COMPRESSORS[name] =
+cls`: "fp16", "bf16", "topk", ...) or an object with `average_(comm, tensors,
+key)` and `check(comm)`; so the harness and `dp.DataParallel` never import lesson 07.
 """
 
 from __future__ import annotations

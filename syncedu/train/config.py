@@ -27,18 +27,11 @@ def _int(name: str, value, low: int) -> None:
 class TrainConfig:
     """A seeded job: model, data, optimizer, strategy, accumulation.
 
-    `optimizer`: "sgd" (with `momentum`), "adam" or "adamw" (torch.optim.Adam /
-    AdamW with `betas`, `eps`), each with `weight_decay` (zero/optimizers.py),
-    the same on every strategy. `sync_every`: local SGD's period H.
-    `compression`: how gradients travel (see `syncedu.compress`);
-    kept as given (a name or a picklable object) and resolved on each rank.
-    `compute_seconds`: modeled compute per micro-batch on top of the real one,
-    charged layer by layer during forward and backward (train/layer_compute.py):
-    logical time on simulated ranks, a sleep on real ones.
-
-    `lr` is the learning rate after warm-up; with `warmup_steps > 0` it grows
-    linearly from lr / warmup_steps to lr over the first `warmup_steps` steps
-    (Goyal et al. 2017's gradual warm-up).
+    `optimizer`: "sgd" (with `momentum`), "adam" or "adamw" (optimizers.py).
+    `compression`: kept as given (a name or a picklable object), resolved on each
+    rank. `compute_seconds`: modeled compute per micro-batch, charged layer by
+    layer (layer_compute.py). `lr` is reached after warm-up: with `warmup_steps`
+    > 0 it grows linearly from lr / warmup_steps (Goyal et al. 2017).
     """
 
     strategy: str
@@ -103,7 +96,6 @@ class TrainConfig:
                              f"only; the other strategies synchronize every step")
 
     def _check_compression(self) -> None:
-        """`resolve` (train/compression.py) validates the spec; we keep the spec (picklable)."""
         if self.compression is None:
             return
         if self.strategy not in COMPRESSIBLE:

@@ -1,30 +1,22 @@
 """`train.run`: one seeded training job, any gradient-sync strategy, a history back.
 
-    from syncedu import train
     ref = train.run("single", 1, steps=50, global_batch=64)
     dp = train.run("bucketed", 2, steps=50, global_batch=64, accumulation=2)
-    max((dp.params[k] - ref.params[k]).abs().max() for k in ref.params)  # ~1e-7
-
-Steps:
+    dp.max_param_diff(ref)  # ~1e-7
 
 1. validate the job in a frozen `TrainConfig` (ValueError naming the parameter);
-2. run it where `runner` puts it: "single" in this process on a world-size-1
-   `LocalComm` (the reference: one model, the whole global batch), the others
-   on fresh real ranks, the `pool` you pass, or, with `simulate=True`,
-   simulated ones; every strategy reads the same global batches
-   (`sampling.global_batches`), each rank its `shard`;
-3. long real runs go in chunks on the warm ranks so a tqdm bar can move;
-4. gather a `History`: loss (global mean per optimizer step: the ranks' shard
-   means averaged, shards being equal), final parameters (checked identical on
-   every rank), ledger of the training traffic, and times: `train_seconds`
-   (slowest rank, from a common barrier, no start-up), `compute_seconds`,
-   `comm_wait_seconds` (exposed communication), `comm_busy_seconds` (time an
-   allreduce was in flight, overlapped or not).
+2. run it where `runner` puts it ("single": this process; else fresh real
+   ranks, your `pool`, or simulated with `simulate=True`); every strategy reads
+   the same global batches (`sampling.global_batches`), each rank its shard;
+3. long real runs go in chunks on the warm ranks, so a tqdm bar can move;
+4. gather a `History`: global mean loss per optimizer step, final parameters
+   (checked identical on every rank), the ledger, and times: `train_seconds`
+   (slowest rank, from a common barrier), `compute_seconds`, `comm_wait_seconds`
+   (exposed communication), `comm_busy_seconds` (an allreduce in flight).
 
-The classic accumulation mistakes (`mistake=`): "sync_every" (no `no_sync`: every
-micro-batch is synchronized), "partial_no_sync" (`no_sync` around `backward()`
-only: the forward already decided to sync), "unscaled_loss" (micro-batch losses
-not divided by the number of micro-batches: a K times larger step).
+The accumulation mistakes (`mistake=`): "sync_every" (no `no_sync`),
+"partial_no_sync" (`no_sync` around `backward()` only: the forward already
+decided to sync), "unscaled_loss" (micro-batch losses not divided by K).
 """
 
 from __future__ import annotations
@@ -67,6 +59,11 @@ class History:
         return len(self.loss) / self.train_seconds if self.train_seconds else float("inf")
 
     @property
+    def seconds(self) -> float:
+        """The run's time: logical seconds if simulated, else `train_seconds`."""
+        return self.train_seconds if self.sim_seconds is None else self.sim_seconds
+
+    @property
     def grad_bytes(self) -> int:
         """Gradient bytes rank 0 sent (the "all_reduce" op of the ledger)."""
         op = self.ledger.ops.get("all_reduce")
@@ -80,18 +77,13 @@ class History:
 def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumulation: int = 1,
         lr: float = 0.1, seed: int = 0, pool=None, network=None, simulate: bool = False,
         progress: bool | None = None, timeout: float = 600.0, **options) -> History:
-    """Train with `strategy` on `world_size` ranks and return a `History`.
+    """Train with `strategy` (one of `STRATEGIES`) on `world_size` ranks; a `History`.
 
-    `strategy`: "single" (world size 1, in this process), "naive", "flat",
-    "bucketed", "ddp", "local_sgd" (with `sync_every=H`), or one plugged into
-    `train_strategies`. Other options (`model`, `dataset`, `optimizer`
-    ("sgd", "adam", "adamw"), `momentum`, `weight_decay`, `betas`, `eps`,
-    `warmup_steps`, `bucket_cap_mb`, `compression`, `mistake`, `set_epoch`,
-    `compute_seconds`, `timeline_steps`, `model_kwargs`) are `TrainConfig`
-    fields. `pool`: a
-    `launch.Pool(world_size)` to reuse; `network`: a `Network` emulated on real
-    ranks (or modeled with `simulate=True`); `progress`: a tqdm bar (default: on
-    when stderr is a terminal and the run has 100 steps or more).
+    `options` are `TrainConfig` fields (`model`, `optimizer`, `compression`,
+    `mistake`, `sync_every`, `compute_seconds`, ...). `pool`: a
+    `launch.Pool(world_size)` to reuse; `network`: emulated on real ranks,
+    modeled with `simulate=True`; `progress`: a tqdm bar (default: on when
+    stderr is a terminal and the run has 100 steps or more).
     """
     cfg = TrainConfig(strategy=strategy, world_size=world_size, steps=steps,  # Step 1
                       global_batch=global_batch, accumulation=accumulation, lr=lr, seed=seed,

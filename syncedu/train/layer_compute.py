@@ -1,22 +1,18 @@
 """Modeled compute, charged layer by layer as forward and backward actually run.
 
-Overlap is about *when* things happen: a bucket's allreduce can only hide
-behind the backward of the layers that come after it. So a modeled compute
-time must be spent where the real one is, not in one lump after backward:
+A bucket's allreduce can only hide behind the backward of the layers after it,
+so modeled compute must be spent where the real one is, not in one lump:
 
-1. split `seconds` (per micro-batch) into forward (1/3) and backward (2/3): a
-   layer's backward computes two products (gradients of its input and of its
-   weights) to forward's one, the usual 1:2 rule (Kaplan et al. 2020, sec. 2.1);
-2. give each layer that owns trainable parameters a share proportional to its
-   parameter count (a linear layer's multiply-adds per sample);
+1. split `seconds` per micro-batch into forward (1/3) and backward (2/3): a
+   layer's backward computes two products to forward's one (Kaplan et al.
+   2020, sec. 2.1);
+2. give each layer with trainable parameters a share proportional to their count;
 3. forward: after a layer's forward, `comm.compute(its forward share)`;
 4. backward: a hook on the layer's output fires when the gradient reaches it,
-   *before* the layer's own backward and so before its parameters' gradients
-   are ready; it charges `comm.compute(its backward share)` there.
+   before its parameters' gradients are ready, and charges its backward share.
 
-On simulated ranks `comm.compute` moves the logical clock (an allreduce in
-flight meanwhile overlaps it); on real ranks it sleeps, which emulates a
-slower device without taking the CPU that communication needs.
+Simulated ranks move the logical clock (an allreduce in flight overlaps it);
+real ranks sleep, emulating a slower device without taking the CPU.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
-"""Where a rank's memory goes: model state (parameters, gradients, optimizer state) and
-activations, measured on a real module, and the ZeRO paper's formulas to extrapolate.
+"""Where a rank's memory goes: model state measured on a real module, activations,
+and the ZeRO paper's formulas to extrapolate.
 
 Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
 Parameter Models", SC 2020, Section 3.1 and Figure 1: mixed-precision Adam keeps
 2 bytes of fp16 parameters, 2 of fp16 gradients and K = 12 of optimizer state
-(fp32 master parameters, momentum and variance) per parameter: 16 bytes, so a
-7.5B-parameter model needs 120 GB per data-parallel rank. Per rank, with N ranks
-and Psi parameters (`bytes_per_rank`):
+per parameter: 16 bytes, so 7.5B parameters need 120 GB per data-parallel rank.
+Per rank, with N ranks and Psi parameters (`bytes_per_rank`):
 
 | stage          | parameters | gradients | optimizer state |
 |----------------|------------|-----------|-----------------|
@@ -15,15 +14,11 @@ and Psi parameters (`bytes_per_rank`):
 | 2 (P_os+g)     | 2 Psi      | 2 Psi / N | K Psi / N       |
 | 3 (P_os+g+p)   | 2 Psi / N  | 2 Psi / N | K Psi / N       |
 
-This course trains in fp32: 4 + 4 bytes, plus 4 (SGD momentum) or 8 (Adam's m
-and v) of optimizer state (`FP32`).
+This course trains in fp32: 4 + 4 bytes, plus 4 (SGD momentum) or 8 (Adam) (`FP32`).
 
-1. `model_state_bytes(module, optimizer)`: the bytes of parameters, gradients and
-   optimizer state a rank holds now (storages counted once);
-2. `activation_bytes(module, x)`: the bytes autograd saves for backward during
-   one forward (`torch.autograd.graph.saved_tensors_hooks`);
-3. `bytes_per_rank(psi, n, stage, ...)`: the table above; `PAPER` holds the
-   paper's Table 1 figures (the case of its Figure 1) to put beside it.
+1. `model_state_bytes(module, optimizer)`: bytes held now (storages counted once);
+2. `activation_bytes(module, x)`: bytes autograd saves during one forward;
+3. `bytes_per_rank(psi, n, stage, ...)`: the table; `PAPER`: its Table 1 figures.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """The optimizers a config can name: "sgd", "adam", "adamw", and their options, checked once.
 
-Shared by `train.run`'s `TrainConfig` (every strategy that builds its own
-optimizer) and `ZeroConfig` (ZeroDataParallel, whose optimizer runs on a flat
-shard), so "adamw" with `weight_decay`, `betas` and `eps` means the same
-everywhere: torch.optim.AdamW, whose weight decay is decoupled from the
-gradient (Loshchilov & Hutter, "Decoupled Weight Decay Regularization", ICLR
-2019); "adam" and "sgd" add `weight_decay` * p to the gradient, as torch does.
+Shared by `TrainConfig` and ZeRO's config, so "adamw" with `weight_decay`,
+`betas` and `eps` means torch.optim.AdamW everywhere (decoupled weight decay,
+Loshchilov & Hutter, ICLR 2019); "adam" and "sgd" add `weight_decay` * p to the
+gradient, as torch does.
 
 1. `check_optimizer_options(cfg)`: `optimizer` known, `weight_decay` >= 0,
-   `betas` two numbers in [0, 1) and `eps` > 0 (Adam and AdamW only);
+   `betas` two numbers in [0, 1), `eps` > 0 (Adam and AdamW only);
 2. `make_optimizer(params, cfg)`: the torch optimizer over `params`.
-
-Used by the harness (train/config.py, train/strategies.py) and by ZeRO (zero/stages.py).
 """
 
 from __future__ import annotations

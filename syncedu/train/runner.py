@@ -1,26 +1,17 @@
 """Where the ranks of a training job run, and how two runs compare.
 
-Every experiment (`train.run`, `ps.run`, the BatchNorm experiment) writes
-one function `fn(comm, *args)` against `Comm` and hands it here. The runner
-decides where it runs:
+Every experiment (`train.run`, `ps.run`, the BatchNorm experiment) writes one
+`fn(comm, *args)` against `Comm`; the runner decides where it runs: "local"
+(this process, a world-size-1 `LocalComm`: the reference), "sim" (simulated
+ranks, the `network` modeled), "pool" (the warm ranks of your `launch.Pool`,
+its own `network` emulated) or "fresh" (new processes for this job).
 
-- "local": this process, on a world-size-1 `LocalComm` (the one-process
-  reference, e.g. `train.run("single", 1, ...)`);
-- "sim": simulated ranks (`comm.sim.run`: threads, a logical clock, the
-  `network` modeled);
-- "pool": the warm ranks of a `launch.Pool` you pass (no start-up cost; the
-  pool's own `network` is emulated);
-- "fresh": new processes for this job (`launch.Pool`, closed afterwards, the
-  `network` emulated).
-
-Steps:
-
-1. check the arguments once, for every experiment (`where`): a local run takes
-   no pool, network or simulate; simulate takes no pool; a pool must have the
-   job's world size and carries its own network;
-2. open the ranks (`Placement`: the ranks of one job, a context manager, so a
-   job may call them several times, as `train.run`'s progress bar does), run
-   `fn` on each, close what we opened (never a pool passed in).
+1. `where` checks the arguments once for every experiment: a local run takes no
+   pool, network or simulate; simulate takes no pool; a pool must have the job's
+   world size and carries its own network;
+2. `Placement` opens the ranks of one job (a context manager, so a job may call
+   them several times), runs `fn` on each, and closes what it opened (never a
+   pool passed in).
 
 `max_param_diff` is the one way to compare two runs' final parameters.
 """
@@ -32,7 +23,7 @@ import torch
 from syncedu.comm import launch
 from syncedu.comm.ledger import Ledger
 from syncedu.comm.local import LocalComm
-from syncedu.comm.result import RunResult
+from syncedu.comm.runs import RunResult
 
 __all__ = ["WHERE", "where", "Placement", "run", "max_param_diff"]
 

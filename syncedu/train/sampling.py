@@ -1,26 +1,18 @@
 """The same global batches for every strategy: DistributedSampler's order, made explicit.
 
-`torch.utils.data.distributed.DistributedSampler(shuffle=True, seed=s)` orders an
-epoch as `torch.randperm(n)` drawn from a generator seeded with `s + epoch`
-(the epoch set by `sampler.set_epoch(epoch)`), and gives rank r the positions
-r, r + N, r + 2N, ... of that order. With a per-rank `DataLoader(batch_size=b,
-drop_last=True)`, step j of every rank together reads positions
-j*B .. j*B + B - 1 of the epoch's order (B = N * b): one **global batch**.
+`DistributedSampler(shuffle=True, seed=s)` orders an epoch as `torch.randperm(n)`
+from a generator seeded with `s + epoch` (`set_epoch`), and gives rank r the
+positions r, r + N, ... of it. With `DataLoader(batch_size=b, drop_last=True)`,
+step j of all ranks together reads positions j*B .. j*B + B - 1 (B = N b): one
+global batch. So a run is defined by (dataset size, seed, global batch) alone,
+whatever the world size or strategy (`ps.run` uses the same batches):
 
-So a run is defined by (dataset size, seed, global batch) alone, whatever the
-world size or the strategy:
-
-1. `epoch_order(n, epoch, seed)`: the epoch's permutation, as DistributedSampler
-   draws it (`set_epoch=False` reuses epoch 0's order every epoch: the classic bug);
-2. `global_batches(n, steps, global_batch, seed=...)`: consecutive chunks of
-   `global_batch` indices, `n // global_batch` per epoch (the incomplete tail of an
-   epoch is dropped), crossing epochs until `steps` chunks were yielded;
-3. `shard(batch, rank, world_size)`: rank r's part, `batch[r::world_size]`
-   (DistributedSampler's rule);
+1. `epoch_order(n, epoch, seed)`: the epoch's permutation (`set_epoch=False`
+   reuses epoch 0's every epoch: the classic bug);
+2. `global_batches(n, steps, global_batch, seed=...)`: consecutive chunks,
+   `n // global_batch` per epoch (the tail dropped), across epochs;
+3. `shard(batch, rank, world_size)`: `batch[r::world_size]`, DistributedSampler's rule;
 4. `micro_batches(indices, k)`: k equal consecutive parts, for accumulation.
-
-Parameter-server runs (`ps.run`) use the same `global_batches`, so every training
-harness in syncedu sees the same data for a seed.
 """
 
 from __future__ import annotations

@@ -1,33 +1,23 @@
 """The strategies `train.run` knows: a registry from name to a factory.
 
-A factory takes `(module, comm, cfg)` (the seeded model on `comm.device`,
-this rank's `Comm`, the `TrainConfig`) and returns the `Parts` one rank's
-loop needs:
+A factory takes `(module, comm, cfg)` (the seeded model on `comm.device`, this
+rank's `Comm`, the `TrainConfig`) and returns the `Parts` one rank's loop needs:
 
-1. `model`: what forward calls (a wrapper such as `DataParallel`, or the
-   module itself);
-2. `optimizer`: anything with `step()`, `zero_grad(set_to_none=...)` and
-   `param_groups` (a torch optimizer, or a sharded one);
-3. hooks the loop calls, each optional: `no_sync()` around micro-batches
-   that must not synchronize, `finish()` after the last backward (wait for the
-   gradient traffic), `after_step()` after the optimizer step (e.g. local
-   SGD's parameter average), `close()` after the last step (it may still
-   communicate: every rank must end with the same parameters); and `events`, the
+1. `model`: what forward calls (a wrapper such as `DataParallel`, or the module);
+2. `optimizer`: anything with `step()`, `zero_grad(set_to_none=...)` and `param_groups`;
+3. optional hooks: `no_sync()` around micro-batches that must not synchronize,
+   `finish()` after the last backward (wait for the gradient traffic),
+   `after_step()` (e.g. local SGD's average), `close()` after the last step (it
+   may communicate: every rank must end with the same parameters); `events`, the
    `(start, end, bytes)` of each gradient transfer, for the timeline;
-4. `memory()`: the rank's peak bytes of model state {"params", "grads",
-   "optimizer", "total"} if the strategy measures it (ZeRO), else None (the loop
-   then measures what the module and optimizer hold at the end).
+4. `memory()`: peak bytes of model state {"params", "grads", "optimizer",
+   "total"} if the strategy measures it (ZeRO), else None (the loop measures).
 
-A strategy plugs in with `@register("name")` on its factory. This package
-imports no topic: each topic's `train_strategies.py` registers its own
-("naive", "flat", "bucketed", "ddp" in `syncedu/dp/`, "local_sgd" in
-`syncedu/tuning/`, "zero1".."zero3" in `syncedu/zero/`, "horovod" in
-`syncedu/horovod/`), and `import syncedu` imports every topic. Only "single"
-(the one-process reference) lives here.
-
-A strategy that starts its own ranks (Horovod's `horovod.run`) also registers a
-launcher with `register_launcher(name, fn)`: `fn(cfg, pool=, network=,
-timeout=)` returns the ranks' results, and `train.run` gathers them as usual.
+Topics register their factories with `@register("name")` (each topic's
+`train_strategies.py`; `import syncedu` imports them all): this package imports
+no topic, and only "single" (the one-process reference) lives here. A strategy
+that starts its own ranks (Horovod) also calls `register_launcher(name, fn)`:
+`fn(cfg, pool=, network=, timeout=)` returns the ranks' results.
 """
 
 from __future__ import annotations
@@ -88,7 +78,6 @@ def build(module: nn.Module, comm, cfg) -> Parts:
     return FACTORIES[cfg.strategy](module, comm, cfg)
 
 
-# ------------------------------------------------------------------ built-ins
 @register("single")
 def _single(module, comm, cfg) -> Parts:
     return Parts(module, make_optimizer(module.parameters(), cfg))

@@ -138,9 +138,9 @@ def test_1024_ranks_all_reduce_is_fast():
     def worker(comm):
         comm.all_reduce(torch.ones(1000))
 
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU, not wall: a loaded machine must not fail it
     res = sim.run(worker, 1024, network=Network.preset("nvlink4"))
-    assert time.perf_counter() - t0 < 15  # 1-2 s on a quiet core; the bound is 5 s
+    assert time.process_time() - t0 < 15  # 1-2 s on a quiet core; the bound is 5 s
     assert len(res.trace) == 1024 * 2 * 1023
 
 

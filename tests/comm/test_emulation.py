@@ -120,8 +120,15 @@ def _async_builtins(comm):
     return t.tolist(), b.tolist(), out.tolist(), [g.tolist() for g in got]
 
 
-def test_async_builtins_on_real_and_simulated_ranks_agree():
-    real = launch.run(_async_builtins, 2, output="quiet")
+@pytest.fixture(scope="module")
+def plain_pool():
+    """Two ranks without emulation, shared (the last test leaves torchrun variables set)."""
+    with launch.Pool(2, output="quiet") as pool:
+        yield pool
+
+
+def test_async_builtins_on_real_and_simulated_ranks_agree(plain_pool):
+    real = plain_pool.run(_async_builtins)
     simulated = sim.run(_async_builtins, 2)
     assert list(real) == list(simulated)
     assert real[0][0] == [1.5] * 6 and real[0][1] == [1.0] * 3 and real[1][2] == [2.0, 2.0]
@@ -178,7 +185,7 @@ def _placed_by_env(comm):
         mine.node, mine.local_rank, mine.local_world_size)
 
 
-def test_real_ranks_take_their_node_from_torchrun_variables_else_one_node():
-    res = launch.run(_placed_by_env, 2, output="quiet")
+def test_real_ranks_take_their_node_from_torchrun_variables_else_one_node(plain_pool):
+    res = plain_pool.run(_placed_by_env)
     assert [plain for plain, _ in res] == [(0, 0, 2), (0, 1, 2)]
     assert [env for _, env in res] == [(0, 0, 1), (1, 0, 1)]

@@ -30,13 +30,34 @@ def _rank_procs():
     return out
 
 
+_SHARED: list = []  # the module's warm pool, whose ranks outlive each test by design
+
+
+@pytest.fixture(scope="module")
+def shared():
+    """One warm 2-rank pool for the tests of values and output (each start costs seconds)."""
+    with launch.Pool(2, output="ordered") as pool:
+        _SHARED.append(pool)
+        yield pool
+    _SHARED.clear()
+
+
 @pytest.fixture(autouse=True)
 def no_leftover_ranks():
     yield
+    keep = {pid for pool in _SHARED for pid in pool.pids}
     deadline = time.monotonic() + 5
-    while _rank_procs() and time.monotonic() < deadline:
+    while [p for p in _rank_procs() if p.pid not in keep] and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _rank_procs() == [], "a rank process outlived its run"
+    assert [p for p in _rank_procs() if p.pid not in keep] == [], \
+        "a rank process outlived its run"
+
+
+def _started(world_size: int, **kwargs) -> launch.Pool:
+    """Ranks up and warm, so a test can time its failure without the start-up."""
+    pool = launch.Pool(world_size, **kwargs)
+    pool.run(module_level_worker, (1.0,))
+    return pool
 
 
 def module_level_worker(comm, scale):
@@ -51,33 +72,35 @@ def test_values_in_rank_order_with_module_function():
     assert len(res) == 3 and res.seconds > 0
 
 
-def test_function_defined_locally_is_sent_by_value():
+def test_function_defined_locally_is_sent_by_value(shared):
     offset = 10
 
     def local(comm, *, k):
         return comm.rank * k + offset
 
-    assert list(launch.run(local, 2, kwargs={"k": 5})) == [10, 15]
+    assert list(shared.run(local, kwargs={"k": 5})) == [10, 15]
+    offset = 20  # a new value of a global it uses reaches the ranks on the next run
+    assert list(shared.run(local, kwargs={"k": 5})) == [20, 25]
 
 
-def test_prints_reach_caller_marked_with_rank(capsys):
+def test_prints_reach_caller_marked_with_rank(shared, capsys):
     def talk(comm):
         print(f"hello {comm.rank}")
         print("second line")
 
-    launch.run(talk, 2, output="ordered")
+    shared.run(talk)
     out = capsys.readouterr().out.splitlines()
     assert out == ["[rank 0] hello 0", "[rank 0] second line",
                    "[rank 1] hello 1", "[rank 1] second line"]
 
 
-def test_stderr_also_reaches_stdout(capsys):
+def test_stderr_also_reaches_stdout(shared, capsys):
     import sys as _sys
 
     def warn(comm):
         print("to stderr", file=_sys.stderr)
 
-    launch.run(warn, 2, output="ordered")
+    shared.run(warn)
     assert "[rank 1] to stderr" in capsys.readouterr().out
 
 
@@ -95,10 +118,11 @@ def test_raising_rank_gives_worker_error_and_stops_the_others():
             raise KeyError("no such key")
         time.sleep(60)  # the other ranks must be stopped, not awaited
 
-    t0 = time.monotonic()
-    with pytest.raises(launch.WorkerError) as info:
-        launch.run(boom, 3)
-    assert time.monotonic() - t0 < 20
+    with _started(3) as pool:
+        t0 = time.monotonic()
+        with pytest.raises(launch.WorkerError) as info:
+            pool.run(boom)
+        assert time.monotonic() - t0 < 20
     assert info.value.rank == 1
     assert "KeyError" in str(info.value) and "no such key" in str(info.value)
     assert "Traceback" in str(info.value) and "in boom" in str(info.value)
@@ -110,11 +134,12 @@ def test_rank_that_exits_gives_error_within_seconds():
             os._exit(3)
         comm.barrier()
 
-    t0 = time.monotonic()
-    with pytest.raises(launch.WorkerError, match="exited with code 3") as info:
-        launch.run(die, 2)
+    with _started(2) as pool:
+        t0 = time.monotonic()
+        with pytest.raises(launch.WorkerError, match="exited with code 3") as info:
+            pool.run(die)
+        assert time.monotonic() - t0 < 20
     assert info.value.rank == 0
-    assert time.monotonic() - t0 < 20
 
 
 def test_killed_rank_is_named():
@@ -134,12 +159,13 @@ def test_timeout_names_the_ranks_still_running():
             time.sleep(60)
         return comm.rank
 
-    t0 = time.monotonic()
-    with pytest.raises(launch.TimeoutError) as info:
-        launch.run(slow, 2, timeout=2)
+    with _started(2) as pool:
+        t0 = time.monotonic()
+        with pytest.raises(launch.TimeoutError) as info:
+            pool.run(slow, timeout=2)
+        assert time.monotonic() - t0 < 20
     assert isinstance(info.value, builtins.TimeoutError)
     assert info.value.ranks == [1]
-    assert time.monotonic() - t0 < 20
 
 
 def test_keyboard_interrupt_stops_every_rank():
@@ -202,8 +228,8 @@ def test_pool_reuses_ranks_and_recovers_after_a_failure():
         assert list(pool.run(module_level_worker, (1.0,))) == [[3.0] * 3] * 2
 
 
-def test_comm_exposes_rank_world_device_and_backend():
-    res = launch.run(lambda c: (c.rank, c.world_size, str(c.device), c.backend), 2)
+def test_comm_exposes_rank_world_device_and_backend(shared):
+    res = shared.run(lambda c: (c.rank, c.world_size, str(c.device), c.backend))
     expected_backend = "nccl" if torch.cuda.device_count() >= 2 else "gloo"
     assert [r[:2] for r in res] == [(0, 2), (1, 2)]
     assert {r[3] for r in res} == {expected_backend}

@@ -518,14 +518,14 @@ def test_256_ranks_ring_allreduce_from_scratch():
         ring_allreduce(comm, t)
         return bool((t == n * (n - 1) / 2).all())
 
-    start = time.perf_counter()
+    start = time.process_time()  # CPU, not wall: a loaded machine must not fail it
     res = run(worker, n, network=net)
-    wall = time.perf_counter() - start
+    cpu = time.process_time() - start
     assert all(res)
     chunks = ring_chunks(numel, n)  # 232 chunks of 4 floats, 24 of 3
     assert res.ledger.sent[0] == 4 * (2 * numel - chunks[0] - chunks[1])
     assert res.seconds > 2 * (n - 1) * net.latency
-    assert wall < 60, f"256 simulated ranks took {wall:.1f} s"
+    assert cpu < 60, f"256 simulated ranks took {cpu:.1f} s of CPU"
 
 
 def test_1024_ranks_with_small_messages():

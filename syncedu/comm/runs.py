@@ -1,13 +1,36 @@
-"""Argument checks shared by `launch.run`/`Pool` and `sim.run`.
+"""What `launch.run`/`Pool.run` and `sim.run` share: the `RunResult` and the argument checks.
 
-Each raises `ValueError` naming the parameter and what is allowed, so real and
-simulated runs reject bad input with the same words.
+Each check raises `ValueError` naming the parameter and what is allowed, so real
+and simulated runs reject bad input with the same words.
 """
 
 from __future__ import annotations
 
+from .ledger import Ledger
 from .network import Network
 from .rank_output import OUTPUT_MODES
+from .trace import Trace
+
+
+class RunResult(list):
+    """Per-rank return values in rank order (`res[r]`), plus the run's record.
+
+    - `.ledger`: a `Ledger` of the bytes and messages each rank sent through its comm;
+    - `.seconds`: how long `fn` ran: wall-clock seconds of the slowest rank on real
+      ranks, logical seconds (the network model's clock) on simulated ones;
+    - `.trace`: a `Trace`, one record per message (every message on simulated
+      ranks; the point-to-point ones on real ranks).
+    """
+
+    def __init__(self, values, ledger: Ledger, seconds: float, trace: Trace | None = None):
+        super().__init__(values)
+        self.ledger = ledger
+        self.seconds = float(seconds)
+        self.trace = trace if trace is not None else Trace()
+
+    @property
+    def world_size(self) -> int:
+        return len(self)
 
 
 def check_call(fn, args, kwargs) -> None:
@@ -43,9 +66,8 @@ def check_timeout(timeout) -> None:
 
 
 def check_progress(progress) -> None:
-    if progress is None or isinstance(progress, bool):
-        return
-    if callable(getattr(progress, "update", None)):
+    if progress is None or isinstance(progress, bool) or callable(getattr(progress, "update",
+                                                                           None)):
         return
     raise ValueError(f"progress={progress!r} must be None or False (no bar), True (a tqdm bar "
                      "of messages) or an object with .update(n), such as a tqdm bar")

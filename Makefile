@@ -40,8 +40,12 @@ test: setup
 	$(MAKE) --no-print-directory test-only
 
 # The suite without the set-up step (e.g. in a conda env: make test-only PY=python).
+# Two pytest workers (TEST_WORKERS=0 for one process); a file's tests stay on one worker, so a
+# notebook's cells run in order in one kernel. Notebooks first: they are the longest items.
+TEST_WORKERS ?= 2
 test-only:
-	$(TEST_ENV) $(PY) -m pytest tests $(NBVAL_FLAGS) notebooks $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(NBVAL_FLAGS) notebooks tests \
+		$(PYTEST_ARGS)
 
 # The browser test drives notebook 00 in `make test`; this drives every notebook in turn
 # (Run All in JupyterLab in chromium, then a slider move where the notebook has one; ~20 min).

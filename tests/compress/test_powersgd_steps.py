@@ -82,8 +82,11 @@ def _buckets(step: int, groups=((4, 5), (2, 3), (0, 1))) -> list[_Bucket]:
 
 def _torch_elements_per_step(monkeypatch, steps: int) -> list[int]:
     calls: list[int] = []
-    monkeypatch.setattr(dist, "all_reduce",
-                        lambda t, group=None, async_op=False: (calls.append(t.numel()), _Done(t))[1])
+    def all_reduce(t, group=None, async_op=False):
+        calls.append(t.numel())
+        return _Done(t)
+
+    monkeypatch.setattr(dist, "all_reduce", all_reduce)
     state = psgd.PowerSGDState(_OneRankGroup(), matrix_approximation_rank=1,
                                start_powerSGD_iter=2)
     per_step = []

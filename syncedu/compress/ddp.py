@@ -3,7 +3,7 @@
 - `wire_audit(comm)`: one step per configuration (fp32; autocast; autocast +
   torch's `fp16_compress_hook`; autocast + our `FP16` hook; our `BF16` hook; torch's
   `bf16_compress_hook`), recording the dtype and bytes of every
-  `torch.distributed.all_reduce` the step makes, plus a GradScaler check; and one
+  `torch.distributed.all_reduce` the step makes; and one
   with bf16 *parameters* (the mixed-precision recipe of Micikevicius et al. 2018 keeps
   fp32 master weights in the optimizer and 16-bit parameters and gradients in the
   model: DDP then allreduces 16-bit gradients).
@@ -85,23 +85,7 @@ def wire_audit(comm) -> dict:
             out[name] = _one_step(comm, hook, autocast, *dtype)
         except Exception as e:  # torch's bf16 hook refuses CPU tensors
             out[name] = {"refused": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
-    out["grad_scaler"] = grad_scaler_check(comm)
     return out
-
-
-def grad_scaler_check(comm) -> dict:
-    """GradScaler with DDP: clip only after `unscale_`, else the norm is `scale` times too big."""
-    ddp = DDP(models.make("mlp", seed=0))
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
-    x, y = _batch(comm, 0)
-    scaler.scale(F.cross_entropy(ddp(x), y)).backward()
-    scaled = torch.nn.utils.get_total_norm([p.grad for p in ddp.parameters()]).item()
-    scaler.unscale_(opt)  # sync: gradients are already averaged; unscale before clipping
-    norm = torch.nn.utils.clip_grad_norm_(ddp.parameters(), max_norm=1.0).item()
-    scaler.step(opt)
-    scaler.update()
-    return {"scale": 2.0 ** 10, "scaled_norm": scaled, "norm": norm}
 
 
 def powersgd_pair(comm, steps: int = 30, rank: int = 1, start_iter: int = 2,
@@ -140,7 +124,8 @@ def grad_scaler_fp16(comm, scales=(2.0 ** 24, 2.0 ** 10)) -> list[dict]:
     2. `unscale_` finds the inf, `step` skips the update, `update` halves the scale;
     3. with a smaller scale the same step is applied, clipped after `unscale_`.
     Returns one record per step: scale, whether a gradient was inf, whether the
-    parameters moved, the scale after `update`, and the clipped norm.
+    parameters moved, the scale after `update`, and the gradient norm before
+    `unscale_` (what clipping there would see: `scale` times too big) and after.
     """
     ddp = DDP(models.make("mlp", seed=0))
     ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
@@ -153,11 +138,12 @@ def grad_scaler_fp16(comm, scales=(2.0 ** 24, 2.0 ** 10)) -> list[dict]:
         opt.zero_grad()
         scaler.scale(F.cross_entropy(ddp(x), y)).backward()                # Step 1
         inf = any(not torch.isfinite(p.grad).all() for p in ddp.parameters())
+        scaled = torch.nn.utils.get_total_norm([p.grad for p in ddp.parameters()]).item()
         scaler.unscale_(opt)                                               # Step 2
         norm = torch.nn.utils.clip_grad_norm_(ddp.parameters(), max_norm=1.0).item()
         scaler.step(opt)
         scaler.update()
         moved = any(not torch.equal(a, p) for a, p in zip(before, ddp.parameters()))
         out.append({"scale": scale, "inf": inf, "moved": moved,
-                    "scale_after": scaler.get_scale(), "norm": norm})
+                    "scale_after": scaler.get_scale(), "scaled_norm": scaled, "norm": norm})
     return out

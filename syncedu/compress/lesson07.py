@@ -1,8 +1,8 @@
 """Widgets for notebooks/07_compression_and_precision: top-k and PowerSGD on simulated ranks.
 
 Each control change trains the digits MLP on 2 simulated ranks with the
-chosen compressor (`compress/training.py`) and shows the loss curve beside
-the bytes sent, against the uncompressed fp32 run.
+chosen compressor (`train.run`'s loop, one bucket per layer) and shows the loss
+curve beside the bytes sent, against the uncompressed fp32 run.
 """
 
 from __future__ import annotations
@@ -11,26 +11,37 @@ import functools
 
 import ipywidgets as w
 
+from syncedu import train
 from syncedu.compress import PowerSGD, TopK
 from syncedu.compress import plots as cplots
-from syncedu.compress import training as compress_train
 from syncedu.ui.widgets import Explorer
 
 STEPS, LR = 80, 0.3
 
 
+def trained(compressor, steps: int = STEPS, lr: float = LR):
+    """The digits MLP on 2 simulated ranks, each layer its own bucket, through `compressor`."""
+    return train.run("bucketed", 2, simulate=True, compression=compressor, bucket_cap_mb=1e-6,
+                     steps=steps, global_batch=64, lr=lr, seed=0)
+
+
+def sent_per_step(h) -> float:
+    """Bytes rank 0 sent per step, counted by the ledger."""
+    return h.ledger.sent[0] / len(h.loss)
+
+
 @functools.lru_cache(maxsize=4)
 def _reference(steps: int = STEPS):
-    return compress_train.run(None, 2, steps=steps, lr=LR)
+    return trained(None, steps)
 
 
 def _view(c, label: str, steps: int = STEPS):
-    ref, h = _reference(steps), compress_train.run(c, 2, steps=steps, lr=LR)
+    ref, h = _reference(steps), trained(c, steps)
     fig = cplots.side_by_side({"fp32 allreduce": ref, label: h},
-                              {"fp32": ref.sent_per_step, label.split()[0]: h.sent_per_step})
+                              {"fp32": sent_per_step(ref), label.split()[0]: sent_per_step(h)})
     text = (f"{label}: final loss {sum(h.loss[-10:]) / 10:.3f} (fp32 "
             f"{sum(ref.loss[-10:]) / 10:.3f}), accuracy {h.accuracy:.1%} "
-            f"({ref.accuracy:.1%}), {ref.sent_per_step / h.sent_per_step:.0f}x fewer bytes")
+            f"({ref.accuracy:.1%}), {sent_per_step(ref) / sent_per_step(h):.0f}x fewer bytes")
     return text, fig, h
 
 

@@ -6,7 +6,9 @@ here is absolute, and this package is only ever `syncedu.horovod`.)
 Open in this order:
 
 1. `training.py`: `train.run("horovod", ...)`: Horovod's recipe (`hvd.init`,
-   `DistributedOptimizer`, `broadcast_parameters`) in the harness's loop;
+   `DistributedOptimizer`, `broadcast_parameters`) in the harness's loop, and
+   `run_jobs`: several jobs (or functions) in one start of the ranks;
+   `lines.py`: each line of the recipe left out, and tensor names that differ;
 2. `launch.py`: `horovod.run` from a notebook (ranks' output, signals);
 3. `timeline.py`: reading Horovod's timeline (fused collectives per cycle);
 4. the notebook's helpers: `lesson08.py`, `exercises08.py` (import them by name).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 from syncedu.comm.ledger import ring_allreduce_elements
@@ -17,16 +18,39 @@ JOB = dict(steps=EPOCHS * (1797 // 32), global_batch=32, lr=0.1, seed=0)
 
 
 def _shortcut(fn) -> str:
-    """Why `fn`'s source is not a conversion (calls the page's recipe, sums), or ''."""
+    """Why `fn` is not a conversion (it calls the page's recipe), or ''."""
     code = getattr(fn, "__code__", None)
     names = set(getattr(code, "co_names", ())) | set(getattr(code, "co_freevars", ()))
     if "horovod_recipe" in names:
         return "it calls the page's horovod_recipe: write the conversion yourself"
-    if "Sum" in names:
-        return ("op=hvd.Sum with an unscaled lr is the same SGD step only while nothing "
-                "non-linear touches the gradient (clipping, Adam); the exercise asks for "
-                "op=hvd.Average and lr x hvd.size()")
     return ""
+
+
+def _recorded(fn):
+    """`fn` to run in each rank, returning (its result, the `op` of every DistributedOptimizer).
+
+    The run, not the source, says which reduction the learner chose: the wrapper
+    is replaced in the rank by one that records its `op` argument, then calls it.
+    """
+    def ranked():
+        import inspect as _inspect
+
+        import horovod.torch as hvd
+
+        real, ops = hvd.DistributedOptimizer, []
+        names = {hvd.Average: "Average", hvd.Sum: "Sum", hvd.Adasum: "Adasum"}
+
+        def recording(*args, **kwargs):
+            op = _inspect.signature(real).bind(*args, **kwargs).arguments.get("op", hvd.Average)
+            ops.append(names.get(op, str(op)))
+            return real(*args, **kwargs)
+
+        hvd.DistributedOptimizer = recording
+        try:
+            return fn(), ops
+        finally:
+            hvd.DistributedOptimizer = real
+    return ranked
 
 
 def _stub(fn) -> bool:
@@ -51,24 +75,46 @@ def convert(my_horovod_train) -> bool:
         print(f"{name}: skipped: {why}")
         return False
     try:
-        res = horovod_launch.run(my_horovod_train, 2, timeout=180, quiet=True)
+        res = horovod_launch.run(_recorded(my_horovod_train), 2, timeout=180, quiet=True)
     except horovod_launch.HorovodRunError as e:
         last = [line for line in e.output.splitlines() if "Error" in line][-1:]
         return verdict(name, False, f"a rank failed: {last[0] if last else e}")
     except TimeoutError:
         return verdict(name, False, "it hung: do all ranks submit the same tensor names?")
+    return judge(res)
+
+
+@functools.lru_cache(maxsize=1)
+def _reference() -> dict:
     from syncedu import train
 
-    ref = train.run("single", 1, **JOB).params
-    got = res[0]
+    return train.run("single", 1, **JOB).params
+
+
+def judge(res: list) -> bool:
+    """Exercise 08.1's verdict on one run: `res` = each rank's `(state_dict, ops)`."""
+    name = "Exercise 1 (convert DDP to Horovod)"
+    ref = _reference()
+    (got, ops), other = res[0], res[-1][0]
     if not isinstance(got, dict) or set(got) != set(ref):
         return verdict(name, False, f"return rank 0's model.state_dict() (keys {sorted(ref)})")
-    gap = max((res[1][k] - got[k]).abs().max().item() for k in ref) if len(res) > 1 else 0.0
+    if not ops:
+        return verdict(name, False, "hvd.DistributedOptimizer never ran: without it nothing "
+                       "is averaged, each rank trains on its own shard")
+    diff = max((got[k] - ref[k]).abs().max().item() for k in ref)
+    wrong = [op for op in ops if op != "Average"]
+    if wrong:
+        why = ("plain SGD takes the same step: Sum with lr is Average with lr x N, but not "
+               "with clipping, Adam or weight decay" if diff < 1e-5 else
+               "the summed gradient is N times the average")
+        return verdict(name, False, f"the run used op=hvd.{wrong[0]} and ends {diff:.3g} from one "
+                       f"process on the global batch ({why}); use op=hvd.Average with lr x "
+                       "hvd.size()")
+    gap = max((other[k] - got[k]).abs().max().item() for k in ref)
     if gap > 1e-6:
         return verdict(name, False, f"the two ranks end {gap:.3g} apart: the ranks start from "
                         "different weights (seed=hvd.rank()); hvd.broadcast_parameters makes "
                         "them start from rank 0's, and DistributedOptimizer keeps them together")
-    diff = max((got[k] - ref[k]).abs().max().item() for k in ref)
     good = diff < 1e-5
     return verdict(name, good, "" if good else f"the parameters differ by {diff:.3g} from one "
                     f"process on the global batch ({EPOCHS} epochs): sampler.set_epoch(epoch) "

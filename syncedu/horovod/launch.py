@@ -174,13 +174,13 @@ class _Deadline:
 
 def run(fn, world_size: int = 2, *, args: tuple = (), kwargs: dict | None = None,
         env: dict | None = None, timeout: float = 120.0, start_timeout: float = 60.0,
-        quiet: bool = False) -> list:
+        quiet: bool = False, output: list | None = None) -> list:
     """`horovod.run(fn, ...)` on `world_size` local Gloo ranks; returns the ranks' values.
 
     `env`: variables set in every rank before `fn` runs. `timeout`: seconds before
     the job is stopped (`TimeoutError`). `quiet=True` keeps the ranks' output out of
     the caller's streams; either way it is attached to the `HorovodRunError` or
-    `TimeoutError` raised (`.output`).
+    `TimeoutError` raised (`.output`), and appended to `output` if it is a list.
     Raises `RuntimeError` with the reason if Horovod is not available.
     """
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
@@ -216,6 +216,8 @@ def run(fn, world_size: int = 2, *, args: tuple = (), kwargs: dict | None = None
     finally:
         for sig, handler in ours.items():
             signal.signal(sig, handler)
+        if output is not None:
+            output.append(out.getvalue())
 
 
 # "[0]<stderr>:[2026-11-30 13:51:40.311022: W /tmp/pip-.../common/stall_inspector.cc:37] text"

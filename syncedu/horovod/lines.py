@@ -62,8 +62,35 @@ def without_each(steps: int = 8, lr: float = 0.1) -> dict:
         out[variant] = {k: v.detach().clone() for k, v in model.state_dict().items()}
         del opt  # a new DistributedOptimizer per variant: its hooks go with the model
         hvd.allreduce(torch.zeros(1), name=f"variant.{i}")  # the ranks finish a variant together
-    hvd.shutdown()
-    return out
+    return out  # no hvd.shutdown(): Horovod shuts down at exit, or the caller's job does
+
+
+def mismatched_names(wait: float = 4.0) -> str:
+    """Submit an allreduce named after this rank, so the ranks never match; report after `wait` s.
+
+    Horovod matches collectives by name, so `grad.rank0` and `grad.rank1` wait for
+    each other forever. The rank's own watchdog (a timeout of its own, measured after
+    `hvd.init()`) polls the handle for `wait` seconds and returns "still waiting",
+    or "finished" / "aborted: ..." if Horovod ended the wait (as its stall shutdown
+    would). Run it last in a job: the pending tensor stays until `hvd.shutdown()`.
+    """
+    import time
+
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    handle = hvd.allreduce_async(torch.ones(3), name=f"grad.rank{hvd.rank()}")  # differ
+    start = time.monotonic()
+    while time.monotonic() - start < wait:
+        try:
+            if hvd.poll(handle):
+                hvd.synchronize(handle)
+                return "finished"
+        except Exception as e:  # Horovod aborted the wait (shut down)
+            return f"aborted: {type(e).__name__}"
+        time.sleep(0.05)
+    return "still waiting"
 
 
 def rank_gap(res: list[dict], variant: str) -> float:

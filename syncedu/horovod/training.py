@@ -53,27 +53,35 @@ class HorovodSettings:
 
     `fusion_threshold_mb`: size of the fusion buffer (default 128 MB; 0 turns
     fusion off). `cycle_time_ms`: how often the background thread looks for
-    ready tensors (default 1 ms). `timeline`: a file for Horovod's timeline of
-    the training steps (rank 0's; rank r > 0 writes `<timeline>.rank<r>`).
+    ready tensors (default 1 ms). `stall_check_s` / `stall_shutdown_s`: the stall
+    inspector's `HOROVOD_STALL_CHECK_TIME_SECONDS` / `..._SHUTDOWN_TIME_SECONDS`
+    (they change nothing while the ranks' tensor names match). `timeline`: a file
+    for Horovod's timeline of the training steps (rank 0's; rank r > 0 writes
+    `<timeline>.rank<r>`).
     """
 
     fusion_threshold_mb: float | None = None
     cycle_time_ms: float | None = None
+    stall_check_s: int | None = None
+    stall_shutdown_s: int | None = None
     timeline: str | None = None
 
+    _ENV = {"cycle_time_ms": "HOROVOD_CYCLE_TIME", "stall_check_s":
+            "HOROVOD_STALL_CHECK_TIME_SECONDS", "stall_shutdown_s":
+            "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"}
+
     def __post_init__(self):
-        for name in ("fusion_threshold_mb", "cycle_time_ms"):
+        for name in ("fusion_threshold_mb", "cycle_time_ms", "stall_check_s", "stall_shutdown_s"):
             v = getattr(self, name)
             if v is not None and not (isinstance(v, (int, float)) and v >= 0):
                 raise ValueError(f"{name}={v!r} must be None or a number >= 0")
 
     def env(self) -> dict[str, str]:
         """The environment variables Horovod reads at `hvd.init()`."""
-        env = {}
+        env = {var: str(getattr(self, name)) for name, var in self._ENV.items()
+               if getattr(self, name) is not None}
         if self.fusion_threshold_mb is not None:
             env["HOROVOD_FUSION_THRESHOLD"] = str(int(self.fusion_threshold_mb * 2**20))
-        if self.cycle_time_ms is not None:
-            env["HOROVOD_CYCLE_TIME"] = str(self.cycle_time_ms)
         return env
 
 
@@ -157,10 +165,11 @@ def _horovod(module, comm, cfg) -> Parts:
     return Parts(module, dist, counter.events)
 
 
-def _rank(jobs) -> list[dict]:
-    """One Horovod rank (Step 1): each `(cfg, settings)` job in turn through the shared loop.
+def _rank(jobs) -> list:
+    """One Horovod rank (Step 1): each job in turn, under one `hvd.init()` (see `run_jobs`).
 
-    The jobs share one `hvd.init()`, so one environment (see `run_jobs`).
+    A `(cfg, settings)` job runs through the shared loop; a callable job is called
+    (its own `hvd.init()` is then a no-op) and its return value kept.
     """
     import horovod.torch as hvd
 
@@ -170,6 +179,9 @@ def _rank(jobs) -> list[dict]:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // hvd.size()))
         out = []
         for cfg, settings in jobs:
+            if callable(cfg):
+                out.append(cfg())
+                continue
             session = train_rank.Session(HorovodComm(hvd), cfg)
             if settings.timeline:  # a file per rank; rank 0's is the one to read
                 r = hvd.rank()
@@ -208,22 +220,31 @@ def run_ranks(cfg, *, pool=None, network=None, timeout: float = 600.0) -> list[d
     return [per_rank[0] for per_rank in res]
 
 
-def run_jobs(jobs, *, timeout: float = 600.0) -> list:
-    """Several `(TrainConfig, HorovodSettings or None)` jobs; a History each.
+def run_jobs(jobs, *, timeout: float = 600.0, log: list | None = None) -> list:
+    """Several jobs on 2+ Horovod ranks; for each, a History (or a callable's rank results).
 
-    Starting Horovod ranks costs seconds (Python, torch, Horovod, rendezvous), so
-    consecutive jobs whose settings set the same environment share one start (a
-    timeline is started and stopped in place). Horovod reads its knobs only at
-    `hvd.init()`, and a second `hvd.init()` in the same ranks can read the first
-    one's stale Gloo addresses from the rendezvous store, so a change of fusion
-    threshold or cycle time means new ranks. All jobs need one world size.
+    A job is `(TrainConfig, HorovodSettings or None)`, or `(fn, HorovodSettings or
+    None)` with `fn` a function of no arguments run in every rank (its result: one
+    value per rank). Starting Horovod ranks costs seconds (Python, torch, Horovod,
+    rendezvous), so consecutive jobs whose settings set the same environment share
+    one start (a timeline is started and stopped in place). Horovod reads its knobs
+    only at `hvd.init()`, and a second `hvd.init()` after `hvd.shutdown()` in the same
+    ranks can read the first one's stale Gloo addresses from the rendezvous store, so
+    a change of environment means new ranks. All jobs need one world size (2 for a
+    callable-only list). `log`: a list that gets each start's output (the ranks'
+    lines, Horovod's log among them); the ranks' output is kept out of the caller's.
     """
     jobs = [(cfg, s or HorovodSettings()) for cfg, s in jobs]
-    if not jobs or len({cfg.world_size for cfg, _ in jobs}) != 1:
-        raise ValueError("jobs must be a non-empty list of (TrainConfig, HorovodSettings) "
-                         "with one world_size")
+    sizes = {cfg.world_size for cfg, _ in jobs if not callable(cfg)} or {2}
+    world_size = min(sizes)
+    if not jobs or len(sizes) != 1:
+        raise ValueError("jobs must be a non-empty list of (TrainConfig or function, "
+                         "HorovodSettings) with one world_size")
     for cfg, s in jobs:
-        _check(cfg, s)
+        if not callable(cfg):
+            _check(cfg, s)
+        elif not isinstance(s, HorovodSettings):
+            raise ValueError(f"settings={s!r} must be a HorovodSettings")
     groups: list[list] = []
     for job in jobs:
         if groups and groups[-1][0][1].env() == job[1].env():
@@ -232,9 +253,10 @@ def run_jobs(jobs, *, timeout: float = 600.0) -> list:
             groups.append([job])
     out = []
     for group in groups:
-        res = horovod_launch.run(_rank, group[0][0].world_size, args=(group,),
-                                 env=group[0][1].env(), timeout=timeout)
-        out += [_history(cfg, [per_rank[i] for per_rank in res])
+        res = horovod_launch.run(_rank, world_size, args=(group,), env=group[0][1].env(),
+                                 timeout=timeout, quiet=True, output=log)
+        out += [[per_rank[i] for per_rank in res] if callable(cfg)
+                else _history(cfg, [per_rank[i] for per_rank in res])
                 for i, (cfg, _) in enumerate(group)]
     return out
 

@@ -8,7 +8,7 @@ import torch
 from syncedu import compress, launch
 from syncedu.comm import sim
 from syncedu.comm.ledger import ring_allreduce_elements
-from syncedu.compress import training as compress_train
+from syncedu.compress.lesson07 import sent_per_step, trained
 
 ALL = [compress.FP16(), compress.BF16(), compress.TopK(0.1), compress.SignSGD(),
        compress.PowerSGD(2)]
@@ -165,7 +165,7 @@ def test_powersgd_bytes_are_r_times_n_plus_m_plus_the_rest(rank):
 # ---------------------------------------------------- training, error feedback
 @pytest.fixture(scope="module")
 def reference():
-    return compress_train.run(None, 2, steps=80)
+    return trained(None, steps=80, lr=0.1)
 
 
 @pytest.mark.parametrize("c, tol", [
@@ -173,17 +173,17 @@ def reference():
     (compress.PowerSGD(2), 0.15)], ids=str)
 def test_training_with_error_feedback_tracks_uncompressed(c, tol, reference):
     """Final loss (mean of the last 10 steps) within `tol` of uncompressed fp32 on digits."""
-    h = compress_train.run(c, 2, steps=80)
+    h = trained(c, steps=80, lr=0.1)
     last = sum(h.loss[-10:]) / 10
     ref = sum(reference.loss[-10:]) / 10
     assert abs(last - ref) <= tol, (last, ref)
-    assert h.sent_per_step < reference.sent_per_step
+    assert sent_per_step(h) < sent_per_step(reference)
 
 
 def test_error_feedback_is_what_makes_topk_train():
     """At 1% without error feedback the loss stalls near its start (ln 10 = 2.3)."""
-    with_ef = compress_train.run(compress.TopK(0.01), 2, steps=150)
-    without = compress_train.run(compress.TopK(0.01, error_feedback=False), 2, steps=150)
+    with_ef = trained(compress.TopK(0.01), steps=100, lr=0.3)  # lesson 07's run
+    without = trained(compress.TopK(0.01, error_feedback=False), steps=100, lr=0.3)
     assert sum(with_ef.loss[-10:]) / 10 < sum(without.loss[-10:]) / 10 - 0.5
 
 

@@ -2,20 +2,11 @@
 
 Ranks 0..workers-1 are workers, the last `servers` ranks are servers; server s
 holds the flat range `shard_ranges(numel, servers)[s]` of the parameters.
-
-Modes (the consistency models of Li et al., OSDI 2014, section 3; SSP is Ho et
-al., NeurIPS 2013):
-
-- "sync": every server waits for all workers' gradients of a step, averages,
-  updates once and replies (bulk synchronous; staleness always 0);
-- "async": a server applies each gradient on arrival and replies at once
-  (no bound: staleness is whatever the timing makes it);
-- "ssp": as async, but a worker may start step c only when every worker has
-  pushed step c - staleness - 1 (bounded delay tau = `staleness`; 0 behaves as
-  sync, up to the rounding of applying gradients one by one).
-
-Staleness is counted in steps (clocks): a gradient of step c computed on
-parameters that held every worker's gradients of steps < k has staleness c - k.
+Modes (Li et al., OSDI 2014, section 3; SSP: Ho et al., NeurIPS 2013): "sync"
+(bulk synchronous), "async" (no bound), "ssp" (a worker may start step c only
+once every worker has pushed step c - staleness - 1); server.py runs them.
+Staleness is counted in steps: a gradient of step c computed on parameters that
+held every worker's gradients of steps < k has staleness c - k.
 """
 
 from __future__ import annotations
@@ -36,13 +27,9 @@ def _int(name: str, value, low: int) -> int:
 
 def _steps(steps, workers: int) -> tuple[int, ...]:
     """An int (every worker) or one count per worker -> a tuple of per-worker steps."""
-    if isinstance(steps, int) and not isinstance(steps, bool):
+    if not isinstance(steps, (list, tuple)):
         return (_int("steps", steps, 1),) * workers
-    try:
-        counts = tuple(steps)
-    except TypeError:
-        raise ValueError(f"steps={steps!r} must be an int >= 1 or a list of one int per "
-                         "worker") from None
+    counts = tuple(steps)
     if len(counts) != workers:
         raise ValueError(f"steps has {len(counts)} entries for {workers} workers: give an int "
                          "or one count per worker")
@@ -93,7 +80,6 @@ class PSConfig:
         if not (isinstance(self.variability, (int, float)) and 0 <= self.variability <= 1):
             raise ValueError(f"variability={self.variability!r} must be in [0, 1]")
 
-    # ---------------------------------------------------------------- roles
     @property
     def world_size(self) -> int:
         return self.workers + self.servers
@@ -105,11 +91,6 @@ class PSConfig:
 
     def server_rank(self, s: int) -> int:
         return self.workers + s
-
-    @property
-    def pushed(self) -> int:
-        """Gradients the workers push in all: the sum of their steps."""
-        return sum(self.steps)
 
 
 def shard_ranges(numel: int, servers: int) -> list[tuple[int, int]]:

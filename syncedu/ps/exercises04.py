@@ -6,6 +6,7 @@ import itertools
 
 import torch
 
+from syncedu.ps.config import PULL_TAG, PUSH_TAG, shard_ranges
 from syncedu.ui.checkers import attempt, checker, verdict
 
 
@@ -31,19 +32,23 @@ def server_ingress(answer, cases=((3, 1), (4, 2), (5, 3))) -> bool:
 
 @checker
 def ssp_rule(answer) -> bool:
-    """Exercise 04.1: `answer(next_step, clocks, tau)`: may the server reply now?"""
-    name = "Exercise 1 (the bounded-staleness rule)"
+    """Exercise 04.2: `answer(next_step, clocks, tau)`: may the server reply now?
+
+    The slowest worker sits first, then last, in `clocks`: "worker 0 is the slowest" fails.
+    """
+    name = "Exercise 2 (the bounded-staleness rule)"
     for next_step, low, tau in itertools.product(range(6), range(6), range(4)):
         if low > next_step:
             continue
-        clocks = [low, next_step, next_step + 1]
-        ok, value = attempt(name, lambda c=next_step, k=clocks, t=tau: answer(c, k, t))
-        if not ok:
-            return False
-        want = next_step - min(clocks) <= tau
-        if bool(value) != want:
-            return verdict(name, False, f"next_step={next_step}, clocks={clocks}, tau={tau}: "
-                            f"got {value!r}, expected {want}")
+        for clocks in ([low, next_step, next_step + 1], [next_step + 1, next_step, low]):
+            ok, value = attempt(name, lambda c=next_step, k=clocks, t=tau: answer(c, list(k), t))
+            if not ok:
+                return False
+            want = next_step - min(clocks) <= tau
+            if bool(value) != want:
+                return verdict(name, False, f"next_step={next_step}, clocks={clocks}, "
+                               f"tau={tau}: got {value!r}, expected {want} (the bound is "
+                               f"against the slowest unfinished worker, min(clocks))")
     return verdict(name, True)
 
 
@@ -79,9 +84,7 @@ def _cases():
 
 def _pattern(h, workers: int, servers: int, steps: int, n: int) -> str:
     """Who sent what to whom, from the trace; '' if it is the push/pull pattern."""
-    from syncedu.ps.config import PULL_TAG, PUSH_TAG
-
-    ranges = ps_shard_ranges(n, servers)
+    ranges = shard_ranges(n, servers)
     t = h.trace
     for w in range(workers):
         for s, (lo, hi) in enumerate(ranges):
@@ -95,12 +98,6 @@ def _pattern(h, workers: int, servers: int, steps: int, n: int) -> str:
             if len(pulls) != steps - 1:
                 return f"worker {w} got {len(pulls)} pulls from server {s}, expected {steps - 1}"
     return ""
-
-
-def ps_shard_ranges(n: int, servers: int):
-    from syncedu.ps.config import shard_ranges
-
-    return shard_ranges(n, servers)
 
 
 @checker

@@ -8,6 +8,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
+from syncedu.ps.config import shard_ranges
+
 # Li et al., OSDI 2014 (FACTS.md): 800 workers + 200 servers, idle share vs bounded delay.
 OSDI_IDLE = {0: 0.50, 16: 0.017}
 
@@ -24,8 +26,7 @@ def architecture(workers: int = 4, servers: int = 2, numel: int | None = None):
         ax.add_patch(Rectangle((x - 0.4, 2.2), 0.8, 0.6, color="#f4a261"))
         text = f"server {s}\nrank {workers + s}"
         if numel:
-            lo, hi = s * numel // servers, (s + 1) * numel // servers
-            text += f"\nparams [{lo}:{hi})"
+            text += "\nparams [{}:{})".format(*shard_ranges(numel, servers)[s])
         ax.text(x, 2.5, text, ha="center", va="center", fontsize=8)
     for w, x in enumerate(xs(workers)):
         ax.add_patch(Rectangle((x - 0.4, 0.0), 0.8, 0.6, color="#8ecae6"))

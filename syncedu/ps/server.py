@@ -18,8 +18,7 @@ until every worker has pushed all its steps:
 1. receive the next push from whichever worker it comes (`comm.recv_any`: on
    simulated ranks the earliest in logical time, so runs repeat);
 2. apply it at once: shard -= (lr / W) * gradient, and record its staleness
-   (steps behind, see ps_config.py) and delay (updates applied since the
-   worker read the parameters);
+   (steps behind, see config.py);
 3. reply to every waiting worker that is at most tau steps ahead of the
    slowest unfinished one (Li et al. 2014's bounded delay; Ho et al. 2013's
    SSP); the others wait for a slower worker's push. A worker that finished
@@ -48,7 +47,6 @@ class Applied:
     step: int
     loss: float
     staleness: int
-    delay: int
 
 
 @dataclass
@@ -119,7 +117,7 @@ def serve_sync(comm, cfg: PSConfig, log: ServerLog, replies: _Replies) -> None:
         grad = torch.stack([b[:n] for b in bufs]).mean(0)  # Step 2
         log.shard.add_(grad, alpha=-cfg.lr)
         for w, b in enumerate(bufs):
-            log.events.append(Applied(comm.now(), w, c, b[n].item(), 0, 0))
+            log.events.append(Applied(comm.now(), w, c, b[n].item(), 0))
             log.per_worker[w] += 1
         if c < steps - 1:
             for w in range(w_count):
@@ -131,7 +129,7 @@ def serve_bounded(comm, cfg: PSConfig, log: ServerLog, replies: _Replies, tau: f
     n, w_count = log.shard.numel(), cfg.workers
     buf = torch.empty(n + HEADER, dtype=log.shard.dtype, device=log.shard.device)
     clock = log.per_worker  # pushes received per worker = the step each is on next
-    read = [(0, 0)] * w_count  # (complete steps, version) of the parameters each worker read
+    read = [0] * w_count  # complete steps in the parameters each worker last read
     waiting: list[int] = []
     while clock != list(cfg.steps):
         with comm.scope("ps_push"):
@@ -139,9 +137,7 @@ def serve_bounded(comm, cfg: PSConfig, log: ServerLog, replies: _Replies, tau: f
         if not 0 <= w < w_count or clock[w] >= cfg.steps[w]:
             raise RuntimeError(f"server rank {comm.rank} got an unexpected push from rank {w}")
         log.shard.add_(buf[:n], alpha=-cfg.lr / w_count)  # Step 2
-        complete, version = read[w]
-        log.events.append(Applied(comm.now(), w, clock[w], buf[n].item(),
-                                  clock[w] - complete, log.applied - version))
+        log.events.append(Applied(comm.now(), w, clock[w], buf[n].item(), clock[w] - read[w]))
         clock[w] += 1
         if clock[w] < cfg.steps[w]:
             waiting.append(w)
@@ -158,7 +154,7 @@ def release(cfg: PSConfig, log: ServerLog, replies: _Replies, waiting: list[int]
     for v in sorted(waiting):
         if clock[v] - complete <= tau:
             replies.send(v, log.shard)
-            read[v] = (complete, log.applied)
+            read[v] = complete
         else:
             still.append(v)
     return still

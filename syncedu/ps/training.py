@@ -1,4 +1,4 @@
-"""`ps.run`: train the lessons' MLP on digits through a parameter server.
+"""`ps.run`: train the lessons' MLP on digits through a parameter server; `ps_rank`.
 
     from syncedu import ps, train
     ref = train.run("single", 1, steps=20, global_batch=64)
@@ -12,22 +12,21 @@ Steps:
 
 1. validate the job (`PSConfig`; `global_batch` must split over the workers);
 2. on every rank: the seeded model of `train.run` (`models.make`), flattened;
-   worker w's c-th gradient is the mean cross-entropy gradient of its part
-   (`sampling.shard`) of global batch c (`sampling.global_batches`), so the
-   data are exactly `train.run`'s;
-3. run `strategies.ps.ps_rank` on `workers + servers` ranks where `runner`
-   puts them: simulated (`simulate=True`, logical time, deterministic) or real
-   (fresh processes, or a warm `pool`), after a barrier that the ledger does
-   not keep;
+   worker w's c-th gradient is that of its `sampling.shard` of global batch c
+   (`sampling.global_batches`): exactly `train.run`'s data;
+3. `ps_rank` on `workers + servers` ranks where `runner` puts them (simulated,
+   fresh processes or a warm `pool`), after a barrier the ledger does not keep:
+   a worker runs `worker.run_worker`, a server `server.serve` on its range;
 4. gather a `PSHistory`: the servers' shards joined into named parameters,
-   pushed and applied counts, staleness and delay per applied gradient (the
-   largest over the servers), idle fraction per worker, loss and accuracy of
-   the final parameters on the whole data set.
+   pushed and applied counts, staleness per applied gradient (the largest over
+   the servers), idle fraction per worker, and the final parameters' loss and
+   accuracy on the whole data set (`train.run`'s evaluation).
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -36,12 +35,12 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from syncedu.comm.ledger import Ledger
 from syncedu.comm.network import Network
-from syncedu.ps.protocol import PSConfig, ps_rank
-from syncedu.ps.server import Applied
-from syncedu.ps.worker import compute_factor
+from syncedu.ps.config import PSConfig, shard_ranges
+from syncedu.ps.server import Applied, ServerLog, serve
+from syncedu.ps.worker import WorkerLog, run_worker
 from syncedu.train import data, models, runner, sampling
 
-__all__ = ["run", "PSHistory", "stragglers", "allreduce_baseline", "numel"]
+__all__ = ["run", "ps_rank", "PSHistory", "stragglers", "numel"]
 
 
 @dataclass
@@ -56,9 +55,7 @@ class PSHistory:
     pushed: int
     applied: int
     staleness: list[int]  # per applied gradient, in server 0's order
-    delay: list[int]  # updates applied between a worker's read and its gradient's update
     idle_fraction: list[float]  # per worker
-    worker_seconds: list[float]
     events: list[Applied] = field(repr=False)  # server 0's applied gradients, in order
     final_loss: float = float("nan")  # the final parameters on the whole data set
     accuracy: float = float("nan")
@@ -114,6 +111,26 @@ def _grad_fn(cfg: PSConfig, x, y, global_batch: int, rank: int, model: str):
     return grad
 
 
+def ps_rank(comm, cfg: PSConfig, params: torch.Tensor, grad_fn=None,
+            worker_step=None) -> WorkerLog | ServerLog:
+    """One rank of a parameter-server job (Step 3); returns its log.
+
+    `params`: the flat initial parameters (identical on every rank);
+    `grad_fn(step, params) -> (loss, flat gradient)`: the workers' computation.
+    """
+    if comm.world_size != cfg.world_size:
+        raise ValueError(f"the run has {comm.world_size} ranks; workers={cfg.workers} + "
+                         f"servers={cfg.servers} need {cfg.world_size}")
+    if params.dim() != 1:
+        raise ValueError("params must be the flat parameter vector (1-D)")
+    if comm.rank < cfg.workers:
+        if grad_fn is None:
+            raise ValueError("workers need grad_fn(step, params) -> (loss, flat gradient)")
+        return run_worker(comm, cfg, params.clone(), grad_fn, worker_step)
+    lo, hi = shard_ranges(params.numel(), cfg.servers)[comm.rank - cfg.workers]
+    return serve(comm, cfg, params[lo:hi].clone(), lo, hi)
+
+
 def rank_main(comm, cfg: PSConfig, x, y, global_batch: int, model: str = "mlp",
               worker_step=None):
     """One rank of `run` (Step 3): a barrier, then `ps_rank` with the lessons' model."""
@@ -148,7 +165,7 @@ def run(mode: str, workers: int, *, servers: int = 1, staleness: int = 0, steps,
     if not isinstance(global_batch, int) or global_batch < 1 or global_batch % workers:
         raise ValueError(f"global_batch={global_batch!r} must be a positive multiple of "
                          f"workers={workers}")
-    x, y = data.digits().tensors
+    x, y = _digits()
     sampling.steps_per_epoch(len(x), global_batch)  # ValueError if larger than the data
     args = (cfg, x, y, global_batch, model, worker_step)
     res = runner.run(rank_main, cfg.world_size, args, pool=pool, network=network,  # Step 3
@@ -164,11 +181,10 @@ def _history(cfg: PSConfig, logs: list, ledger: Ledger, x, y, model: str) -> PSH
     wlogs, slogs = logs[:cfg.workers], logs[cfg.workers:]
     net = models.make(model, seed=cfg.seed)
     vector_to_parameters(torch.cat([s.shard for s in slogs]), net.parameters())
-    worst = collections.defaultdict(lambda: (0, 0))
+    worst = collections.Counter()
     for s in slogs:
         for e in s.events:
-            old = worst[e.worker, e.step]
-            worst[e.worker, e.step] = (max(old[0], e.staleness), max(old[1], e.delay))
+            worst[e.worker, e.step] = max(worst[e.worker, e.step], e.staleness)
     order = [(e.worker, e.step) for e in slogs[0].events]
     losses = [[log.losses[c] for log in wlogs if c < len(log.losses)]
               for c in range(max(cfg.steps))]
@@ -179,45 +195,17 @@ def _history(cfg: PSConfig, logs: list, ledger: Ledger, x, y, model: str) -> PSH
         config=cfg, loss=[sum(v) / len(v) for v in losses],
         params={k: v.detach().clone() for k, v in net.named_parameters()}, ledger=ledger,
         seconds=max(log.end for log in logs), pushed=sum(log.pushed for log in wlogs),
-        applied=min(s.applied for s in slogs), staleness=[worst[k][0] for k in order],
-        delay=[worst[k][1] for k in order], idle_fraction=[w.idle_fraction for w in wlogs],
-        worker_seconds=[w.seconds for w in wlogs], events=slogs[0].events,
+        applied=min(s.applied for s in slogs), staleness=[worst[k] for k in order],
+        idle_fraction=[w.idle_fraction for w in wlogs], events=slogs[0].events,
         final_loss=final_loss, accuracy=acc.item())
+
+
+@functools.cache
+def _digits():
+    """`train.run`'s data set, read once per process (nothing writes to it)."""
+    return data.digits().tensors
 
 
 def numel(model: str = "mlp", seed: int = 0) -> int:
     """Number of parameters of the lessons' model (what every push and pull carries)."""
     return sum(p.numel() for p in models.make(model, seed=seed).parameters())
-
-
-def _allreduce_rank(comm, steps: int, n: int, compute_seconds: float, variability: float,
-                    seed: int):
-    import random
-
-    comm.barrier()
-    comm.ledger.reset()
-    rng = random.Random(seed * 1_000_003 + 7_919 * comm.rank)  # the PS workers' stream
-    grad, busy, t0 = torch.zeros(n, device=comm.device), 0.0, comm.now()
-    for _ in range(steps):
-        t = comm.now()
-        comm.compute(compute_seconds * compute_factor(rng, variability))
-        busy += comm.now() - t
-        comm.all_reduce(grad)
-    total = comm.now() - t0
-    return total, 1.0 - busy / total if total > 0 else 0.0
-
-
-def allreduce_baseline(workers: int, *, steps: int, network: Network | None = None,
-                       compute_seconds: float = 0.01, variability: float = 0.0, seed: int = 0,
-                       model: str = "mlp"):
-    """The same compute on `workers` simulated ranks, synchronized by a ring all_reduce.
-
-    Returns (logical seconds, mean idle share, ledger): what data parallelism with
-    AllReduce would cost on this network, for comparison with a parameter server.
-    `network.slowdown`, if given, needs one factor per worker here (no servers).
-    """
-    from syncedu.comm import sim
-
-    res = sim.run(_allreduce_rank, workers, network=network,
-                  args=(steps, numel(model, seed), compute_seconds, variability, seed))
-    return max(r[0] for r in res), sum(r[1] for r in res) / workers, res.ledger

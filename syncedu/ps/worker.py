@@ -86,7 +86,7 @@ def push_pull(comm, cfg: PSConfig, grad: torch.Tensor, loss: float, params: torc
     pending = _push(comm, cfg, ranges, grad, loss)  # Step 3
     if pull:
         _pull(comm, cfg, ranges, params)  # Step 4
-    for work in pending:
+    for work, _msg in pending:  # each message stays alive until its send is done
         work.wait()
 
 
@@ -96,8 +96,8 @@ def _push(comm, cfg: PSConfig, ranges, grad: torch.Tensor, loss: float) -> list:
     tail = torch.tensor([loss], dtype=grad.dtype, device=grad.device)
     with comm.scope("ps_push"):
         for s, (lo, hi) in enumerate(ranges):
-            msg = torch.cat([grad[lo:hi], tail])  # kept alive by the handle until wait()
-            works.append(_Held(comm.isend(msg, cfg.server_rank(s), PUSH_TAG), msg))
+            msg = torch.cat([grad[lo:hi], tail])
+            works.append((comm.isend(msg, cfg.server_rank(s), PUSH_TAG), msg))
     return works
 
 
@@ -106,16 +106,3 @@ def _pull(comm, cfg: PSConfig, ranges, params: torch.Tensor) -> None:
     with comm.scope("ps_pull"):
         for s, (lo, hi) in enumerate(ranges):
             comm.recv(params[lo:hi], cfg.server_rank(s), PULL_TAG)
-
-
-class _Held:
-    """A send handle that keeps its buffer alive until the send is done."""
-
-    __slots__ = ("work", "buffer")
-
-    def __init__(self, work, buffer: torch.Tensor):
-        self.work, self.buffer = work, buffer
-
-    def wait(self) -> None:
-        self.work.wait()
-        self.buffer = None

@@ -171,15 +171,6 @@ def syncbn_backward(backward) -> bool:
 
 
 # ------------------------------------------------------------ quick check
-def syncbn_step_bytes(channels=(8, 8), world_size: int = 4, itemsize: int = 8) -> int:
-    """Bytes rank 0 sends for SyncBN in one training step (forward + backward, all layers)."""
-    total = 0
-    for c in channels:
-        total += ring_allreduce_elements(2 * c + 1, world_size, 0)[0]  # forward payload
-        total += ring_allreduce_elements(2 * c, world_size, 0)[0]      # backward payload
-    return total * itemsize
-
-
 @checker
 def step_bytes(answer, channels=(16, 32, 64), world_size: int = 8) -> bool:
     """Quick check: SyncBN bytes rank 0 sends per step (16, 32, 64 channels; 8 ranks)."""
@@ -187,7 +178,8 @@ def step_bytes(answer, channels=(16, 32, 64), world_size: int = 8) -> bool:
     ok, value = attempt(name, answer if callable(answer) else (lambda: answer))
     if not ok:
         return False
-    want = syncbn_step_bytes(channels, world_size)
+    want = 8 * sum(ring_allreduce_elements(2 * c + k, world_size, 0)[0]   # fwd 2C+1, bwd 2C
+                   for c in channels for k in (1, 0))
     return verdict(name, value == want, "" if value == want else
                     f"{value!r} is not it: two all_reduces per layer, of 2C + 1 and 2C float64 "
                     "numbers, each charged as a ring")

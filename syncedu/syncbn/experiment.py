@@ -16,17 +16,19 @@ Steps of one run (every rank, written against `Comm`, real or simulated):
 2. for each step take this rank's slice of the global batch (the same
    seeded permutation everywhere), forward, mean loss, backward;
 3. average every gradient with `comm.all_reduce(op="avg")` (ledger op
-   "gradients"), then the same SGD step on every rank;
+   "gradients"), then the same `torch.optim.SGD` step on every rank;
 4. in eval mode, the test accuracy with this rank's running statistics, and
    those statistics themselves.
 
-Self-contained on purpose (no `syncedu.dp` / `syncedu.train`): the loop is 20
-lines, and a reader sees every synchronization. Cross-GPU BatchNorm for small
+Not `train.run`'s loop: that one reports rank 0's parameters and accuracy on
+the whole data set, while this experiment needs every rank's own running
+statistics and its accuracy on held-out images. Cross-GPU BatchNorm for small
 per-GPU batches: MegDet (Peng et al., CVPR 2018).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -100,8 +102,11 @@ class BNResult:
         return out
 
 
+@functools.cache
 def split(seed: int = 0, test_size: int = 360):
-    """The digits as (train_x, train_y, test_x, test_y), split by a seeded permutation."""
+    """The digits as (train_x, train_y, test_x, test_y), split by a seeded permutation.
+
+    Read once per process and shared by the runs (nothing writes to these tensors)."""
     x, y = data.digits(images=True).tensors
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
     test, train = perm[:test_size], perm[test_size:]
@@ -125,20 +130,20 @@ def worker(comm, cfg: BNConfig, tensors, idx):
     model = models.make("cnn", seed=cfg.seed, channels=cfg.channels)
     if cfg.mode == "syncbn":
         model = syncbn.convert(model, comm)  # sync: BatchNorm over the global batch
-    params = list(model.parameters())
-    velocity = [torch.zeros_like(p) for p in params]
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     b = idx.shape[1] // comm.world_size
     losses = []
     for step in range(cfg.steps):
         # Step 2: this rank's slice of the global batch.
         mine = idx[step, comm.rank * b:(comm.rank + 1) * b]
         loss = F.cross_entropy(model(train_x[mine]), train_y[mine])
-        grads = torch.autograd.grad(loss, params)
+        opt.zero_grad()
+        loss.backward()
         # Step 3: average the gradients (BN weight/bias too), then step.
         with comm.scope("gradients"):
-            for g in grads:
-                comm.all_reduce(g, op="avg")  # sync: data-parallel gradients
-        _sgd(params, grads, velocity, cfg)
+            for p in model.parameters():
+                comm.all_reduce(p.grad, op="avg")  # sync: data-parallel gradients
+        opt.step()
         losses.append(loss.item())
     # Step 4: evaluate with this rank's running statistics.
     model.eval()
@@ -150,22 +155,10 @@ def worker(comm, cfg: BNConfig, tensors, idx):
     return losses, acc, running, params
 
 
-@torch.no_grad()
-def _sgd(params, grads, velocity, cfg: BNConfig) -> None:
-    """SGD with momentum, as torch.optim.SGD computes it (v = m v + g; p -= lr v)."""
-    for p, g, v in zip(params, grads, velocity):
-        v.mul_(cfg.momentum).add_(g)
-        p.sub_(v, alpha=cfg.lr)
-
-
 def run(cfg: BNConfig, pool=None) -> BNResult:
-    """Run one configuration on simulated ranks, or on a `launch.Pool` if given.
-
-    `runner` decides where; with a pool, its world size must equal `cfg.ranks`.
-    """
+    """Run one configuration on simulated ranks, or on a `launch.Pool(cfg.ranks)` if given."""
     tensors = split(cfg.seed, cfg.test_size)
     idx = batches(cfg, len(tensors[1]))
-    # Simulated ranks unless a pool is given: the runner checks its world size.
     res = runner.run(worker, cfg.ranks, (cfg, tensors, idx), pool=pool, simulate=pool is None,
                      job=f"mode={cfg.mode!r}")
     loss = [sum(r[0][s] for r in res) / len(res) for s in range(cfg.steps)]

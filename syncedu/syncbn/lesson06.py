@@ -1,7 +1,7 @@
 """Lesson 06's interactive comparison: plain BN vs SyncBN at a chosen per-rank batch.
 
 A slider picks the per-rank batch (1-8) and a menu the number of ranks; each
-change re-runs `bn_experiment` on simulated ranks (deterministic) for plain BN,
+change re-runs `experiment.compare` on simulated ranks (deterministic) for plain BN,
 SyncBN and one process, and shows a summary table and the three panels.
 """
 

@@ -185,8 +185,6 @@ class SyncBatchNorm(nn.Module):
             self.running_var.mul_(1 - m).add_(unbiased.to(self.running_var.dtype), alpha=m)
 
     def _check_input(self, x) -> None:
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"SyncBatchNorm expects a tensor, got {type(x).__name__}")
         if x.dim() < 2:
             raise ValueError(f"SyncBatchNorm expects input of shape (N, C) or (N, C, ...), "
                              f"got {x.dim()}D input of shape {tuple(x.shape)}")

@@ -38,7 +38,8 @@ CLAIMS: tuple[Claim, ...] = (
           "together equal the built-in all_reduce; a tree does not split this way (each of "
           "its messages carries the whole tensor)", 1),
     Claim("A2", "Parameter Server: 异步更新机制，允许部分参数先更新",
-          "a parameter server is an asynchronous update mechanism",
+          "a parameter server is an asynchronous update mechanism that lets some parameters "
+          "update first",
           "false: a parameter server can be synchronous (then it trains exactly like one "
           "process), asynchronous or of bounded staleness; asynchrony is a choice", 4),
     Claim("A3", "Ring AllReduce: 基于环形网络的优化版本",
@@ -82,15 +83,16 @@ CLAIMS: tuple[Claim, ...] = (
           "in proportion", 9),
     Claim("A13", "在高延迟网络中考虑异步更新策略",
           "consider asynchronous updates on high-latency networks",
-          "true only when waiting (stragglers, latency) dominates and the staleness it "
-          "adds is tolerable: asynchronous workers never idle but reach a higher loss "
-          "per update", 4),
+          "true only when waiting (stragglers, latency) dominates and the staleness is "
+          "tolerable: on a 40 ms link async steps fastest (each worker still waits for its "
+          "own round trip), at a loss cost per update within the seed spread here; its "
+          "staleness has no bound", 4),
     Claim("B1", "計算節點會將梯度更新發送回參數服務器，"
           "參數服務器負責將這些梯度聚合并更新到模型參數中",
           "workers push gradients to the parameter server, which sums them and updates "
           "the parameters",
           "true: a synchronous parameter server computes the same update as an "
-          "allreduce, with the server's link carrying all the traffic", 4),
+          "allreduce, with one server's link carrying every worker's gradient", 4),
     Claim("B2", "計算節點之間通過某種機制（如NCCL、Gloo等）進行通信，以同步模型參數的更新",
           "data-parallel nodes communicate (NCCL, Gloo) to synchronize parameter updates",
           "true only in effect: DDP broadcasts the parameters once and then averages "

@@ -7,7 +7,7 @@ import torch
 
 from syncedu import ps, sim, train
 from syncedu.comm import WorkerError, launch
-from syncedu.ps.protocol import PSConfig, ps_rank, shard_ranges
+from syncedu.ps import PSConfig, ps_rank, shard_ranges
 
 
 def _sim(mode, workers, **kw):

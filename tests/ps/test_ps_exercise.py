@@ -80,3 +80,20 @@ def test_stub_is_not_attempted(capsys):
 
     assert not ex.push_pull.grade(stub)
     assert "not attempted yet" in capsys.readouterr().out
+
+
+# ------------------------------------------------ Exercise 04.2 (the release rule)
+@pytest.mark.parametrize("rule, words", [
+    (lambda c, clocks, tau: c - clocks[0] <= tau, "expected False"),      # "worker 0 is slowest"
+    (lambda c, clocks, tau: c - min(clocks) < tau, "expected True"),      # off by one
+    (lambda c, clocks, tau: max(clocks) - min(clocks) <= tau, "expected True"),  # fastest, not me
+    (lambda c, clocks, tau: True, "expected False")])                     # async
+def test_ssp_rule_rejects_wrong_rules(rule, words, capsys):
+    assert not ex.ssp_rule.grade(rule)
+    out = capsys.readouterr().out
+    assert "Exercise 2 (the bounded-staleness rule)" in out and words in out
+    assert "min(clocks)" in out
+
+
+def test_ssp_rule_accepts_the_rule():
+    assert ex.ssp_rule.grade(lambda c, clocks, tau: c - min(clocks) <= tau)

@@ -4,7 +4,7 @@ a worker moves P each way; a co-located machine (worker w + server w) moves the 
 
 import pytest
 
-from syncedu import ps
+from syncedu import ps, train
 
 
 @pytest.mark.parametrize("workers", [3, 4])
@@ -18,7 +18,7 @@ def test_sharded_worker_and_colocated_machine(workers):
     machine = {0, workers}
     machine_in = (sum(r.nbytes for r in t if r.dst == workers and r.src not in machine) / steps
                   + sum(r.nbytes for r in t if r.dst == 0 and r.src not in machine) / (steps - 1))
-    _, _, ledger = ps.allreduce_baseline(workers, steps=2, compute_seconds=0)
-    ring = ledger.ops["all_reduce"].received[0] / 2
+    flat = train.run("flat", workers, steps=2, global_batch=4 * workers, simulate=True)
+    ring = flat.ledger.ops["all_reduce"].received[0] / 2
     assert abs(machine_in - ring) <= 8 * workers
     assert machine_in < 2 * p4

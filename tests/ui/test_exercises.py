@@ -89,7 +89,7 @@ def test_lesson04_checkers(capsys):
     from syncedu.ps import exercises04 as ex4
 
     assert ex4.ssp_rule.grade(lambda c, clocks, tau: c - min(clocks) <= tau)
-    assert "Exercise 1 (the bounded-staleness rule): correct" in capsys.readouterr().out
+    assert "Exercise 2 (the bounded-staleness rule): correct" in capsys.readouterr().out
     assert not ex4.ssp_rule.grade(lambda c, clocks, tau: c - min(clocks) < tau)
     assert "next_step=0, clocks=[0, 0, 1], tau=0: got False, expected True" \
         in capsys.readouterr().out

@@ -76,8 +76,8 @@ def _gather_mistake(n: int, got: list) -> str:
     return ""
 
 
-def _ring_mistake(n: int, trace) -> str:
-    """'' if every rank sent N-1 messages of one tensor each, all to the same neighbour."""
+def _ring_mistake(n: int, trace, block: int = NUMEL * 4) -> str:
+    """'' if every rank sent N-1 messages of one `block`-byte tensor, all to one neighbour."""
     if n < 3:
         return ""  # on 2 ranks a ring and a direct exchange are the same pattern
     for r in range(n):
@@ -89,6 +89,10 @@ def _ring_mistake(n: int, trace) -> str:
         if len(mine) != n - 1:
             return (f"with {n} ranks rank {r} sent {len(mine)} messages; a ring all-gather "
                     f"takes N - 1 = {n - 1} steps of one tensor each")
+        sizes = sorted(set(mine.nbytes.tolist()))
+        if sizes != [block]:  # also catches sending everything received so far
+            return (f"with {n} ranks rank {r} sent messages of {sizes} bytes; each step "
+                    f"passes on one tensor of {block} bytes, the one that just arrived")
     return ""
 
 

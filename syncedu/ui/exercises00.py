@@ -4,7 +4,8 @@ deadlock is reported instead of hanging).
 1. `sum_of_squares`: one all_reduce on 1 and 3 ranks, watched by a spy on the comm:
    rank r must give it (r+1)^2 and return what it gave back;
 2. `pass_the_token`: the ring pass on 2, 3 and 5 ranks: each rank's value, one
-   message sent and one received per rank, the trace's pattern (r to r + 1);
+   message sent and one received per rank, the trace's pattern (r to r + 1), and a
+   second run whose rank 1 receives the token +1000 (every later value must carry it);
 and the quick check `ring_bytes`. Wrong answers each rejects: tests/ui/test_exercises00.py.
 """
 
@@ -116,6 +117,28 @@ def _token_mistake(name: str, n: int, got: list, want: list) -> bool | None:
     return None
 
 
+class _MarkedToken:
+    """The learner's comm on which rank 1's receives (recv or irecv) add 1000 to what
+    arrives: an answer that computes its value instead of passing the token is found out."""
+
+    def __init__(self, comm, work=None, tensor=None):
+        self._comm, self._work, self._tensor = comm, work, tensor
+
+    def __getattr__(self, name):
+        return getattr(self._comm, name)
+
+    def recv(self, tensor, *args, **kwargs):
+        self.irecv(tensor, *args, **kwargs).wait()
+        return tensor
+
+    def irecv(self, tensor, *args, **kwargs):  # a Work whose wait() marks the tensor
+        return _MarkedToken(self._comm, self._comm.irecv(tensor, *args, **kwargs), tensor)
+
+    def wait(self, *args, **kwargs):
+        self._work.wait(*args, **kwargs)
+        self._tensor.add_(1000.0 if self._comm.rank == 1 else 0.0)
+
+
 @checker
 def pass_the_token(worker, world_sizes=(2, 3, 5)) -> bool:
     """Exercise 00.2: rank 0 starts a token 0; each rank adds its rank and passes it on."""
@@ -147,4 +170,12 @@ def pass_the_token(worker, world_sizes=(2, 3, 5)) -> bool:
         if pairs != ring:
             return verdict(name, False, f"with {n} ranks the messages went {sorted(pairs)}; "
                             f"the token goes round the ring {sorted(ring)}")
+    # once more with rank 1's receive adding 1000: every later value must carry it
+    ok, res = attempt(name, lambda: sim.run(lambda comm: worker(_MarkedToken(comm)), n))
+    if not ok:
+        return False
+    if list(map(float, res)) != [w + 1000.0 for w in want]:
+        return verdict(name, False, f"when rank 1's recv adds 1000 to the token, the ranks "
+                       f"returned {list(res)}: add your rank to the value that arrived and "
+                       "pass that on, do not compute r(r+1)/2 yourself")
     return verdict(name, True)

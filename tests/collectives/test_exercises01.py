@@ -103,6 +103,21 @@ def hard_coded_four(comm, t):
     return out
 
 
+def ring_cumulative(comm, t):
+    """Wrong: right values, one message per step, but each carries all it has so far."""
+    n, r = comm.world_size, comm.rank
+    out = [torch.empty_like(t) for _ in range(n)]
+    out[r].copy_(t)
+    for s in range(n - 1):
+        send = torch.cat([out[(r - k) % n] for k in range(s + 1)])
+        got = torch.empty(send.numel())
+        works = [comm.isend(send, (r + 1) % n), comm.irecv(got, (r - 1) % n)]
+        for w in works:
+            w.wait()
+        out[(r - s - 1) % n].copy_(got[-t.numel():])
+    return out
+
+
 def builtin(comm, t):
     out = [torch.empty_like(t) for _ in range(comm.world_size)]
     comm.all_gather(out, t)
@@ -123,6 +138,7 @@ def test_ring_all_gather_rejects_wrong_answers(capsys):
     cases = [(ring_send_first, "deadlock"), (direct, "sent to ranks [1, 2]"),
              (ring_off_by_one, "entry"), (same_buffer, "entry 0 holds"),
              (hard_coded_four, "must be another rank in 0..1"), (builtin, "no built-in collective"),
+             (ring_cumulative, "sent messages of [80000, 160000] bytes"),
              (stub, "not attempted yet")]
     for answer, words in cases:
         assert not ex1.all_gather_from_send_recv.grade(answer), answer.__name__

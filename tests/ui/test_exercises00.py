@@ -150,6 +150,41 @@ def token_twice(comm):
     return value
 
 
+def token_by_formula(comm):
+    """Wrong: the ring pass made, but each rank ignores the token's value and sends (and
+    returns) the r(r+1)/2 it computes itself; rank 0 returns n(n-1)/2."""
+    n, r = comm.world_size, comm.rank
+    t = torch.zeros(1)
+    if r == 0:
+        comm.send(t, dst=1)
+        comm.recv(t, src=n - 1)
+        return float(n * (n - 1) // 2)
+    comm.recv(t, src=r - 1)
+    comm.send(torch.tensor([float(r * (r + 1) // 2)]), dst=(r + 1) % n)
+    return float(r * (r + 1) // 2)
+
+
+def good_token_posted(comm):
+    """Right: the same ring with irecv/isend and wait (the marked run must accept it)."""
+    t = torch.zeros(1)
+    n, r = comm.world_size, comm.rank
+    if r == 0:
+        comm.isend(t, dst=1).wait()
+        comm.irecv(t, src=n - 1).wait()
+    else:
+        comm.irecv(t, src=r - 1).wait()
+        t += r
+        comm.isend(t, dst=(r + 1) % n).wait()
+    return t.item()
+
+
+def test_token_checker_rejects_a_formula_that_ignores_the_token(capsys):
+    assert ex.pass_the_token.grade(good_token_posted)
+    assert not ex.pass_the_token.grade(token_by_formula)
+    out = capsys.readouterr().out
+    assert "when rank 1's recv adds 1000" in out and "do not compute r(r+1)/2" in out, out
+
+
 def test_token_checker_names_the_mistake(capsys):
     cases = [(token_before_adding, "rank 1 returned 0, expected 1: it returned the token before"),
              (token_everyone_waits, "every rank waits for a message nobody sends"),

@@ -1,8 +1,8 @@
 """Lesson 10's checkers (zero/exercises10.py), each at N = 3 and 4: right answers (a padded
 ceil(Psi/N) split on the built-ins, the uneven ring split) pass; a root-based "ZeRO"
-(built-in or point-to-point), data parallelism, unsharded momentum, a missing /N, data
-parallelism on a copy (caught by a run with params NaN outside the shard), momentum in a list fail, each
-with the reason; the memory checker takes Psi/N and ceil(Psi/N) and rejects swapped parts."""
+(built-in or point-to-point), data parallelism, unsharded momentum (also in a list), a
+missing /N, data parallelism on a copy (caught by a run with params NaN outside the shard)
+fail, each with the reason; the memory checker takes Psi/N and ceil(Psi/N) and rejects swapped parts."""
 
 import math
 

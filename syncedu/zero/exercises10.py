@@ -11,7 +11,11 @@ Psi = 10 (neither divides it) and ask, in this order:
 3. does a rank send or receive more than a ring reduce-scatter plus all-gather,
    2 (N-1) ceil(Psi/N) elements per step (a root built from send/recv does: rank
    0 receives (N-1) Psi)? The trace says who sent to whom;
-4. exercise 3: does a rank keep momentum for more than ceil(Psi/N) elements?
+4. exercise 3: does a rank keep momentum for more than ceil(Psi/N) elements (tensors
+   in `state`, also inside lists, tuples and dicts)?
+5. run again with each rank's `params` NaN outside its own shard (ring or ceil(Psi/N)
+   split): a ZeRO step never reads them before the all-gather overwrites them, while
+   data parallelism on a copy of the gradients updates every element and ends with NaN.
 
 Exercise 2 (`memory_per_rank`) asks for the three parts separately (a total
 cannot tell sharded parameters from sharded gradients at stage 2: both are 2
@@ -38,15 +42,28 @@ def _grads(rank: int, step: int, numel: int) -> torch.Tensor:
     return torch.randn(numel, generator=torch.Generator().manual_seed(100 * step + rank))
 
 
-def _worker(comm, answer, numel: int, steps: int):
+def _held(x) -> int:
+    """Elements of the tensors in `x`, looking inside lists, tuples and dicts."""
+    if isinstance(x, torch.Tensor):
+        return x.numel()
+    items = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ()
+    return sum(_held(v) for v in items)
+
+
+def _worker(comm, answer, numel: int, steps: int, nan_outside: bool = False):
     params, state = torch.linspace(-1.0, 1.0, numel), {}
+    if nan_outside:  # keep rank r's shard under either accepted split, NaN elsewhere
+        sizes, r, c = ring_chunks(numel, comm.world_size), comm.rank, -(-numel // comm.world_size)
+        own = torch.zeros(numel, dtype=torch.bool)
+        own[sum(sizes[:r]):sum(sizes[:r + 1])] = own[r * c:(r + 1) * c] = True
+        params[~own] = float("nan")
     for step in range(steps):
         grads = _grads(comm.rank, step, numel)  # the answer may use it as a buffer
         if steps == 1:  # exercise 1: rank r owns sum(sizes[:r]) .. sum(sizes[:r+1]) - 1
             answer(comm, params, grads, ring_chunks(numel, comm.world_size), LR)
         else:
             answer(comm, params, grads, state, LR, MOMENTUM)
-    held = sum(t.numel() for t in state.values() if isinstance(t, torch.Tensor))
+    held = _held(state)
     return params.tolist(), held, grads.tolist()
 
 
@@ -59,11 +76,16 @@ def _reference(n: int, numel: int, steps: int) -> list[float]:
     return params.tolist()
 
 
-def _judge(n: int, numel: int, steps: int, res) -> str | None:
-    """Steps 1-4 of the module docstring: what is wrong at world size n (None: nothing)."""
+def _judge(n: int, numel: int, steps: int, res, nan: bool) -> str | None:
+    """Steps 1-5 of the module docstring: what is wrong at world size n (None: nothing)."""
     want, ceil = _reference(n, numel, steps), -(-numel // n)
     for r, (got, *_) in enumerate(res):
-        if len(got) != numel or any(abs(a - b) > 1e-6 for a, b in zip(got, want)):
+        if nan and any(math.isnan(a) for a in got):
+            return (f"N={n}: with rank {r}'s parameters NaN outside its own shard it ends with "
+                    f"{sum(math.isnan(a) for a in got)} NaN: it updated parameters it does not "
+                    "own (data parallelism on a copy of the gradients?) - update only your "
+                    "shard and let the all-gather bring the rest")
+        if len(got) != numel or not all(abs(a - b) <= 1e-6 for a, b in zip(got, want)):
             return (f"N={n}: rank {r}'s parameters are not those of one process stepping the "
                     "mean gradient (divide the sum by N? all-gather every rank's shard?)")
     ops = set(res.ledger.ops)
@@ -95,12 +117,12 @@ def _judge(n: int, numel: int, steps: int, res) -> str | None:
 
 
 def _grade(name: str, answer, steps: int, world_sizes, numel: int, praise: str) -> bool:
-    for n in world_sizes:
-        ok, res = attempt(name, lambda n=n: sim.run(_worker, n, args=(answer, numel, steps),
-                                                     output="quiet"))
+    for n, nan in ((n, nan) for nan in (False, True) for n in world_sizes):
+        ok, res = attempt(name, lambda n=n, nan=nan: sim.run(
+            _worker, n, args=(answer, numel, steps, nan), output="quiet"))
         if not ok:
             return False
-        wrong = _judge(n, numel, steps, res)
+        wrong = _judge(n, numel, steps, res, nan)
         if wrong:
             return verdict(name, False, wrong)
     return verdict(name, True, f"world sizes {list(world_sizes)}, Psi={numel}: {praise}")

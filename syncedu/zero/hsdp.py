@@ -21,7 +21,7 @@ flavours, `MODES`): sync every micro-batch; skip the reduce-scatter (FSDP2's
 memory Psi); or defer only the cross-replica allreduce
 (`set_requires_all_reduce(False)`: gradients stay sharded, the slow inter-node
 link is used once). `accumulation_worker` trains one step of each with `HybridShard`
-and modeled compute; `COSMOS_162` is the measured run that motivated the last.
+and modeled compute; `COSMOS_162` is the measured run that motivated the last (step times measured).
 """
 
 from __future__ import annotations
@@ -54,7 +54,9 @@ COSMOS_162 = {
     "setup": "2 nodes x 8 A100-80GB, Ethernet between nodes, HSDP shard=8 replicate=2, "
              "batch 64/rank, 4 micro-batches",
     "accum1_s": 22.2, "accum4_every_s": 88.8, "accum4_defer_s": 54.3,
-    "compute_s": 10.8, "sync_s": 11.4,  # per micro-batch, their decomposition
+    # Per micro-batch, DERIVED not measured: the PR splits 22.2 s by assuming deferring
+    # removes 3 whole syncs (4 x 10.8 + 11.4 = 54.6 s ~ 54.3 s), so a bound built on it is circular.
+    "compute_s": 10.8, "sync_s": 11.4,
 }
 COSMOS_162["saving"] = 1 - COSMOS_162["accum4_defer_s"] / COSMOS_162["accum4_every_s"]  # 0.39
 

@@ -1,7 +1,8 @@
 """Lesson 10's checkers (zero/exercises10.py), each at N = 3 and 4: right answers (a padded
 ceil(Psi/N) split on the built-ins, the uneven ring split) pass; a root-based "ZeRO"
-(built-in or point-to-point), data parallelism, unsharded momentum, a missing /N fail, each
-with the reason; the memory checker takes Psi/N and ceil(Psi/N) and rejects swapped parts."""
+(built-in or point-to-point), data parallelism, unsharded momentum (also in a list), a
+missing /N, data parallelism on a copy (caught by a run with params NaN outside the shard)
+fail, each with the reason; the memory checker takes Psi/N and ceil(Psi/N) and rejects swapped parts."""
 
 import math
 
@@ -83,6 +84,29 @@ def whole_momentum(comm, params, grads, state, lr, m):
     params.sub_(lr * _momentum(state, g, m))
 
 
+def whole_momentum_in_a_list(comm, params, grads, state, lr, m):
+    """The whole momentum hidden one level down, as state["v"] = [tensor]."""
+    g = grads.clone()
+    pieces = Layout(params.numel(), comm.world_size, "uneven").pieces(g)
+    ring_reduce_scatter_pieces(comm, pieces)
+    ring_all_gather_pieces(comm, pieces)
+    v = state.setdefault("v", [torch.zeros_like(g)])
+    params.sub_(lr * v[0].mul_(m).add_(g / comm.world_size))
+
+
+MOMENTA = {}  # id(state) -> (state, momentum): kept where the checker does not look
+
+
+def copy_data_parallel(comm, params, grads, state, lr, m):
+    """Data parallelism by hand on a copy (the caller's grads untouched), momentum outside state."""
+    g = grads.clone()
+    pieces = Layout(params.numel(), comm.world_size, "uneven").pieces(g)
+    ring_reduce_scatter_pieces(comm, pieces)
+    ring_all_gather_pieces(comm, pieces)
+    _, v = MOMENTA.setdefault(id(state), (state, torch.zeros_like(g)))  # holds state: no id reuse
+    params.sub_(lr * v.mul_(m).add_(g / comm.world_size))
+
+
 def no_mean(comm, params, grads, state, lr, m):
     layout = Layout(params.numel(), comm.world_size, "uneven")
     total = ring_reduce_scatter_pieces(comm, layout.pieces(grads.clone()))
@@ -105,6 +129,8 @@ def test_wrong_answers_fail_with_the_reason(capsys):
     for answer, reason in ((root_builtin, "comm.reduce / comm.broadcast"),
                            (root_p2p, "a root"), (data_parallel, "data parallelism"),
                            (whole_momentum, "keeps momentum for 10 elements"),
+                           (whole_momentum_in_a_list, "keeps momentum for 10 elements"),
+                           (copy_data_parallel, "NaN outside its own shard"),
                            (no_mean, "divide the sum by N")):
         assert not zero1_step.grade(answer), answer.__name__
         assert reason in capsys.readouterr().out, answer.__name__
@@ -160,6 +186,17 @@ def test_lesson10_checkers_accept_a_right_answer_and_reject_wrong_ones(capsys):
     capsys.readouterr()
     assert not zero2_step.grade(ring_allreduce_by_hand)
     assert "data parallelism" in capsys.readouterr().out
+    # The same on a copy: grads stay untouched, so only the NaN run (params NaN outside
+    # the rank's shard) shows that every element was updated.
+    def ring_allreduce_on_a_copy(comm, params, grads, sizes, lr):
+        g = grads.clone()
+        pieces = Layout(params.numel(), comm.world_size, "uneven").pieces(g)
+        ring_reduce_scatter_pieces(comm, pieces)
+        ring_all_gather_pieces(comm, pieces)
+        params.sub_(lr * g / comm.world_size)
+
+    assert not zero2_step.grade(ring_allreduce_on_a_copy)
+    assert "NaN outside its own shard" in capsys.readouterr().out
     assert not zero2_step.grade(allreduce_and_broadcast)
     assert not zero2_step.grade(parameter_server)
     assert not zero2_step.grade(p2p_root)

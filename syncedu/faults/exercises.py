@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -141,13 +142,15 @@ def checkpoint_interval(interval) -> bool:
         ok, got = attempt(name, lambda c=c, m=m: interval(c, m))
         if not ok:
             return False
-        want = young_interval(c, m)
-        if not isinstance(got, (int, float)) or isinstance(got, bool) or got <= 0:
+        want, x = young_interval(c, m), -1.0
+        with contextlib.suppress(TypeError, ValueError, RuntimeError):  # any real: np.float32, 0-d
+            x = -1.0 if isinstance(got, (bool, str, bytes)) else float(got)
+        if not x > 0:  # NaN too
             return verdict(name, False, f"answer with a positive number of seconds, got {got!r}")
-        if abs(got / want - 1) > 1e-3:
-            slip = next((s for k, s in _SLIPS.items() if abs(got / want - k) < 1e-3),
+        if abs(x / want - 1) > 1e-3:
+            slip = next((s for k, s in _SLIPS.items() if abs(x / want - k) < 1e-3),
                         "the interval grows with the square root of C x M")
-            if abs(got / daly_interval(c, m) - 1) < 1e-3:
+            if abs(x / daly_interval(c, m) - 1) < 1e-3:
                 slip = "that is Daly's higher-order interval; the first-order one is asked"
-            return verdict(name, False, f"C={c:g} s, M={m:g} s: you gave {got:.4g} s ({slip})")
+            return verdict(name, False, f"C={c:g} s, M={m:g} s: you gave {x:.4g} s ({slip})")
     return verdict(name, True, "tau* = sqrt(2 C M) at every (C, M) tried")

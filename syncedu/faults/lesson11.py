@@ -23,12 +23,9 @@ def ft_table(quorums, log) -> str:
 
 def goodput_rows(job: goodput.Job, sizes=WORLD_SIZES) -> list[tuple]:
     """(gpus, job MTBF h, Young interval min, restart steps/h, live steps/h) per world size."""
-    rows = []
-    for n in sizes:
-        j = job.with_gpus(n)
-        rows.append((n, j.mtbf / 3600, goodput.young_interval(j.checkpoint, j.mtbf) / 60,
-                     goodput.goodput(j, "restart"), goodput.goodput(j, "live")))
-    return rows
+    jobs = [job.with_gpus(n) for n in sizes]
+    return [(j.gpus, j.mtbf / 3600, goodput.young_interval(j.checkpoint, j.mtbf) / 60,
+             goodput.goodput(j, "restart"), goodput.goodput(j, "live")) for j in jobs]
 
 
 def plot_goodput(job: goodput.Job, sizes=WORLD_SIZES):
@@ -39,8 +36,7 @@ def plot_goodput(job: goodput.Job, sizes=WORLD_SIZES):
     ax.plot([r[0] for r in rows], [r[4] for r in rows], "s-", label="live per-step recovery")
     ax.axhline(3600 / job.step, color="grey", lw=0.8, ls=":", label="no failures")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("GPUs")
-    ax.set_ylabel("useful steps per hour")
+    ax.set(xlabel="GPUs", ylabel="useful steps per hour")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

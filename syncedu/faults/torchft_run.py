@@ -102,6 +102,7 @@ def _batch(replica: int, step: int):
 def _setup(index: int, lighthouse: str, cfg: Config):
     from torchft import Manager, ProcessGroupGloo
     from torchft.checkpointing.http_transport import HTTPTransport
+    from torchft.optim import OptimizerWrapper
 
     _loopback_patches()
     store, sock = _loopback_store()
@@ -118,16 +119,16 @@ def _setup(index: int, lighthouse: str, cfg: Config):
         world_size=1, lighthouse_addr=lighthouse, hostname="127.0.0.1", timeout=wait,
         quorum_timeout=wait, connect_timeout=wait,
         checkpoint_transport=HTTPTransport(timeout=wait, num_chunks=0))
-    return manager, model, opt, (store, sock)
+    return manager, model, OptimizerWrapper(manager, opt), (store, sock)
 
 
 def replica_step(manager, model, opt, index: int, kill) -> dict:
-    """One fault-tolerant step; a killed replica dies after backward, before its allreduce."""
+    """One step; a killed replica dies after backward, before its allreduce. `opt` is torchft's
+    OptimizerWrapper: zero_grad() starts the quorum, step() steps only if should_commit()."""
     t0 = time.time()
-    manager.start_quorum()
+    opt.zero_grad(set_to_none=True)
     t_quorum, step = time.time(), manager.current_step()
     x, y = _batch(index, step)
-    opt.zero_grad(set_to_none=True)
     torch.nn.functional.mse_loss(model(x), y).backward()
     if kill(step, manager.num_participants()):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -135,9 +136,8 @@ def replica_step(manager, model, opt, index: int, kill) -> dict:
     for w in [manager.allreduce(p.grad) for p in model.parameters()]:
         w.wait()
     t_reduce = time.time()
-    committed = manager.should_commit()
-    if committed:
-        opt.step()
+    opt.step()
+    committed = manager.current_step() == step + 1  # should_commit() counts a commit
     unchanged = all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
     return dict(step=step, t0=t0, t_quorum=t_quorum, t_reduce=t_reduce, committed=committed,
                 unchanged=unchanged, participants=manager.num_participants())

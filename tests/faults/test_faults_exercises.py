@@ -135,3 +135,17 @@ def test_checkpoint_interval(capsys):
         assert says in capsys.readouterr().out
     assert not ex.checkpoint_interval.grade(lambda c, m: None)
     assert torch.__version__  # torch imported: the checkers need it anyway
+
+
+def test_checkpoint_interval_takes_any_real_but_no_nan_or_text(capsys):
+    import numpy as np
+
+    for right in (lambda c, m: np.float32(math.sqrt(2 * c * m)), lambda c, m: np.sqrt(2.0 * c * m),
+                  lambda c, m: torch.tensor(2.0 * c * m, dtype=torch.float64).sqrt()):
+        assert ex.checkpoint_interval.grade(right)
+    for wrong in (lambda c, m: math.nan, lambda c, m: str(math.sqrt(2 * c * m)),
+                  lambda c, m: True, lambda c, m: torch.ones(2),
+                  lambda c, m: -math.sqrt(2 * c * m)):
+        capsys.readouterr()
+        assert not ex.checkpoint_interval.grade(wrong)
+        assert "positive number of seconds" in capsys.readouterr().out

@@ -33,3 +33,46 @@ def test_kill_discard_continue_recover_on_loopback_only(tmp_path):
 def test_config_rejects_bad_values():
     with pytest.raises(ValueError, match="kill_after"):
         torchft_run.Config(kill_after=-1)
+
+
+class _Manager:
+    """torchft's Manager as replica_step uses it, with the commit decided by the test."""
+
+    def __init__(self, commit: bool):
+        self.commit, self.step = commit, 0
+
+    def start_quorum(self):
+        pass
+
+    def current_step(self):
+        return self.step
+
+    def num_participants(self):
+        return 2
+
+    def allreduce(self, tensor):
+        return type("Work", (), {"wait": lambda self: None})()
+
+    def should_commit(self):
+        self.step += self.commit  # as torchft's: a commit counts a step
+        return self.commit
+
+
+def _step(commit: bool, wrapped: bool) -> dict:
+    import torch
+    from torchft.optim import OptimizerWrapper
+
+    manager, model = _Manager(commit), torch.nn.Linear(8, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = OptimizerWrapper(manager, opt) if wrapped else opt
+    return torchft_run.replica_step(manager, model, opt, 0, lambda step, n: False)
+
+
+def test_torchfts_own_gate_keeps_a_discarded_step_unchanged():
+    for commit in (True, False):
+        e = _step(commit, wrapped=True)
+        assert e["committed"] == commit and e["unchanged"] == (not commit), commit
+    # the wrong answer: an optimizer stepped without torchft's gate on should_commit()
+    e = _step(False, wrapped=False)
+    assert not e["committed"] and not e["unchanged"], \
+        "an optimizer not wrapped in OptimizerWrapper must change a discarded step"

@@ -2,7 +2,8 @@
 ceil(Psi/N) split on the built-ins, the uneven ring split) pass; a root-based "ZeRO"
 (built-in or point-to-point), data parallelism, unsharded momentum (also in a list), a
 missing /N, data parallelism on a copy (caught by a run with params NaN outside the shard)
-fail, each with the reason; the memory checker takes Psi/N and ceil(Psi/N) and rejects swapped parts."""
+fail, each with the reason; the memory checker takes Psi/N and ceil(Psi/N) and rejects
+swapped parts."""
 
 import math
 

@@ -224,8 +224,9 @@ def _overlap_mistake(res, cap: int) -> str | None:
     if len(calls) != len(points):
         return (f"{len(calls)} allreduces for cap_bytes={cap}, expected {len(points)}: walk "
                 f"the trainable parameters from last to first (the order backward produces "
-                f"them) and close a bucket once it holds cap_bytes or more (DDP's rule); "
-                f"use the cap you are given")
+                f"them) and close a bucket once it holds cap_bytes or more (DDP's rule)"
+                + (", not before the parameter that would overflow it: that one goes in"
+                   if len(calls) > len(points) else "") + "; use the cap you are given")
     sizes = [b.buffer.numel() for b in build_buckets(trainable_parameters(_model()), cap)]
     for i, ((_, _, numel, _), size) in enumerate(zip(calls, sizes)):
         if numel != size:

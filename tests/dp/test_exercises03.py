@@ -20,6 +20,9 @@ def _bucketed(mode="right"):
         live = params if mode == "frozen_hooked" else [p for p in params if p.requires_grad]
         buckets, cur, held = [], [], 0
         for p in reversed(live):
+            if mode == "close_before" and cur and held + p.numel() * 4 > cap:
+                buckets.append(cur)  # closed before the overflowing parameter: too many buckets
+                cur, held = [], 0
             cur.append(p)
             held += p.numel() * 4
             if held >= cap or mode == "per_param":
@@ -101,6 +104,15 @@ def test_wrong_bucketed_answers_are_named(mode, words, capsys):
     assert not ex.bucketed_overlap.grade(_bucketed(mode)), mode
     out = capsys.readouterr().out
     assert words in out, out
+
+
+def test_bucket_closed_before_the_cap_is_named(capsys):
+    # at cap 700 closing before the overflowing parameter gives 3 buckets, not DDP's 2 (nor 6)
+    assert not ex.bucketed_overlap.grade(_bucketed("close_before"), caps=(700,))
+    out = capsys.readouterr().out
+    assert "3 allreduces for cap_bytes=700, expected 2" in out
+    assert "not before the parameter that would overflow it" in out, out
+    assert not ex.bucketed_overlap.grade(_bucketed("close_before"))  # 300: one per parameter
 
 
 def _flat(mode="right"):

@@ -44,8 +44,9 @@ def shared():
 
 @pytest.fixture(autouse=True)
 def no_leftover_ranks():
+    before = {p.pid for p in _rank_procs()}  # another module's live pool (same pytest worker)
     yield
-    keep = {pid for pool in _SHARED for pid in pool.pids}
+    keep = before | {pid for pool in _SHARED for pid in pool.pids}
     deadline = time.monotonic() + 5
     while [p for p in _rank_procs() if p.pid not in keep] and time.monotonic() < deadline:
         time.sleep(0.05)

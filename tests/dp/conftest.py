@@ -5,7 +5,7 @@ import pytest
 from syncedu import launch
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # not session: its ranks must be gone before other folders run
 def pool():
     with launch.Pool(2, output="quiet") as p:
         yield p

@@ -100,16 +100,23 @@ def _remember_submodule_scans(scan):
     return cached
 
 
-if hasattr(cloudpickle.cloudpickle, "_find_imported_submodules"):  # else: plain cloudpickle
-    cloudpickle.cloudpickle._find_imported_submodules = _remember_submodule_scans(
-        cloudpickle.cloudpickle._find_imported_submodules)
+_SCAN = getattr(cloudpickle.cloudpickle, "_find_imported_submodules", None)  # None: plain
+_REMEMBERED_SCAN = _remember_submodule_scans(_SCAN) if _SCAN else None
 
 
 def _payload(fn, args, kwargs) -> bytes:
+    # The remembered scan is swapped in for our own pickling only: other users of
+    # cloudpickle in the caller's process keep the library as it is.
+    module = cloudpickle.cloudpickle
+    if _REMEMBERED_SCAN is not None:
+        module._find_imported_submodules = _REMEMBERED_SCAN
     try:
         return cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))
     except Exception as e:
         raise ValueError(f"fn and its arguments must be picklable to reach the ranks: {e}") from e
+    finally:
+        if _SCAN is not None:
+            module._find_imported_submodules = _SCAN
 
 
 def _result(replies: list) -> RunResult:

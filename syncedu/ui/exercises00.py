@@ -117,26 +117,34 @@ def _token_mistake(name: str, n: int, got: list, want: list) -> bool | None:
     return None
 
 
+class _MarkedReceive:
+    """A receive whose `wait()` adds `mark` to the tensor that arrived."""
+
+    def __init__(self, work, tensor, mark: float):
+        self._work, self._tensor, self._mark = work, tensor, mark
+
+    def wait(self, *args, **kwargs):
+        self._work.wait(*args, **kwargs)
+        self._tensor.add_(self._mark)
+
+
 class _MarkedToken:
     """The learner's comm on which rank 1's receives (recv or irecv) add 1000 to what
     arrives: an answer that computes its value instead of passing the token is found out."""
 
-    def __init__(self, comm, work=None, tensor=None):
-        self._comm, self._work, self._tensor = comm, work, tensor
+    def __init__(self, comm):
+        self._comm = comm
 
     def __getattr__(self, name):
         return getattr(self._comm, name)
 
+    def irecv(self, tensor, *args, **kwargs):
+        mark = 1000.0 if self._comm.rank == 1 else 0.0
+        return _MarkedReceive(self._comm.irecv(tensor, *args, **kwargs), tensor, mark)
+
     def recv(self, tensor, *args, **kwargs):
         self.irecv(tensor, *args, **kwargs).wait()
         return tensor
-
-    def irecv(self, tensor, *args, **kwargs):  # a Work whose wait() marks the tensor
-        return _MarkedToken(self._comm, self._comm.irecv(tensor, *args, **kwargs), tensor)
-
-    def wait(self, *args, **kwargs):
-        self._work.wait(*args, **kwargs)
-        self._tensor.add_(1000.0 if self._comm.rank == 1 else 0.0)
 
 
 @checker

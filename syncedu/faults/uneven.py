@@ -58,9 +58,10 @@ def hang(comm, counts=COUNTS, group_timeout: float = 2.0) -> dict:
     only the short-timeout group is broken.
     """
     group = dist.new_group(timeout=datetime.timedelta(seconds=group_timeout))
-    model = DDP(models.make("mlp", seed=0), process_group=group)
+    module, data = models.make("mlp", seed=0), batches(comm.rank, counts[comm.rank])
+    dist.barrier()  # default group, long timeout: DDP's set-up on `group` starts in step
+    model = DDP(module, process_group=group)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    data = batches(comm.rank, counts[comm.rank])
     for i, batch in enumerate(data):
         t0 = time.perf_counter()
         try:

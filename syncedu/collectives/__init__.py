@@ -1,12 +1,8 @@
 """Lessons 01-02, collectives: AllReduce from scratch on `Comm`, and what it costs.
 
-Open in this order: `algorithms.py` (naive, ring = reduce-scatter + all-gather, tree,
-halving-doubling, recursive doubling, hierarchical: each `(comm, tensor)`, summing in
-place); `ring_pipelined.py` (the segmented ring); `cost.py` (their alpha-beta times,
-public as `syncedu.cost`); then the notebooks' helpers, imported by name because they
-need matplotlib and ipywidgets: `lesson01.py`, `lesson02.py` (widgets), `plots.py`,
-`exercises01.py`, `exercises02.py` (checkers). `ALGORITHMS` maps a name to its
-function; `allreduce(comm, t, algorithm=name)` calls it.
+Open `algorithms.py`, `ring_pipelined.py`, then `cost.py` (public as `syncedu.cost`). The
+notebook helpers (`lesson01`, `lesson02`, `plots`, `exercises01`, `exercises02`) need
+matplotlib and ipywidgets, so they are imported by name.
 """
 
 from __future__ import annotations
@@ -38,7 +34,6 @@ __all__ = ["ALGORITHMS", "DTYPES", "SEGMENT_BYTES", "allreduce", "halving_doubli
            "ring_pipelined_allreduce", "ring_reduce_scatter", "ring_reduce_scatter_chunks",
            "ring_segments", "tree_allreduce"]
 
-# Name -> function(comm, tensor) that sums `tensor` in place over all ranks.
 ALGORITHMS = {"naive": naive_allreduce, "ring": ring_allreduce,
               "ring_pipelined": ring_pipelined_allreduce, "tree": tree_allreduce,
               "halving_doubling": halving_doubling_allreduce,

@@ -1,11 +1,7 @@
-"""AllReduce from scratch, plain enough to read top to bottom beside lesson 02.
+"""AllReduce from scratch, written once against `Comm` for real and simulated ranks.
 
-Each algorithm is a function `(comm, tensor)` summing in place, written once against
-`Comm` (send/recv, isend/irecv) for real and simulated ranks, any N and length,
-float32/float16/bfloat16, charged to a ledger op of its own name. In order: naive
-(the oracle); ring (Patarasuk & Yuan, JPDC 2009); binomial tree, halving-doubling
-(Rabenseifner 2004) and recursive doubling (Thakur, Rabenseifner & Gropp, IJHPCA
-2005); hierarchical (rings inside and across nodes, like Horovod's).
+Each algorithm `(comm, tensor)` sums in place (any N and length, the dtypes in `DTYPES`)
+and charges a ledger op of its own name; the naive one is the oracle.
 """
 
 from __future__ import annotations
@@ -35,11 +31,8 @@ def _pieces(flat: torch.Tensor, parts: int) -> list[torch.Tensor]:
 
 def _sendrecv(comm, send: torch.Tensor, dst: int, recv: torch.Tensor, src: int,
               skip_empty: bool = False) -> None:
-    """Send `send` to `dst` while receiving `recv` from `src` (full duplex); wait for both.
-
-    `skip_empty`: an empty piece skips the wire (both sides know its size: ZeRO's
-    uneven shards); by default it is still a message, as in every textbook ring.
-    """
+    """Send `send` to `dst` while receiving `recv` from `src`; wait for both. `skip_empty`:
+    an empty piece sends no message (ZeRO's uneven shards: both sides know its size)."""
     works = [comm.irecv(recv, src)] if recv.numel() or not skip_empty else []
     for work in works + ([comm.isend(send, dst)] if send.numel() or not skip_empty else []):
         work.wait()
@@ -104,11 +97,9 @@ def ring_allreduce(comm, tensor: torch.Tensor) -> torch.Tensor:
     """The two-phase ring allreduce (Patarasuk & Yuan, JPDC 2009), sum in place.
 
     1. Cut the tensor into N chunks (sizes differ by at most one).
-    2. Reduce-scatter, N-1 steps: send chunk (r-1-s) to rank r+1, add the one
-       from r-1. Rank r ends with chunk r summed, as `reduce_scatter` promises
-       (the paper counts from r instead of r-1).
+    2. Reduce-scatter, N-1 steps: send chunk (r-1-s) to rank r+1, add the one from r-1;
+       rank r ends with chunk r summed, as `reduce_scatter` promises (the paper: from r).
     3. All-gather, N-1 steps: pass the finished chunks around the same ring.
-
     Each rank sends 2(N-1)/N * S bytes in 2(N-1) messages.
     """
     flat, ring = _flat(tensor), list(range(comm.world_size))
@@ -198,20 +189,17 @@ def halving_doubling_allreduce(comm, tensor: torch.Tensor) -> torch.Tensor:
 
     def halving_doubling(p: int, me: int) -> None:
         starts = [0, *itertools.accumulate(ring_chunks(flat.numel(), p))]
-        inbox, lo, hi, d = flat.new_empty(starts[p // 2]), 0, p, p // 2  # longest half first
-        while d:  # Step 2
+        inbox, lo, hi = flat.new_empty(starts[p // 2]), 0, p  # the longest half first
+        for d in (p >> k for k in range(1, p.bit_length())):  # Step 2: d = p/2, ..., 1
             peer, mid = _real(me ^ d, n, p), (lo + hi) // 2
             (lo, hi), (glo, ghi) = ((mid, hi), (lo, mid)) if me & d else ((lo, mid), (mid, hi))
             got = inbox[: starts[hi] - starts[lo]]
             _sendrecv(comm, flat[starts[glo]:starts[ghi]], peer, got, peer)
             flat[starts[lo]:starts[hi]].add_(got)
-            d //= 2
-        d = 1
-        while d < p:  # Step 3
+        for d in (1 << k for k in range(p.bit_length() - 1)):  # Step 3: d = 1, ..., p/2
             mine, theirs, peer = me // d * d, (me ^ d) // d * d, _real(me ^ d, n, p)
             _sendrecv(comm, flat[starts[mine]:starts[mine + d]], peer,
                       flat[starts[theirs]:starts[theirs + d]], peer)
-            d *= 2
 
     folded(comm, flat, "halving_doubling_allreduce", halving_doubling)  # Steps 1 and 4
     return tensor
@@ -228,11 +216,10 @@ def recursive_doubling_allreduce(comm, tensor: torch.Tensor) -> torch.Tensor:
     flat, n = _flat(tensor), comm.world_size
 
     def doubling(p: int, me: int) -> None:
-        got, d = torch.empty_like(flat), 1
-        while d < p:  # Step 2: a + b == b + a, so both partners hold the same bits
+        got = torch.empty_like(flat)
+        for d in (1 << k for k in range(p.bit_length() - 1)):  # Step 2: d = 1, ..., p/2
             _sendrecv(comm, flat, _real(me ^ d, n, p), got, _real(me ^ d, n, p))
-            flat.add_(got)
-            d *= 2
+            flat.add_(got)  # a + b == b + a: both partners hold the same bits
 
     folded(comm, flat, "recursive_doubling_allreduce", doubling)  # Steps 1 and 3
     return tensor

@@ -1,11 +1,8 @@
 """The alpha-beta(-gamma) cost model at work: predictions, winners, calibration.
 
-The formulas (flat and cluster, busbw factors) live in one table,
-`syncedu/comm/alphabeta.py`, which the simulator's logical time is tested equal
-to. This module adds what a lesson does with them: the (a, b, c) coefficients of
-time = a alpha + b beta + c gamma on a flat network (`terms`, Thakur,
-Rabenseifner & Gropp, IJHPCA 2005), the best algorithm per size, and fitting
-alpha and beta to ping-pong measurements (`calibrate`).
+The formulas live in `syncedu/comm/alphabeta.py` (tested equal to the simulator's time);
+here: the coefficients of time = a alpha + b beta + c gamma on a flat network (`terms`;
+Thakur, Rabenseifner & Gropp, IJHPCA 2005), the winner per size, and `calibrate`.
 """
 
 from __future__ import annotations
@@ -76,9 +73,8 @@ def allreduce_time(algorithm: str, nbytes: float, world_size: int, network: Netw
 
 
 def collective_time(op: str, nbytes: float, world_size: int, network: Network) -> float:
-    """Seconds of a built-in collective as `Comm` charges and the simulator times it:
-    all_reduce a ring; reduce_scatter / all_gather one ring phase (`nbytes` the whole
-    tensor); broadcast / reduce a chain of N-1 whole messages (alphabeta.collective_time)."""
+    """Seconds of a built-in collective as `Comm` charges and the simulator times it
+    (`alphabeta.collective_time`; `nbytes`: the whole tensor)."""
     if op not in COLLECTIVES:
         raise ValueError(f"op={op!r} is unknown; choose one of {COLLECTIVES}")
     return alphabeta.collective_time(op, nbytes, world_size, network)
@@ -87,9 +83,8 @@ def collective_time(op: str, nbytes: float, world_size: int, network: Network) -
 def ps_time(nbytes: float, workers: int, network: Network, servers: int = 1) -> float:
     """Seconds of one synchronous parameter-server round: push gradients, pull parameters.
 
-    Each worker sends S/K bytes to each of K servers and gets as much back; a
-    server's port carries W messages each way, a worker's K. The busier port
-    sets the pace (a bottleneck model): 2 * max(W (alpha + S/K beta), K alpha + S beta).
+    Each of W workers sends S/K bytes to each of K servers and gets as much back; the
+    busier port sets the pace: 2 * max(W (alpha + S/K beta), K alpha + S beta).
     """
     _check(nbytes, workers)
     if servers < 1:
@@ -100,7 +95,6 @@ def ps_time(nbytes: float, workers: int, network: Network, servers: int = 1) -> 
     return 2 * max(server, worker)
 
 
-# ------------------------------------------------------------- bandwidths and winners
 def algbw(nbytes: float, seconds: float) -> float:
     """Algorithm bandwidth S / t in bytes per second (nccl-tests)."""
     return nbytes / seconds
@@ -115,7 +109,6 @@ def best_algorithm(nbytes: float, world_size: int, network: Network,
     return min(algorithms, key=lambda al: allreduce_time(al, nbytes, world_size, network))
 
 
-# ------------------------------------------------------------ calibration
 def fit_network(sizes, seconds, name: str = "calibrated") -> Network:
     """A `Network` fitted to one-way point-to-point times t(n) = alpha + n beta, robustly.
 
@@ -138,26 +131,19 @@ def fit_network(sizes, seconds, name: str = "calibrated") -> Network:
 
 
 def pingpong(comm, sizes, repeats: int = 5, warmup: int = 1) -> dict[int, list[float]]:
-    """Worker: one-way seconds (half a round trip) between ranks 0 and 1, per size.
-
-    Rank 0 sends n bytes to rank 1 and gets them back, `repeats` times after `warmup`
-    rounds; other ranks only join the barriers. {nbytes: [seconds, ...]} on ranks 0 and 1.
-    """
+    """Worker: {nbytes: [one-way seconds, ...]} of ping-pongs between ranks 0 and 1 (half
+    a round trip, `repeats` after `warmup`); the other ranks only join the barriers."""
     out: dict[int, list[float]] = {}
+    first, then = (comm.send, comm.recv) if comm.rank == 0 else (comm.recv, comm.send)
     for n in sizes:
         buf = torch.zeros(max(1, int(n)), dtype=torch.uint8, device=comm.device)
         comm.barrier()
         if comm.rank > 1:
             continue
-        peer = 1 - comm.rank
         for i in range(warmup + repeats):
             t0 = comm.now()  # logical time on simulated ranks
-            if comm.rank == 0:
-                comm.send(buf, peer)
-                comm.recv(buf, peer)
-            else:
-                comm.recv(buf, peer)
-                comm.send(buf, peer)
+            first(buf, 1 - comm.rank)
+            then(buf, 1 - comm.rank)
             if i >= warmup:
                 out.setdefault(int(buf.numel()), []).append((comm.now() - t0) / 2)
     return out

@@ -1,9 +1,5 @@
 """Checkers for notebooks/01_collectives' exercises (simulated ranks: instant, exact).
 
-1. `all_gather_from_send_recv`: a ring all-gather from send/recv on seeded data above the
-   eager limit (a send-first ring deadlocks); the trace: N-1 one-block messages to one neighbour;
-2. `allreduce_from_collectives`: reduce-scatter then all-gather, each carrying the whole
-   tensor's chunks (the counted ledger), in that order; and the quick check `quick_busbw`.
 Wrong answers each rejects: tests/collectives/test_exercises01.py.
 """
 

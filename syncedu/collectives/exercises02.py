@@ -141,12 +141,9 @@ def _ring_pattern(trace, n: int) -> str:
 def ring_from_send_recv(my_ring_allreduce, cases=((3, 7), (5, 13), (5, 7), (4, 9))) -> bool:
     """Exercise 02.4: the two-phase ring allreduce, written from send/recv (isend/irecv).
 
-    Runs `my_ring_allreduce(comm, x)` on simulated ranks for each (world size, length)
-    in `cases` (lengths N does not divide), on `Network(eager_limit=0)`: every send
-    waits for its receive, as a large one does on Gloo or NCCL, so a send-first ring
-    deadlocks. Checks every rank's every chunk, then the trace (only to a neighbour,
-    one way round) and the counted traffic: point-to-point only, 2(N-1) messages and
-    2(N-1)/N * S bytes per rank.
+    On `Network(eager_limit=0)` every send waits for its receive (as a large one does on
+    Gloo or NCCL), so a send-first ring deadlocks. Checks every chunk, then the trace (one
+    way round the ring) and the counted traffic (2(N-1) messages, 2(N-1)/N * S bytes).
     """
     name = "Exercise 4 (the two-phase ring from send/recv)"
     rendezvous = Network(eager_limit=0)

@@ -1,8 +1,7 @@
 """Notebook 02's interactive comparison: which allreduce wins, by N, message size and network.
 
-Networks: the flat presets, and clusters of 8-rank nodes (NVLink inside, one NIC per
-node into 100 GbE or InfiniBand NDR). Times are `cost.allreduce_time`: the simulator's
-clock exactly on flat networks; on a cluster, a lockstep approximation of it.
+Times are `cost.allreduce_time`: the simulator's clock exactly on flat networks, a lockstep
+approximation of it on the clusters of 8-rank nodes.
 """
 
 from __future__ import annotations
@@ -50,10 +49,8 @@ def simulate(name: str, world_size: int, choice: str, nbytes: int, progress=None
 
 
 class AlgorithmExplorer(Dashboard):
-    """Sliders for N and S, a network, algorithm toggles: predicted times and a plot.
-
-    `.times` ({algorithm: seconds}), `.best` and `.text` hold the last result.
-    """
+    """Sliders for N and S, a network, algorithm toggles: predicted times and a plot;
+    `.times` ({algorithm: seconds}), `.best` and `.text` hold the last result."""
 
     def __init__(self, network: str = "ethernet_10g", world_size: int = 64,
                  nbytes: int = 1 << 20, algorithms=tuple(ALGORITHMS)):

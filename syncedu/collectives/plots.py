@@ -1,9 +1,4 @@
-"""Figures for notebooks 01 and 02: who holds what, bytes per rank, time vs size, winners.
-
-`holdings` draws contribution bitmasks: a slot holding the value 2^a + 2^b + ...
-is the sum of ranks a, b, ...'s inputs (exact in float64 up to 53 ranks); a
-negative value marks contents the collective leaves undefined, drawn as "?".
-"""
+"""Figures for notebooks 01 and 02: who holds what, bytes per rank, time vs size, winners."""
 
 from __future__ import annotations
 
@@ -17,22 +12,17 @@ ALGO_COLORS = {"naive": "tab:red", "ring": "tab:blue", "ring_pipelined": "tab:cy
                "builtin": "tab:gray"}
 
 
-def _label(mask: int, n: int) -> str:
-    ranks = [r for r in range(n) if mask >> r & 1]
-    if mask <= 0:  # negative: contents the collective leaves undefined
-        return "?" if mask < 0 else ""
-    return "Σ" if len(ranks) == n and n > 2 else "+".join(f"x{r}" for r in ranks)
-
-
-def _color(mask: int, n: int):
+def _cell(mask: int, n: int) -> tuple[str, tuple]:
+    """(label, colour) of a slot holding the bitmask `mask` of the ranks summed into it
+    (exact in float64 up to 53 ranks); negative: contents the collective leaves undefined."""
     if mask <= 0:
-        return (0.85, 0.85, 0.85) if mask < 0 else (1.0, 1.0, 1.0)
+        return ("?", (0.85, 0.85, 0.85)) if mask < 0 else ("", (1.0, 1.0, 1.0))
     ranks = [r for r in range(n) if mask >> r & 1]
+    label = "Σ" if len(ranks) == n and n > 2 else "+".join(f"x{r}" for r in ranks)
     if len(ranks) == n and n > 1:
-        return (0.25, 0.25, 0.3)
-    cmap = plt.get_cmap("tab10")
-    rgb = np.mean([to_rgb(cmap(r % 10)) for r in ranks], axis=0)
-    return tuple(0.35 + 0.65 * rgb) if len(ranks) == 1 else tuple(rgb)
+        return label, (0.25, 0.25, 0.3)
+    rgb = np.mean([to_rgb(plt.get_cmap("tab10")(r % 10)) for r in ranks], axis=0)
+    return label, (tuple(0.35 + 0.65 * rgb) if len(ranks) == 1 else tuple(rgb))
 
 
 def _grid(ax, masks, n: int, title: str) -> None:
@@ -41,10 +31,11 @@ def _grid(ax, masks, n: int, title: str) -> None:
     for r in range(rows):
         for c in range(cols):
             m = int(masks[r, c])
-            ax.add_patch(plt.Rectangle((c, rows - 1 - r), 0.95, 0.9, color=_color(m, n),
+            label, color = _cell(m, n)
+            ax.add_patch(plt.Rectangle((c, rows - 1 - r), 0.95, 0.9, color=color,
                                        ec="black", lw=0.6))
             dark = m > 0 and bin(m).count("1") > 1
-            ax.text(c + 0.475, rows - 1 - r + 0.45, _label(m, n), ha="center", va="center",
+            ax.text(c + 0.475, rows - 1 - r + 0.45, label, ha="center", va="center",
                     fontsize=8 if cols <= 6 else 6, color="white" if dark else "black")
     ax.set_xlim(0, cols)
     ax.set_ylim(0, rows)

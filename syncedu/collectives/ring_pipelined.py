@@ -1,12 +1,10 @@
 """The ring allreduce, pipelined in segments: the fast twin of `collectives.ring_allreduce`.
 
-Same chunks, neighbours and bytes as the plain two-phase ring (Patarasuk & Yuan,
-JPDC 2009): ring step s (0..N-2 reduce-scatter, N-1..2N-3 all-gather) sends chunk
-(r-1-s) mod N right and receives chunk (r-2-s) mod N from the left. What changes
-is *when* bytes move: the plain ring idles the wire while it adds a whole chunk.
-Here every chunk is cut into G segments (`ring_segments`), and item (s, g),
-segment g of step s, leaves as soon as segment g of step s-1 has arrived and
-been added. Steps:
+Same chunks, neighbours and bytes as the plain ring (Patarasuk & Yuan, JPDC 2009),
+which idles the wire while it adds a whole chunk. Here every chunk is cut into G segments
+(`ring_segments`), and item (s, g), segment g of ring step s (0..N-2 reduce-scatter,
+N-1..2N-3 all-gather), leaves once segment g of step s-1 has arrived and been added.
+It hides reduction time and bandwidth, not latency: 2(N-1)G latencies in all.
 
 1. Post receives `WINDOW` items ahead: into segment buffers during the
    reduce-scatter, straight into the tensor during the all-gather.
@@ -15,10 +13,6 @@ been added. Steps:
 3. Finish an item: wait for its receive, add the buffer in (reduce-scatter
    only), post the receive `WINDOW` items further on.
 4. Wait for every send: the tensor is the caller's again.
-
-It hides reduction time and bandwidth, not latency: 2(N-1)G latencies in all
-(`syncedu.cost.allreduce_time("ring_pipelined", ...)`). `python -m syncedu.bench
-collectives` measures it against Gloo.
 """
 
 from __future__ import annotations
@@ -36,11 +30,8 @@ WINDOW = 8  # receives posted ahead per rank (and segment buffers it allocates)
 
 def ring_segments(numel: int, world_size: int, element_size: int,
                   segment_bytes: int | None = SEGMENT_BYTES) -> int:
-    """How many segments G each ring chunk is cut into (1 = no pipelining).
-
-    The largest chunk, ceil(numel / N) elements, is cut into pieces of at most
-    `segment_bytes` (None: never cut). Every rank computes the same number.
-    """
+    """Segments G per ring chunk (1: no pipelining): the largest chunk, ceil(numel / N)
+    elements, cut into pieces of at most `segment_bytes` (None: never cut)."""
     if segment_bytes is None:
         return 1
     if not isinstance(segment_bytes, int) or segment_bytes < 1:
@@ -54,7 +45,7 @@ class _Pipeline:
 
     def __init__(self, comm, flat: torch.Tensor, segment_bytes: int | None):
         n, r = comm.world_size, comm.rank
-        self.comm, self.flat, self.n, self.r = comm, flat, n, r
+        self.comm, self.n, self.r = comm, n, r
         self.g = ring_segments(flat.numel(), n, flat.element_size(), segment_bytes)
         chunks = torch.split(flat, ring_chunks(flat.numel(), n))
         # segments[k][g]: segment g of chunk k, split as ring_chunks splits a chunk
@@ -72,8 +63,7 @@ class _Pipeline:
         into = self.segments[(self.r - 2 - s) % self.n][g]
         add = s < self.n - 1  # reduce-scatter: receive aside, then add
         buf = self.buffers[i % WINDOW][: into.numel()] if add else into
-        left = (self.r - 1) % self.n
-        self.pending[i] = (self.comm.irecv(buf, left), buf, into, add)
+        self.pending[i] = (self.comm.irecv(buf, (self.r - 1) % self.n), buf, into, add)
 
     def finish(self, i: int) -> None:
         """Step 3: wait for item i, add it in, and post the receive WINDOW items on."""

@@ -3,8 +3,6 @@
 Wrong answers each rejects: tests/collectives/test_exercises02.py.
 """
 
-from __future__ import annotations
-
 import itertools
 import math
 

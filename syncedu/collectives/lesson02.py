@@ -31,8 +31,7 @@ def network(choice: str, world_size: int) -> Network:
     if world_size % per_node:
         raise ValueError(f"world_size={world_size} must be a multiple of {per_node} "
                          "(whole 8-rank nodes) on a cluster network")
-    intra, inter = CLUSTERS[choice]
-    return Network.cluster(world_size // per_node, per_node, intra, inter)
+    return Network.cluster(world_size // per_node, per_node, *CLUSTERS[choice])
 
 
 def simulate(name: str, world_size: int, choice: str, nbytes: int, progress=None):

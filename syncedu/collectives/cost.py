@@ -110,10 +110,9 @@ def best_algorithm(nbytes: float, world_size: int, network: Network,
 def fit_network(sizes, seconds, name: str = "calibrated") -> Network:
     """A `Network` fitted to one-way point-to-point times t(n) = alpha + n beta, robustly.
 
-    Steps: 1. the median of the trials at each size; 2. beta from the larger half of
-    the sizes: a least-squares slope with an intercept, so a constant overhead does
-    not leak into the bandwidth; 3. alpha from the smaller half: the median of
-    t - n beta, never below 0.
+    Steps: 1. the median of the trials at each size; 2. beta from the larger half of the
+    sizes: a least-squares slope with an intercept, so a constant overhead does not leak
+    into the bandwidth; 3. alpha from the smaller half: the median of t - n beta, >= 0.
     """
     trials: dict[float, list[float]] = {}
     for n, t in zip(sizes, seconds):

@@ -1,24 +1,18 @@
 """Lesson 09's experiments: DiLoCo against synchronous AdamW, the noise scale, the batch sweep.
 
-The DiLoCo and noise-scale runs go on simulated ranks, on the digits and the
-MLP of `train.run`, with the same global batches (`sampling.global_batches`,
-rank r reading its `shard`); each rank's loop (`_Rank`):
+The DiLoCo and noise-scale runs train `train.run`'s MLP and data on simulated ranks,
+in their own loop (time-to-loss needs each step's logical time, which `train.run`
+does not report). Each rank (`_Rank`):
 
 1. seeded model and data; the set-up's broadcast is not counted;
-2. per step, forward and backward on the shard, `compute_seconds` charged to
-   the rank's logical clock;
-3. the method's synchronization: "sync" averages the gradients every step
-   (data-parallel AdamW), "diloco" takes `inner_steps` local AdamW steps and
-   then DiLoCo's outer step (diloco.py), "local" averages the parameters every
-   `inner_steps` steps (local SGD with AdamW; `start_local_at=T`: post-local
-   SGD), and the noise-scale run's allreduce also carries each rank's squared
-   gradient norm (noise_scale.py);
+2. per step, forward and backward on its shard, `compute_seconds` charged;
+3. the method's synchronization: "sync" averages the gradients every step,
+   "diloco" takes DiLoCo's outer step every `inner_steps` steps, "local"
+   averages the parameters every `inner_steps` steps (local SGD with AdamW;
+   `start_local_at`: post-local SGD); the noise-scale run's allreduce also
+   carries each rank's squared gradient norm;
 4. the optimizer step, and the step's logical time;
-5. the result: per-step losses and times, the final (common) parameters,
-   their loss and accuracy on all the data.
-
-`train.run` reports no per-step logical time, which time-to-loss needs, so
-these runs keep their own loop over the harness's data, model and sampler.
+5. the result: per-step losses and times, the final parameters' loss and accuracy.
 """
 
 from __future__ import annotations
@@ -33,9 +27,6 @@ from syncedu.train import data, models, sampling
 from syncedu.tuning.diloco import DiLoCo, DiLoCoConfig
 from syncedu.tuning.local_sgd import LocalSGD, broadcast_state, copy_flat
 from syncedu.tuning.noise_scale import NoiseScale, allreduce_with_norms
-
-__all__ = ["TuningRun", "run_diloco", "run_noise_scale", "steps_to", "METHODS", "steps_at",
-           "tuned_batch_sweep", "LR_GRID"]
 
 METHODS = ("sync", "diloco", "local")
 
@@ -192,8 +183,7 @@ def steps_at(batch: int, lr: float, *, target: float, warmup_steps: int = 5,
              max_steps: int = 400, seed: int = 0) -> int:
     """Steps of plain SGD (one process) until the 5-step mean loss reaches `target`.
 
-    `warmup_steps` of linear warm-up (Goyal et al. 2017); 0: never within
-    `max_steps`, or diverged (a loss above 10).
+    Linear warm-up (Goyal et al. 2017); 0: never within `max_steps`, or diverged.
     """
     x, y = data.digits().tensors
     model = models.make("mlp", seed=seed)
@@ -218,12 +208,9 @@ def tuned_batch_sweep(batches, *, target: float, lrs=LR_GRID, warmup_steps: int 
                       max_steps: int = 400, seed: int = 0) -> dict[int, tuple[int, float]]:
     """For each global batch, (fewest steps to `target`, the learning rate that got them).
 
-    The rate is retuned per batch over `lrs` before the steps are compared, as
-    Google's tuning playbook ("Choosing the batch size") and Shallue et al. 2019
-    do: a fixed rule such as linear scaling can diverge at large batches and
-    fake a plateau. Steps: 1. for each batch, each rate in turn, `steps_at`
-    (capped at the best so far: a run stops once it cannot beat it); 2. keep
-    the fewest steps and its rate (0 steps: no rate reached the target).
+    The rate is retuned per batch, as Google's tuning playbook and Shallue et al. 2019 do.
+    Steps: 1. for each rate, `steps_at` capped at the best so far; 2. keep the fewest
+    steps and its rate (0 steps: no rate reached the target).
     """
     out = {}
     for b in batches:

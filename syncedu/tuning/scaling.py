@@ -1,44 +1,33 @@
 """Scaling efficiency from the alpha-beta model, and the tuning advice drawn from it.
 
-The one time model of lesson 09. A data-parallel step computes for
-`compute_seconds` (forward, then a backward of `BACKWARD_SHARE` of it) and
-allreduces `model_bytes` of gradients (`cost.allreduce_time`: Thakur,
-Rabenseifner & Gropp 2005; Patarasuk & Yuan 2009). Communication that runs
-while the backward still computes is hidden; only the rest is *exposed*:
-
-    efficiency = compute / (compute + exposed)
-
-the throughput of N ranks over N times that of one (Horovod's and PyTorch
-DDP's benchmark convention). Steps of `step_time`:
+A data-parallel step computes for `compute_seconds` (forward, then a backward of
+`BACKWARD_SHARE` of it) and allreduces `model_bytes` of gradients
+(`cost.allreduce_time`: Thakur, Rabenseifner & Gropp 2005; Patarasuk & Yuan 2009).
+Only the communication the backward cannot hide is *exposed*, and efficiency =
+compute / (compute + exposed), the throughput of N ranks over N times that of one
+(Horovod's and PyTorch DDP's benchmark convention). Steps of `step_time`:
 
 1. backward time T_b = BACKWARD_SHARE * compute;
 2. communication: one allreduce of the whole model, or one per bucket of
    `bucket_bytes` (each bucket pays the latency terms again);
-3. exposed time. Without buckets (the fluid limit of many small buckets), a
-   share `overlap` of the backward hides communication:
-   exposed = max(0, T_comm - overlap * T_b). With buckets, bucket i of k is
-   ready when the backward has produced it (spread over the last `overlap`
-   share of the backward), buckets go one at a time, and exposed = (when the
-   last one is done) - T_b. So tiny buckets are latency-bound and one huge
-   bucket cannot overlap: the shape of Li et al.'s bucket-size curve (PyTorch
-   DDP, VLDB 2020).
+3. exposed time. Without buckets (the fluid limit), a share `overlap` of the
+   backward hides communication: exposed = max(0, T_comm - overlap * T_b). With
+   buckets, bucket i of k is ready when the backward has produced it (over its
+   last `overlap` share), buckets go one at a time, and exposed = (when the last
+   is done) - T_b: tiny buckets are latency-bound, one huge bucket cannot overlap
+   (Li et al.'s bucket-size curve, PyTorch DDP, VLDB 2020).
 
-`recommend(model_bytes, compute_seconds, world_size, network)` prices each
-option of the lesson with this model, recommended one marked:
+`recommend` prices each option of the lesson with this model:
 
 1. baseline: fp32 gradients, one allreduce after the backward (no overlap);
 2. buckets: the best bucket size, overlapped with the whole backward (exact);
 3. fp16 on the wire: half the bytes (lesson 07);
-4. PowerSGD: an m x n layer sends (m + n) r numbers instead of m n, so on
-   256 x 256 layers rank r sends r/128 of the bytes; the *weakest* ratio of
-   `POWERSGD_RATIOS` (the least lossy) that reaches the target (Vogels et
-   al. 2019; lossy, needs error feedback);
-5. local SGD: the smallest H of `SYNC_EVERY` that reaches the target, 1/H of
-   the traffic (Lin et al. 2020); changes the optimization;
-6. asynchronous parameter servers, one shard per worker (`cost.ps_time`): no
-   barrier, the same bytes, stale gradients;
-7. recommend the first of 2-6 (exact before lossy, small changes before
-   large) that reaches `target`; else the most efficient.
+4. PowerSGD: rank r on m x n layers sends (m + n) r numbers instead of m n; the
+   weakest ratio of `POWERSGD_RATIOS` reaching the target (Vogels et al. 2019);
+5. local SGD: the smallest H of `SYNC_EVERY` reaching the target (Lin et al. 2020);
+6. asynchronous parameter servers, one shard per worker (`cost.ps_time`);
+7. recommend the first of 2-6 (exact before lossy, small changes before large)
+   that reaches `target`; else the most efficient.
 """
 
 from __future__ import annotations
@@ -48,9 +37,6 @@ from dataclasses import dataclass
 
 from syncedu.collectives import cost
 from syncedu.comm.network import Network
-
-__all__ = ["BACKWARD_SHARE", "DEFAULT_OVERLAP", "step_time", "efficiency", "relative_efficiency",
-           "comm_seconds", "best_bucket", "Option", "recommend", "SYNC_EVERY", "POWERSGD_RATIOS"]
 
 # Backward costs about twice the forward (two matrix products per layer instead of one).
 BACKWARD_SHARE = 2 / 3

@@ -1,19 +1,14 @@
 """Published scaling results, predicted by the alpha-beta model from inputs stated first.
 
-An honest prediction (lesson 09, section 7): every input is fixed from the
-paper's stated hardware and a published step time *before* the published
-efficiency is looked at, one rule for all rows, and the miss is reported
-whichever way it goes. Each `Comparison` holds the parameter count (fp32
-gradients), a published per-GPU step time, the cluster's network as the
-source states it, the framework's bucket size and the base (1 GPU, or 8 in
-one node), and asks `scaling.relative_efficiency`:
+Every input is fixed from the source's stated hardware and a published step time
+*before* the published efficiency is looked at, one rule for all rows, and the miss
+is reported whichever way it goes. Each `Comparison` asks `scaling.relative_efficiency`:
 
 1. `predicted`: buckets, `scaling.DEFAULT_OVERLAP` of the backward hiding them;
 2. `best_case`: buckets, the whole backward available (`overlap=1`);
 3. `no_overlap`: every gradient byte after the backward;
 
-then `miss = predicted - published`; `blind` names what the model has no
-term for, so a miss has a suspect.
+then `miss = predicted - published`; `blind` names what the model has no term for.
 
 Sources:
 - Horovod, docs/benchmarks: 128 servers x 4 Pascal GPUs, 25 Gbit/s RoCE,

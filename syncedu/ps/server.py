@@ -1,27 +1,22 @@
 """The server side of a parameter server: receive gradients, update a shard, reply.
 
 Each server holds one flat range of the parameters (`shard_ranges`), so the
-gradient traffic of W workers is split over S servers. Two loops:
+gradient traffic of W workers is split over S servers. `serve_sync` (mode
+"sync"), for each step c:
 
-`serve_sync` (mode "sync"), for each step c:
-
-1. receive step c's push from every worker, in worker order (the step cannot
-   end before the slowest one anyway);
+1. receive step c's push from every worker, in worker order;
 2. average the W gradients and update once: shard -= lr * mean (plain SGD on
    the global batch, so the run equals one process);
 3. reply to every worker with the new shard (not after the last step).
 
-`serve_bounded` (modes "async" and "ssp", bound tau = inf or `staleness`),
-until every worker has pushed all its steps:
+`serve_bounded` ("async", "ssp"; bound tau = inf or `staleness`), until every
+worker has pushed all its steps:
 
-1. receive the next push from whichever worker it comes (`comm.recv_any`: on
-   simulated ranks the earliest in logical time, so runs repeat);
+1. receive the next push from any worker (`comm.recv_any`: on simulated ranks
+   the earliest in logical time, so runs repeat);
 2. apply it at once: shard -= (lr / W) * gradient, and record its staleness;
 3. reply to every waiting worker at most tau steps ahead of the slowest
-   unfinished one; the others wait for a slower worker's push. A worker that
-   finished never holds anyone back.
-
-`serve` checks that every push was applied exactly once.
+   unfinished one; the others wait for a slower worker's push.
 """
 
 from __future__ import annotations
@@ -55,10 +50,6 @@ class ServerLog:
     per_worker: list[int] = field(default_factory=list)
     start: float = 0.0
     end: float = 0.0
-
-    @property
-    def applied(self) -> int:
-        return len(self.events)
 
 
 class _Replies:

@@ -173,7 +173,7 @@ def _history(cfg: PSConfig, res, x, y) -> PSHistory:
         config=cfg, loss=[sum(v) / len(v) for v in losses],
         params={k: v.detach().clone() for k, v in net.named_parameters()}, ledger=res.ledger,
         seconds=max(log.end for log in logs), pushed=sum(len(w.losses) for w in wlogs),
-        applied=min(s.applied for s in slogs), staleness=[worst[k] for k in order],
+        applied=min(len(s.events) for s in slogs), staleness=[worst[k] for k in order],
         idle_fraction=[w.idle_fraction for w in wlogs], events=slogs[0].events,
         final_loss=final_loss, accuracy=acc.item(), trace=res.trace)
 

@@ -3,15 +3,14 @@
 Steps of `run_worker`, for each of its steps c:
 
 1. start from the initial parameters every rank built from the seed (no pull
-   before the first step: they are already equal);
+   before the first step);
 2. compute the loss and gradient of this worker's part of global batch c
-   (`grad_fn`), and charge the modeled compute (`comm.compute`, which the
-   network's `slowdown` stretches: a straggler);
+   (`grad_fn`) and charge the modeled compute (`comm.compute`; the network's
+   `slowdown` stretches it: a straggler);
 3. push: one `isend` per server, its flat range of the gradient plus the loss;
 4. pull (not after the last step): one `recv` per server, its range of the
-   current parameters. In "ssp" a server holds this reply while the worker is
-   more than `staleness` steps ahead of the slowest one; that wait, and every
-   other moment not spent computing, is the worker's idle time.
+   parameters; time spent waiting (an "ssp" server holds the reply while the
+   worker is too far ahead) is the worker's idle time.
 
 Source: Li et al., OSDI 2014 (push/pull, bounded delay).
 """

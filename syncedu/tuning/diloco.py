@@ -1,7 +1,7 @@
 """DiLoCo: local AdamW steps, then an outer Nesterov step on the averaged parameter change.
 
 Douillard et al., "DiLoCo: Distributed Low-Communication Training of Language
-Models", arXiv 2311.08105, Algorithm 1: local SGD's average, used as a gradient:
+Models", arXiv 2311.08105, Algorithm 1:
 
 1. Every worker starts the round from the same global parameters theta
    (broadcast from rank 0 at construction).
@@ -14,9 +14,8 @@ Models", arXiv 2311.08105, Algorithm 1: local SGD's average, used as a gradient:
 5. Every worker restarts its inner loop from the new theta (its AdamW moments
    are kept, as in the paper).
 
-With outer lr 1 and momentum 0, Step 4 gives theta - delta = mean_r theta_r:
-local SGD's average. OpenDiLoCo (Jaffe et al. 2024, arXiv 2407.07852) sends the
-pseudo-gradient in fp16 at no loss: `wire_dtype=torch.float16` here.
+With outer lr 1 and momentum 0 it is local SGD. `wire_dtype=torch.float16` sends the
+pseudo-gradient in fp16, as OpenDiLoCo (Jaffe et al. 2024, arXiv 2407.07852) does.
 """
 
 from __future__ import annotations

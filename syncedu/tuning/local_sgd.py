@@ -1,14 +1,11 @@
 """Local SGD: every rank steps on its own, the parameters are averaged every H steps.
 
-Data parallelism averages the *gradients* at every step. Local SGD (Stich, "Local
-SGD Converges Fast and Communicates Little", ICLR 2019) takes H optimizer steps on
-each rank's shard with no communication, then averages the *parameters*: 1/H of the
-traffic, at the price of copies that drift apart between averages. Post-local SGD
-(Lin, Stich, Patel & Jaggi, "Don't Use Large Mini-Batches, Use Local SGD", ICLR
-2020) averages every step during the first `start_local_at` steps, then goes local.
+Stich, "Local SGD Converges Fast and Communicates Little", ICLR 2019: 1/H of data
+parallelism's traffic, at the price of copies that drift apart between averages.
+Post-local SGD (Lin, Stich, Patel & Jaggi, "Don't Use Large Mini-Batches, Use Local
+SGD", ICLR 2020) averages every step during the first `start_local_at` steps.
 
-1. At construction, broadcast rank 0's parameters and buffers, so every copy
-   starts equal (as `DataParallel` does).
+1. At construction, broadcast rank 0's parameters and buffers (as `DataParallel`).
 2. Backward and the optimizer step are purely local (no gradient hooks).
 3. After optimizer step t (1-based), if t <= `start_local_at` or t is a
    multiple of `sync_every`: allreduce the flat trainable parameters, averaged.

@@ -1,17 +1,10 @@
 """The gradient noise scale, measured during data-parallel training for one extra scalar.
 
 McCandlish, Kaplan, Amodei et al., "An Empirical Model of Large-Batch Training"
-(arXiv 1812.06162, 2018): with G the true gradient and Sigma the per-sample
-gradient covariance, a batch of B samples gives E|G_B|^2 = |G|^2 + tr(Sigma) / B.
-The *simple noise scale* B_simple = tr(Sigma) / |G|^2 predicts the critical batch
-size. Appendix A.1's two-batch estimator solves that equation at a small and a big
-batch:
-
-    |G|^2    ~ (B_big |G_big|^2 - B_small |G_small|^2) / (B_big - B_small)
-    tr(Sigma) ~ (|G_small|^2 - |G_big|^2) / (1 / B_small - 1 / B_big)
-
-Data parallelism has both: each of N ranks holds the gradient of its b = B / N
-samples, the allreduce gives that of all B. Steps:
+(arXiv 1812.06162), Appendix A.1: a batch of B samples has E|G_B|^2 = |G|^2 +
+tr(Sigma) / B; measured at two batches, that solves for |G|^2 and tr(Sigma), and
+B_simple = tr(Sigma) / |G|^2 predicts the critical batch size. Data parallelism has
+both batches: each rank's gradient (b = B / N) and the allreduced one (B). Steps:
 
 1. each rank computes the squared norm of its local gradient;
 2. it appends that number to the flat gradient, so one allreduce (averaging)

@@ -1,8 +1,8 @@
 """Published scaling results, predicted by the alpha-beta model from inputs stated first.
 
-Every input is fixed from the source's stated hardware and a published step time
-*before* the published efficiency is looked at, one rule for all rows, and the miss
-is reported whichever way it goes. Each `Comparison` asks `scaling.relative_efficiency`:
+Every input is fixed from the source's hardware and a published step time *before*
+the published efficiency is looked at, one rule for all rows; each `Comparison` asks
+`scaling.relative_efficiency` for:
 
 1. `predicted`: buckets, `scaling.DEFAULT_OVERLAP` of the backward hiding them;
 2. `best_case`: buckets, the whole backward available (`overlap=1`);
@@ -58,15 +58,10 @@ class Comparison:
     base_world_size: int = 1
     base_network: Network | None = None
 
-    @property
-    def model_bytes(self) -> float:
-        return 4 * self.params
-
     def _eff(self, **options) -> float:
-        target = (self.world_size, self.network)
         base = (self.base_world_size, self.base_network or self.network)
-        return scaling.relative_efficiency(self.model_bytes, self.compute_seconds, base,
-                                           target, **options)
+        return scaling.relative_efficiency(4 * self.params, self.compute_seconds, base,
+                                           (self.world_size, self.network), **options)
 
     @property
     def predicted(self) -> float:

@@ -18,20 +18,17 @@ def architecture(workers: int = 4, servers: int = 2, numel: int | None = None):
     """Servers on top (each with its flat range), workers below, push/pull arrows."""
     fig, ax = plt.subplots(figsize=(7.5, 3.4))
     width = max(workers, servers)
-
-    def xs(n):
-        return [(i + 0.5) * width / n for i in range(n)]
-
-    for s, x in enumerate(xs(servers)):
+    server_x = [(i + 0.5) * width / servers for i in range(servers)]
+    for s, x in enumerate(server_x):
         ax.add_patch(Rectangle((x - 0.4, 2.2), 0.8, 0.6, color="#f4a261"))
         text = f"server {s}\nrank {workers + s}"
         if numel:
             text += "\nparams [{}:{})".format(*shard_ranges(numel, servers)[s])
         ax.text(x, 2.5, text, ha="center", va="center", fontsize=8)
-    for w, x in enumerate(xs(workers)):
+    for w, x in enumerate((i + 0.5) * width / workers for i in range(workers)):
         ax.add_patch(Rectangle((x - 0.4, 0.0), 0.8, 0.6, color="#8ecae6"))
         ax.text(x, 0.3, f"worker {w}\nrank {w}", ha="center", va="center", fontsize=8)
-        for sx in xs(servers):
+        for sx in server_x:
             ax.add_patch(FancyArrowPatch((x - 0.08, 0.62), (sx - 0.08, 2.18), arrowstyle="->",
                                          color="#e76f51", mutation_scale=8, lw=0.8))
             ax.add_patch(FancyArrowPatch((sx + 0.08, 2.18), (x + 0.08, 0.62), arrowstyle="->",

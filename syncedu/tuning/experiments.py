@@ -145,7 +145,7 @@ def run_diloco(method: str, world_size: int, *, steps: int, global_batch: int, s
 
 
 def _noise_worker(comm, steps, global_batch, lr):
-    rank = _Rank(comm, steps, global_batch, 0, 0.0)
+    rank = _Rank(comm, steps, global_batch, seed=0, compute=0.0)
     broadcast_state(comm, rank.model)
     opt = torch.optim.SGD(rank.params, lr=lr)
     scale = NoiseScale()

@@ -10,20 +10,12 @@ the published efficiency is looked at, one rule for all rows; each `Comparison` 
 
 then `miss = predicted - published`; `blind` names what the model has no term for.
 
-Sources:
-- Horovod, docs/benchmarks: 128 servers x 4 Pascal GPUs, 25 Gbit/s RoCE,
-  batch 64 per GPU: 90% for Inception V3 and ResNet-101, 68% for VGG-16 on
-  512 GPUs; its example run: ResNet-101 on 16 GPUs, 1656.82 images/s.
-- TensorFlow's benchmarks page (DGX-1, P100, batch 64, May 2017): one GPU does
-  142 images/s (Inception V3), 154 (VGG-16).
-- Goyal et al. 2017: ResNet-50 on servers of 8 P100 with NVLink, 50 Gbit/s
-  Ethernet, ~90% scaling efficiency from 8 to 256 GPUs; ~100 MB of
-  gradients, ~120 ms backward.
-- PyTorch's DDP benchmark (benchmarks/distributed/ddp/README.md; DGX machines
-  of 8 V100, "4x 100Gb InfiniBand per machine"): ResNet-50, batch 32 per GPU,
-  329 images/s on 1 GPU without DDP, 319 with, 307 per GPU on 8, 306 on 16.
-Parameter counts: torchvision / Keras models (Inception V3 23.8 M, ResNet-50
-25.6 M, ResNet-101 44.5 M, VGG-16 138.4 M).
+Sources (their figures are in the rows below): Horovod's docs/benchmarks (128
+servers x 4 Pascal GPUs, 25 Gbit/s RoCE, batch 64 per GPU); TensorFlow's benchmarks
+page (DGX-1, P100, batch 64, May 2017: the 1-GPU rates); Goyal et al. 2017 (servers
+of 8 P100 with NVLink, 50 Gbit/s Ethernet, ~120 ms backward); PyTorch's DDP benchmark
+(benchmarks/distributed/ddp/README.md: DGX machines of 8 V100, "4x 100Gb InfiniBand
+per machine", ResNet-50, batch 32 per GPU); parameter counts: torchvision / Keras.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """`PSConfig`: one parameter-server job, validated (frozen and picklable, sent to every rank).
 
-Ranks 0..workers-1 are workers, the last `servers` ranks are servers; server s
-holds the flat range `shard_ranges(numel, servers)[s]` of the parameters.
 Modes (Li et al., OSDI 2014, section 3; SSP: Ho et al., NeurIPS 2013): "sync"
 (bulk synchronous), "async" (no bound), "ssp" (a worker may start step c only
-once every worker has pushed step c - staleness - 1); server.py runs them.
-Staleness is counted in steps: a gradient of step c computed on parameters that
-held every worker's gradients of steps < k has staleness c - k.
+once every worker has pushed step c - staleness - 1). Staleness is counted in
+steps: a gradient of step c computed on parameters that held every worker's
+gradients of steps < k has staleness c - k.
 """
 
 from __future__ import annotations
@@ -42,10 +40,8 @@ def _steps(steps, workers: int) -> tuple[int, ...]:
 class PSConfig:
     """A parameter-server job. `steps` may be an int or one count per worker.
 
-    `compute_seconds`: modeled compute per gradient (times the rank's
-    `Network.slowdown`, times a seeded random factor of mean 1 when
-    `variability` > 0: 1 - v + v * Exp(1), so some steps are slow, as on a
-    shared cluster).
+    `compute_seconds`: modeled compute per gradient, times the rank's `Network.slowdown`
+    and, if `variability` > 0, a seeded factor 1 - v + v * Exp(1) of mean 1 (slow steps).
     """
 
     mode: str
@@ -99,9 +95,5 @@ def shard_ranges(numel: int, servers: int) -> list[tuple[int, int]]:
     if servers > numel:
         raise ValueError(f"servers={servers} is more than the {numel} parameters to shard")
     base, extra = divmod(numel, servers)
-    ranges, lo = [], 0
-    for s in range(servers):
-        hi = lo + base + (s < extra)
-        ranges.append((lo, hi))
-        lo = hi
-    return ranges
+    bounds = [s * base + min(s, extra) for s in range(servers + 1)]
+    return list(zip(bounds, bounds[1:]))

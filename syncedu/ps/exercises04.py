@@ -6,6 +6,7 @@ import itertools
 
 import torch
 
+from syncedu.ps import training as ps_train
 from syncedu.ps.config import PULL_TAG, PUSH_TAG, shard_ranges
 from syncedu.ui.checkers import attempt, checker, verdict
 
@@ -13,8 +14,6 @@ from syncedu.ui.checkers import attempt, checker, verdict
 @checker
 def server_ingress(answer, cases=((3, 1), (4, 2), (5, 3))) -> bool:
     """Quick check: `answer(workers, servers, numel)` = push bytes server 0 receives per step."""
-    from syncedu.ps import training as ps_train
-
     name = "Quick check (server ingress)"
     n = ps_train.numel()
     for workers, servers in cases:
@@ -71,15 +70,12 @@ def sync_update(answer) -> bool:
     return verdict(name, True)
 
 
-def _cases():
-    """Exercise 04.1's runs: two world sizes, equal-sized (tied) shards, an SSP run with noise."""
-    from syncedu.ps import training as ps_train
-
-    slow = ps_train.stragglers(3, 2, slow={2: 2.0})
-    return [("sync, 2 workers + 2 servers", "sync", 2, dict(servers=2)),
-            ("sync, 3 workers + 1 server", "sync", 3, dict(servers=1)),
-            ("ssp tau=1, 3 workers + 2 servers, a straggler", "ssp", 3,
-             dict(servers=2, staleness=1, variability=0.5, network=slow, seed=3))]
+# Exercise 04.1's runs: two world sizes, equal-sized (tied) shards, an SSP run with noise.
+_CASES = [("sync, 2 workers + 2 servers", "sync", 2, dict(servers=2)),
+          ("sync, 3 workers + 1 server", "sync", 3, dict(servers=1)),
+          ("ssp tau=1, 3 workers + 2 servers, a straggler", "ssp", 3,
+           dict(servers=2, staleness=1, variability=0.5, seed=3,
+                network=ps_train.stragglers(3, 2, slow={2: 2.0})))]
 
 
 def _pattern(h, workers: int, servers: int, steps: int, n: int) -> str:
@@ -102,22 +98,18 @@ def _pattern(h, workers: int, servers: int, steps: int, n: int) -> str:
 
 @checker
 def push_pull(answer, steps: int = 4) -> bool:
-    """Exercise 04.1: `answer(comm, cfg, grad, loss, params, pull)` is one worker's push/pull.
-
-    It runs in place of `syncedu.ps.worker.push_pull` on simulated ranks, against the
-    library's servers, and must give the library's parameters, staleness and message pattern.
-    """
-    from syncedu.ps import training as ps_train
-
+    """Exercise 04.1: `answer(comm, cfg, grad, loss, params, pull)` in place of `push_pull`,
+    on simulated ranks: the library's parameters, staleness and message pattern?"""
     name = "Exercise 1 (the worker's push and pull)"
-    for label, mode, workers, kw in _cases():
+    for label, mode, workers, kw in _CASES:
         run = dict(steps=steps, global_batch=12, lr=0.3, simulate=True, timeout=30, **kw)
         want = ps_train.run(mode, workers, **run)
         try:
             got = ps_train.run(mode, workers, worker_step=answer, **run)
         except Exception as exc:  # a deadlock, a size mismatch, the learner's own error
             if isinstance(exc, NotImplementedError) or "NotImplementedError" in str(exc):
-                return _not_yet(name)
+                print(f"{name}: not attempted yet - write your answer and re-run this cell")
+                return False
             return verdict(name, False, f"{label}: {_diagnose(exc)}")
         bad = _pattern(got, workers, kw["servers"], steps, ps_train.numel())
         if bad:
@@ -147,8 +139,3 @@ def _diagnose(exc: Exception) -> str:
     if "tag 42" in text:
         return f"a worker is waiting for a pull that never comes {last}"
     return f"the run failed {last}"
-
-
-def _not_yet(name: str) -> bool:
-    print(f"{name}: not attempted yet - write your answer and re-run this cell")
-    return False

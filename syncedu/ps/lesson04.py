@@ -1,10 +1,7 @@
 """Lesson 04's interactive comparison: a parameter server on simulated ranks, re-run on change.
 
-Controls: mode, staleness bound tau (ssp), number of servers, slowdown of the
-last worker (a straggler), compute variability, and the network preset. Each
-change runs `ps.run(..., simulate=True)` (deterministic, logical time) and shows
-a one-line summary and three panels (loss vs time, idle share per worker,
-staleness histogram).
+Each change of a control runs `ps.run(..., simulate=True)` (logical time) and shows
+a one-line summary and `plots.run_panels`.
 """
 
 from __future__ import annotations

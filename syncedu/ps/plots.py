@@ -18,52 +18,44 @@ def architecture(workers: int = 4, servers: int = 2, numel: int | None = None):
     """Servers on top (each with its flat range), workers below, push/pull arrows."""
     fig, ax = plt.subplots(figsize=(7.5, 3.4))
     width = max(workers, servers)
-
-    def xs(n):
-        return [(i + 0.5) * width / n for i in range(n)]
-
-    for s, x in enumerate(xs(servers)):
+    server_x = [(i + 0.5) * width / servers for i in range(servers)]
+    for s, x in enumerate(server_x):
         ax.add_patch(Rectangle((x - 0.4, 2.2), 0.8, 0.6, color="#f4a261"))
         text = f"server {s}\nrank {workers + s}"
         if numel:
             text += "\nparams [{}:{})".format(*shard_ranges(numel, servers)[s])
         ax.text(x, 2.5, text, ha="center", va="center", fontsize=8)
-    for w, x in enumerate(xs(workers)):
+    for w, x in enumerate((i + 0.5) * width / workers for i in range(workers)):
         ax.add_patch(Rectangle((x - 0.4, 0.0), 0.8, 0.6, color="#8ecae6"))
         ax.text(x, 0.3, f"worker {w}\nrank {w}", ha="center", va="center", fontsize=8)
-        for sx in xs(servers):
+        for sx in server_x:
             ax.add_patch(FancyArrowPatch((x - 0.08, 0.62), (sx - 0.08, 2.18), arrowstyle="->",
                                          color="#e76f51", mutation_scale=8, lw=0.8))
             ax.add_patch(FancyArrowPatch((sx + 0.08, 2.18), (x + 0.08, 0.62), arrowstyle="->",
                                          color="#2a9d8f", mutation_scale=8, lw=0.8))
     ax.text(width + 0.05, 1.6, "push: gradient range", color="#e76f51", fontsize=8)
     ax.text(width + 0.05, 1.2, "pull: parameter range", color="#2a9d8f", fontsize=8)
-    ax.set_xlim(-0.1, width + 1.6)
-    ax.set_ylim(-0.2, 3.0)
+    ax.set(xlim=(-0.1, width + 1.6), ylim=(-0.2, 3.0))
     ax.axis("off")
     ax.set_title(f"{workers} workers, {servers} servers: each server owns one range")
     return fig
 
 
-def idle_and_loss_vs_tau(taus, idle, final_loss, seconds=None, published=OSDI_IDLE):
-    """Left: mean worker idle share vs tau, with the OSDI 2014 points. Right: final loss."""
+def idle_and_loss_vs_tau(taus, idle, final_loss, seconds):
+    """Left: mean worker idle share vs tau, with the OSDI 2014 points. Right: final loss, time."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.3))
     labels = [str(t) for t in taus]
     a.plot(labels, idle, "o-", label="ours (simulated)")
-    if published:
-        pub = [(labels.index(str(t)), v) for t, v in published.items() if str(t) in labels]
-        a.plot([p[0] for p in pub], [p[1] for p in pub], "s", color="#e76f51",
-               label="Li et al. OSDI 2014 (1000 machines)")
-    a.set_xlabel("staleness bound tau")
-    a.set_ylabel("worker idle share")
+    pub = [(labels.index(str(t)), v) for t, v in OSDI_IDLE.items() if str(t) in labels]
+    a.plot([p[0] for p in pub], [p[1] for p in pub], "s", color="#e76f51",
+           label="Li et al. OSDI 2014 (1000 machines)")
+    a.set(xlabel="staleness bound tau", ylabel="worker idle share")
     a.legend(fontsize=8)
     b.plot(labels, final_loss, "o-", label="loss after all pushes")
-    b.set_xlabel("staleness bound tau")
-    b.set_ylabel("final loss (whole data set)")
-    if seconds is not None:
-        c = b.twinx()
-        c.plot(labels, seconds, "s--", color="#888888", label="run time")
-        c.set_ylabel("logical seconds")
+    b.set(xlabel="staleness bound tau", ylabel="final loss (whole data set)")
+    c = b.twinx()
+    c.plot(labels, seconds, "s--", color="#888888", label="run time")
+    c.set_ylabel("logical seconds")
     fig.tight_layout()
     return fig
 
@@ -74,8 +66,7 @@ def loss_vs_time(histories: dict, window: int | None = None):
     for label, h in histories.items():
         t, loss = h.loss_vs_time(window)
         ax.plot(t, loss, label=label)
-    ax.set_xlabel("seconds (logical on simulated ranks)")
-    ax.set_ylabel("minibatch loss (running mean)")
+    ax.set(xlabel="seconds (logical on simulated ranks)", ylabel="minibatch loss (running mean)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -86,16 +77,12 @@ def run_panels(h, title: str = ""):
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(11, 3.0))
     t, loss = h.loss_vs_time()
     a.plot(t, loss)
-    a.set_xlabel("seconds")
-    a.set_ylabel("loss (running mean)")
+    a.set(xlabel="seconds", ylabel="loss (running mean)")
     b.bar(range(len(h.idle_fraction)), h.idle_fraction, color="#8ecae6")
-    b.set_ylim(0, 1)
-    b.set_xlabel("worker")
-    b.set_ylabel("idle share")
+    b.set(ylim=(0, 1), xlabel="worker", ylabel="idle share")
     hist = h.staleness_histogram()
     c.bar(list(hist), list(hist.values()), color="#f4a261")
-    c.set_xlabel("staleness (steps)")
-    c.set_ylabel("gradients")
+    c.set(xlabel="staleness (steps)", ylabel="gradients")
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()

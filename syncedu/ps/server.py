@@ -1,31 +1,22 @@
 """The server side of a parameter server: receive gradients, update a shard, reply.
 
 Each server holds one flat range of the parameters (`shard_ranges`), so the
-gradient traffic of W workers is split over S servers instead of all landing
-on one. Two loops:
+gradient traffic of W workers is split over S servers. `serve_sync` (mode
+"sync"), for each step c:
 
-`serve_sync` (mode "sync"), for each step c:
-
-1. receive step c's push from every worker (in worker order: the step cannot
-   end before the slowest one anyway);
+1. receive step c's push from every worker, in worker order;
 2. average the W gradients and update once: shard -= lr * mean (plain SGD on
    the global batch, so the run equals one process);
 3. reply to every worker with the new shard (not after the last step).
 
-`serve_bounded` (modes "async" and "ssp", bound tau = inf or `staleness`),
-until every worker has pushed all its steps:
+`serve_bounded` ("async", "ssp"; bound tau = inf or `staleness`), until every
+worker has pushed all its steps:
 
-1. receive the next push from whichever worker it comes (`comm.recv_any`: on
-   simulated ranks the earliest in logical time, so runs repeat);
-2. apply it at once: shard -= (lr / W) * gradient, and record its staleness
-   (steps behind, see config.py);
-3. reply to every waiting worker that is at most tau steps ahead of the
-   slowest unfinished one (Li et al. 2014's bounded delay; Ho et al. 2013's
-   SSP); the others wait for a slower worker's push. A worker that finished
-   never holds anyone back.
-
-Every push is applied exactly once: the server counts them per worker and
-checks the counts against the configured steps before returning.
+1. receive the next push from any worker (`comm.recv_any`: on simulated ranks
+   the earliest in logical time, so runs repeat);
+2. apply it at once: shard -= (lr / W) * gradient, and record its staleness;
+3. reply to every waiting worker at most tau steps ahead of the slowest
+   unfinished one; the others wait for a slower worker's push.
 """
 
 from __future__ import annotations
@@ -54,17 +45,11 @@ class ServerLog:
     """What one server returns: its final shard and every gradient it applied."""
 
     rank: int
-    lo: int
-    hi: int
     shard: torch.Tensor
     events: list[Applied] = field(default_factory=list)
     per_worker: list[int] = field(default_factory=list)
     start: float = 0.0
     end: float = 0.0
-
-    @property
-    def applied(self) -> int:
-        return len(self.events)
 
 
 class _Replies:
@@ -86,9 +71,9 @@ class _Replies:
                 held[0].wait()
 
 
-def serve(comm, cfg: PSConfig, shard: torch.Tensor, lo: int, hi: int) -> ServerLog:
-    """Run server rank `comm.rank` on parameter range [lo, hi) (initially `shard`)."""
-    log = ServerLog(comm.rank, lo, hi, shard, per_worker=[0] * cfg.workers, start=comm.now())
+def serve(comm, cfg: PSConfig, shard: torch.Tensor) -> ServerLog:
+    """Run server rank `comm.rank` on its range of the parameters (initially `shard`)."""
+    log = ServerLog(comm.rank, shard, per_worker=[0] * cfg.workers, start=comm.now())
     replies = _Replies(comm, cfg.workers)
     try:
         if cfg.mode == "sync":

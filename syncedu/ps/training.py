@@ -1,26 +1,15 @@
 """`ps.run`: train the lessons' MLP on digits through a parameter server; `ps_rank`.
 
-    from syncedu import ps, train
-    ref = train.run("single", 1, steps=20, global_batch=64)
-    sync = ps.run("sync", 4, servers=2, steps=20, global_batch=64, simulate=True)
-    sync.max_param_diff(ref)                 # ~1e-7: the same SGD
-    ssp = ps.run("ssp", 8, staleness=4, steps=20, global_batch=64, simulate=True,
-                 network=ps.stragglers(8, 1, slow={7: 3.0}))
-    ssp.idle_fraction, max(ssp.staleness)   # idle per worker, <= 4
-
 Steps:
 
 1. validate the job (`PSConfig`; `global_batch` must split over the workers);
-2. on every rank: the seeded model of `train.run` (`models.make`), flattened;
-   worker w's c-th gradient is that of its `sampling.shard` of global batch c
-   (`sampling.global_batches`): exactly `train.run`'s data;
-3. `ps_rank` on `workers + servers` ranks where `runner` puts them (simulated,
-   fresh processes or a warm `pool`), after a barrier the ledger does not keep:
-   a worker runs `worker.run_worker`, a server `server.serve` on its range;
-4. gather a `PSHistory`: the servers' shards joined into named parameters,
-   pushed and applied counts, staleness per applied gradient (the largest over
-   the servers), idle fraction per worker, and the final parameters' loss and
-   accuracy on the whole data set (`train.run`'s evaluation).
+2. on every rank: `train.run`'s seeded model, flattened; worker w's c-th
+   gradient is that of its `sampling.shard` of global batch c: `train.run`'s data;
+3. `ps_rank` on `workers + servers` ranks where `runner` puts them, after a
+   barrier the ledger does not keep;
+4. gather a `PSHistory`: the servers' shards joined, counts, staleness per
+   applied gradient (the largest over the servers), idle per worker, and the
+   final parameters' loss and accuracy on the whole data set.
 """
 
 from __future__ import annotations
@@ -39,8 +28,6 @@ from syncedu.ps.config import PSConfig, shard_ranges
 from syncedu.ps.server import Applied, ServerLog, serve
 from syncedu.ps.worker import WorkerLog, run_worker
 from syncedu.train import data, models, runner, sampling
-
-__all__ = ["run", "ps_rank", "PSHistory", "stragglers", "numel"]
 
 
 @dataclass
@@ -62,8 +49,7 @@ class PSHistory:
     trace: object = field(default=None, repr=False)  # the run's `comm.trace.Trace` (every message)
 
     def max_param_diff(self, other) -> float:
-        """Largest absolute difference to another run (a history, e.g. `train.run`'s, or
-        its `params` dict)."""
+        """Largest absolute difference to another run's history or `params` dict."""
         return runner.max_param_diff(self, other)
 
     def staleness_histogram(self) -> dict[int, int]:
@@ -72,12 +58,10 @@ class PSHistory:
     def loss_vs_time(self, window: int | None = None) -> tuple[list[float], list[float]]:
         """(times, running mean of the last `window` applied losses; default W)."""
         window = window or self.config.workers
-        times, means, recent = [], [], collections.deque(maxlen=window)
-        for e in self.events:
-            recent.append(e.loss)
-            times.append(e.time)
-            means.append(sum(recent) / len(recent))
-        return times, means
+        losses = [e.loss for e in self.events]
+        means = [sum(losses[max(0, i + 1 - window):i + 1]) / min(i + 1, window)
+                 for i in range(len(losses))]
+        return [e.time for e in self.events], means
 
     @property
     def mean_idle(self) -> float:
@@ -95,9 +79,9 @@ def stragglers(workers: int, servers: int = 1, slow: dict | None = None,
     return Network.preset(preset, slowdown=factors, **changes)
 
 
-def _grad_fn(cfg: PSConfig, x, y, global_batch: int, rank: int, model: str):
+def _grad_fn(cfg: PSConfig, x, y, global_batch: int, rank: int):
     """Step 2: worker `rank`'s gradient of its part of global batch c, at `params`."""
-    net = models.make(model, seed=cfg.seed)
+    net = models.make("mlp", seed=cfg.seed)
     batches = list(sampling.global_batches(len(x), max(cfg.steps), global_batch, seed=cfg.seed))
 
     def grad(c: int, params: torch.Tensor):
@@ -113,9 +97,8 @@ def _grad_fn(cfg: PSConfig, x, y, global_batch: int, rank: int, model: str):
 
 def ps_rank(comm, cfg: PSConfig, params: torch.Tensor, grad_fn=None,
             worker_step=None) -> WorkerLog | ServerLog:
-    """One rank of a parameter-server job (Step 3); returns its log.
+    """One rank of a parameter-server job (Step 3) on the flat initial `params`; its log.
 
-    `params`: the flat initial parameters (identical on every rank);
     `grad_fn(step, params) -> (loss, flat gradient)`: the workers' computation.
     """
     if comm.world_size != cfg.world_size:
@@ -128,17 +111,16 @@ def ps_rank(comm, cfg: PSConfig, params: torch.Tensor, grad_fn=None,
             raise ValueError("workers need grad_fn(step, params) -> (loss, flat gradient)")
         return run_worker(comm, cfg, params.clone(), grad_fn, worker_step)
     lo, hi = shard_ranges(params.numel(), cfg.servers)[comm.rank - cfg.workers]
-    return serve(comm, cfg, params[lo:hi].clone(), lo, hi)
+    return serve(comm, cfg, params[lo:hi].clone())
 
 
-def rank_main(comm, cfg: PSConfig, x, y, global_batch: int, model: str = "mlp",
-              worker_step=None):
+def rank_main(comm, cfg: PSConfig, x, y, global_batch: int, worker_step=None):
     """One rank of `run` (Step 3): a barrier, then `ps_rank` with the lessons' model."""
     comm.barrier()
     comm.ledger.reset()  # the barrier is harness traffic, not parameter-server traffic
     t0 = comm.now()
-    params = parameters_to_vector(models.make(model, seed=cfg.seed).parameters()).detach()
-    fn = _grad_fn(cfg, x, y, global_batch, comm.rank, model) if comm.rank < cfg.workers else None
+    params = parameters_to_vector(models.make("mlp", seed=cfg.seed).parameters()).detach()
+    fn = _grad_fn(cfg, x, y, global_batch, comm.rank) if comm.rank < cfg.workers else None
     log = ps_rank(comm, cfg, params, fn, worker_step=worker_step)
     log.start, log.end = log.start - t0, log.end - t0
     for e in getattr(log, "events", ()):
@@ -149,15 +131,12 @@ def rank_main(comm, cfg: PSConfig, x, y, global_batch: int, model: str = "mlp",
 def run(mode: str, workers: int, *, servers: int = 1, staleness: int = 0, steps,
         global_batch: int, lr: float = 0.1, seed: int = 0, network: Network | None = None,
         simulate: bool = False, compute_seconds: float = 0.01, variability: float = 0.0,
-        pool=None, timeout: float = 300.0, model: str = "mlp",
-        worker_step=None) -> PSHistory:
-    """Train through a parameter server; see the module docstring.
+        pool=None, timeout: float = 300.0, worker_step=None) -> PSHistory:
+    """Train through a parameter server (the module docstring's steps).
 
-    `steps`: per worker (an int, or one count per worker in "async"/"ssp");
-    `compute_seconds`/`variability`: modeled compute per gradient (see
-    `PSConfig`); `pool`: a warm `launch.Pool(workers + servers)` for real runs;
-    `worker_step`: replaces the workers' push/pull (`ps.worker.push_pull`, same
-    signature; Exercise 04.1 plugs the learner's in).
+    `steps`: an int, or one count per worker in "async"/"ssp"; `compute_seconds`,
+    `variability`: see `PSConfig`; `pool`: a warm `launch.Pool(workers + servers)`;
+    `worker_step`: replaces `ps.worker.push_pull` (Exercise 04.1 plugs the learner's in).
     """
     cfg = PSConfig(mode=mode, workers=workers, servers=servers, staleness=staleness,  # Step 1
                    steps=steps, lr=lr, compute_seconds=compute_seconds,
@@ -167,19 +146,18 @@ def run(mode: str, workers: int, *, servers: int = 1, staleness: int = 0, steps,
                          f"workers={workers}")
     x, y = _digits()
     sampling.steps_per_epoch(len(x), global_batch)  # ValueError if larger than the data
-    args = (cfg, x, y, global_batch, model, worker_step)
+    args = (cfg, x, y, global_batch, worker_step)
     res = runner.run(rank_main, cfg.world_size, args, pool=pool, network=network,  # Step 3
                      simulate=simulate, timeout=timeout,
                      job=f"workers={workers} + servers={servers}")
-    hist = _history(cfg, list(res), res.ledger, x, y, model)
-    hist.trace = res.trace
-    return hist
+    return _history(cfg, res, x, y)
 
 
-def _history(cfg: PSConfig, logs: list, ledger: Ledger, x, y, model: str) -> PSHistory:
+def _history(cfg: PSConfig, res, x, y) -> PSHistory:
     """Step 4: join the shards, count, merge staleness over servers, evaluate."""
+    logs = list(res)
     wlogs, slogs = logs[:cfg.workers], logs[cfg.workers:]
-    net = models.make(model, seed=cfg.seed)
+    net = models.make("mlp", seed=cfg.seed)
     vector_to_parameters(torch.cat([s.shard for s in slogs]), net.parameters())
     worst = collections.Counter()
     for s in slogs:
@@ -193,11 +171,11 @@ def _history(cfg: PSConfig, logs: list, ledger: Ledger, x, y, model: str) -> PSH
         final_loss, acc = F.cross_entropy(out, y).item(), (out.argmax(1) == y).float().mean()
     return PSHistory(
         config=cfg, loss=[sum(v) / len(v) for v in losses],
-        params={k: v.detach().clone() for k, v in net.named_parameters()}, ledger=ledger,
-        seconds=max(log.end for log in logs), pushed=sum(log.pushed for log in wlogs),
-        applied=min(s.applied for s in slogs), staleness=[worst[k] for k in order],
+        params={k: v.detach().clone() for k, v in net.named_parameters()}, ledger=res.ledger,
+        seconds=max(log.end for log in logs), pushed=sum(len(w.losses) for w in wlogs),
+        applied=min(len(s.events) for s in slogs), staleness=[worst[k] for k in order],
         idle_fraction=[w.idle_fraction for w in wlogs], events=slogs[0].events,
-        final_loss=final_loss, accuracy=acc.item())
+        final_loss=final_loss, accuracy=acc.item(), trace=res.trace)
 
 
 @functools.cache
@@ -206,6 +184,6 @@ def _digits():
     return data.digits().tensors
 
 
-def numel(model: str = "mlp", seed: int = 0) -> int:
+def numel() -> int:
     """Number of parameters of the lessons' model (what every push and pull carries)."""
-    return sum(p.numel() for p in models.make(model, seed=seed).parameters())
+    return sum(p.numel() for p in models.make("mlp").parameters())

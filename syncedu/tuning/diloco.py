@@ -1,26 +1,21 @@
 """DiLoCo: local AdamW steps, then an outer Nesterov step on the averaged parameter change.
 
-Local SGD (local_sgd.py) replaces the parameters by their average every H
-steps. DiLoCo (Douillard et al., "DiLoCo: Distributed Low-Communication
-Training of Language Models", arXiv 2311.08105, Algorithm 1) treats that
-average as a *gradient* for a second, outer optimizer:
+Douillard et al., "DiLoCo: Distributed Low-Communication Training of Language
+Models", arXiv 2311.08105, Algorithm 1:
 
 1. Every worker starts the round from the same global parameters theta
-   (broadcast from rank 0 at construction, so every copy starts equal).
+   (broadcast from rank 0 at construction).
 2. Inner loop: each worker takes H steps of its own inner optimizer (AdamW in
    the paper) on its own shard, with no communication at all.
-3. Outer gradient (the "pseudo-gradient"): delta_r = theta - theta_r, how far
-   worker r moved; one allreduce averages it, delta = mean_r delta_r. It has
-   the size of the model: one model's worth of bytes every H steps.
+3. Outer gradient (the "pseudo-gradient"): delta_r = theta - theta_r; one
+   allreduce averages it (one model's worth of bytes every H steps).
 4. Outer step: Nesterov momentum on delta (SGD with nesterov=True, the paper's
    choice: lr 0.7, momentum 0.9): v = m v + delta; theta -= lr (delta + m v).
 5. Every worker restarts its inner loop from the new theta (its AdamW moments
    are kept, as in the paper).
 
-With outer lr 1 and momentum 0, Step 4 gives theta - delta = mean_r theta_r:
-exactly local SGD's parameter average (a test holds the two equal).
-OpenDiLoCo (Jaffe et al. 2024, arXiv 2407.07852) sends the pseudo-gradient in
-fp16 at no loss: `wire_dtype=torch.float16` does that here, halving the bytes.
+With outer lr 1 and momentum 0 it is local SGD. `wire_dtype=torch.float16` sends the
+pseudo-gradient in fp16, as OpenDiLoCo (Jaffe et al. 2024, arXiv 2407.07852) does.
 """
 
 from __future__ import annotations
@@ -32,8 +27,6 @@ from torch import nn
 
 from syncedu.tuning.local_sgd import broadcast_state, copy_flat
 
-__all__ = ["DiLoCoConfig", "DiLoCo", "outer_gradient", "nesterov_step"]
-
 _WIRE = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -41,9 +34,7 @@ _WIRE = (torch.float32, torch.float16, torch.bfloat16)
 class DiLoCoConfig:
     """Hyperparameters (defaults: the paper's outer optimizer; inner AdamW as in its Table 5).
 
-    `inner_steps`: H; `inner_lr`, `weight_decay`: the inner AdamW's; `outer_lr`,
-    `outer_momentum`, `nesterov`: the outer SGD's; `wire_dtype`: the dtype the
-    pseudo-gradient travels in (float32, float16 or bfloat16).
+    `inner_steps` is H; `wire_dtype` is the dtype the pseudo-gradient travels in.
     """
 
     inner_steps: int = 50
@@ -92,13 +83,11 @@ def nesterov_step(anchor: torch.Tensor, buf: torch.Tensor, delta: torch.Tensor, 
 class DiLoCo:
     """One worker's DiLoCo state around `module`; call `after_step()` after each inner step.
 
-    The inner optimizer is `self.inner` (AdamW over the trainable parameters):
-    the training loop calls `inner.zero_grad()`, backward, `inner.step()`, then
-    `after_step()`, which runs the outer step every `inner_steps` steps.
+    The loop runs `inner.zero_grad()`, backward, `inner.step()` (AdamW), then `after_step()`.
     """
 
     def __init__(self, module: nn.Module, comm, config: DiLoCoConfig | None = None):
-        self.module, self.comm = module, comm
+        self.comm = comm
         self.config = cfg = config or DiLoCoConfig()
         self.params = [p for p in module.parameters() if p.requires_grad]
         broadcast_state(comm, module)  # Step 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 
 from syncedu.comm import sim
+from syncedu.comm.network import Network
+from syncedu.tuning.scaling import SYNC_EVERY, local_sgd_every
 from syncedu.ui.checkers import attempt, checker, verdict
 
 _LIBRARY_1 = {"outer_gradient", "nesterov_step", "outer_step", "DiLoCo", "after_step"}
@@ -34,8 +36,7 @@ def _copied(name: str, answer, library) -> bool:
 def _outer_worker(comm, answer, seed):
     """Same anchor everywhere, each rank its own local parameters; 3 outer steps.
 
-    The reference is computed on every rank from the same noise, without any
-    communication, so the trace holds the answer's messages only.
+    Every rank computes the reference without communicating: the trace holds the answer's.
     """
     g = torch.Generator().manual_seed(seed)
     n = comm.world_size
@@ -112,9 +113,6 @@ def two_batch(answer) -> bool:
 @checker
 def pick_sync_every(answer) -> bool:
     """Quick check 09.3: `answer(model_bytes, compute_seconds, world_size, network)` -> H."""
-    from syncedu.comm.network import Network
-    from syncedu.tuning.scaling import SYNC_EVERY, local_sgd_every
-
     name = "Quick check 3 (how often to synchronize)"
     if _copied(name, answer, _LIBRARY_3):
         return False

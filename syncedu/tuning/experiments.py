@@ -1,24 +1,16 @@
 """Lesson 09's experiments: DiLoCo against synchronous AdamW, the noise scale, the batch sweep.
 
-The DiLoCo and noise-scale runs go on simulated ranks, on the digits and the
-MLP of `train.run`, with the same global batches (`sampling.global_batches`,
-rank r reading its `shard`); each rank's loop (`_Rank`):
+The DiLoCo and noise-scale runs train `train.run`'s MLP and data on simulated ranks in
+their own loop (time-to-loss needs each step's logical time). Each rank (`_Rank`):
 
 1. seeded model and data; the set-up's broadcast is not counted;
-2. per step, forward and backward on the shard, `compute_seconds` charged to
-   the rank's logical clock;
-3. the method's synchronization: "sync" averages the gradients every step
-   (data-parallel AdamW), "diloco" takes `inner_steps` local AdamW steps and
-   then DiLoCo's outer step (diloco.py), "local" averages the parameters every
-   `inner_steps` steps (local SGD with AdamW; `start_local_at=T`: post-local
-   SGD), and the noise-scale run's allreduce also carries each rank's squared
-   gradient norm (noise_scale.py);
+2. per step, forward and backward on its shard, `compute_seconds` charged;
+3. the method's synchronization: "sync" averages the gradients every step,
+   "diloco" takes DiLoCo's outer step and "local" averages the parameters every
+   `inner_steps` steps (`start_local_at`: post-local SGD); the noise-scale run's
+   allreduce also carries each rank's squared gradient norm;
 4. the optimizer step, and the step's logical time;
-5. the result: per-step losses and times, the final (common) parameters,
-   their loss and accuracy on all the data.
-
-`train.run` reports no per-step logical time, which time-to-loss needs, so
-these runs keep their own loop over the harness's data, model and sampler.
+5. the result: per-step losses and times, the final parameters' loss and accuracy.
 """
 
 from __future__ import annotations
@@ -33,9 +25,6 @@ from syncedu.train import data, models, sampling
 from syncedu.tuning.diloco import DiLoCo, DiLoCoConfig
 from syncedu.tuning.local_sgd import LocalSGD, broadcast_state, copy_flat
 from syncedu.tuning.noise_scale import NoiseScale, allreduce_with_norms
-
-__all__ = ["TuningRun", "run_diloco", "run_noise_scale", "steps_to", "METHODS", "steps_at",
-           "tuned_batch_sweep", "LR_GRID"]
 
 METHODS = ("sync", "diloco", "local")
 
@@ -102,12 +91,12 @@ class _Rank:
     def set_grad(self, flat: torch.Tensor) -> None:
         copy_flat([p.grad for p in self.params], flat)
 
-    def result(self, **extra) -> dict:  # Step 5
+    def result(self, **extra) -> dict:  # Step 5: `TuningRun`'s fields
         with torch.no_grad():
             out = self.model(self.x)
-        return {"loss": self.loss, "times": self.times, "elapsed": self.comm.now() - self.start,
-                "final": F.cross_entropy(out, self.y).item(),
-                "acc": (out.argmax(1) == self.y).float().mean().item(),
+        return {"loss": self.loss, "times": self.times, "seconds": self.comm.now() - self.start,
+                "final_loss": F.cross_entropy(out, self.y).item(),
+                "accuracy": (out.argmax(1) == self.y).float().mean().item(),
                 "params": {k: v.detach().clone() for k, v in self.model.named_parameters()},
                 **extra}
 
@@ -136,12 +125,9 @@ def _diloco_worker(comm, method, steps, global_batch, seed, compute, config, sta
 
 
 def _collect(res) -> TuningRun:
-    n = len(res)
-    loss = [sum(r["loss"][i] for r in res) / n for i in range(len(res[0]["loss"]))]
-    r0 = res[0]
-    return TuningRun(loss=loss, times=r0["times"], final_loss=r0["final"], accuracy=r0["acc"],
-                     ledger=res.ledger, seconds=r0["elapsed"], params=r0["params"],
-                     noise=r0.get("noise", []))
+    """Rank 0's result, the loss averaged over the ranks."""
+    loss = [sum(r["loss"][i] for r in res) / len(res) for i in range(len(res[0]["loss"]))]
+    return TuningRun(**{**res[0], "loss": loss}, ledger=res.ledger)
 
 
 def run_diloco(method: str, world_size: int, *, steps: int, global_batch: int, seed: int = 0,
@@ -158,11 +144,11 @@ def run_diloco(method: str, world_size: int, *, steps: int, global_batch: int, s
         method, steps, global_batch, seed, compute_seconds, config, start_local_at)))
 
 
-def _noise_worker(comm, steps, global_batch, seed, lr, ema):
-    rank = _Rank(comm, steps, global_batch, seed, 0.0)
+def _noise_worker(comm, steps, global_batch, lr):
+    rank = _Rank(comm, steps, global_batch, seed=0, compute=0.0)
     broadcast_state(comm, rank.model)
     opt = torch.optim.SGD(rank.params, lr=lr)
-    scale = NoiseScale(ema=ema)
+    scale = NoiseScale()
     rank.begin()
     for _ in range(steps):
         opt.zero_grad(set_to_none=False)
@@ -176,32 +162,30 @@ def _noise_worker(comm, steps, global_batch, seed, lr, ema):
     return rank.result(noise=scale.history)
 
 
-def run_noise_scale(world_size: int, *, steps: int, global_batch: int, lr: float = 0.1,
-                    seed: int = 0, ema: float = 0.9) -> TuningRun:
+def run_noise_scale(world_size: int, *, steps: int, global_batch: int,
+                    lr: float = 0.1) -> TuningRun:
     """Data-parallel SGD on simulated ranks, estimating B_simple at every step."""
     if world_size < 2 or global_batch % world_size:
         raise ValueError(f"world_size={world_size} must be >= 2 and divide "
                          f"global_batch={global_batch}")
-    return _collect(sim.run(_noise_worker, world_size, args=(steps, global_batch, seed, lr, ema)))
+    return _collect(sim.run(_noise_worker, world_size, args=(steps, global_batch, lr)))
 
 
 LR_GRID = (1.6, 0.8, 0.4, 0.2, 0.1, 0.05)  # high first: a good rate early caps the rest
 
 
-def steps_at(batch: int, lr: float, *, target: float, warmup_steps: int = 5,
-             max_steps: int = 400, seed: int = 0) -> int:
+def steps_at(batch: int, lr: float, *, target: float, max_steps: int = 400) -> int:
     """Steps of plain SGD (one process) until the 5-step mean loss reaches `target`.
 
-    `warmup_steps` of linear warm-up (Goyal et al. 2017); 0: never within
-    `max_steps`, or diverged (a loss above 10).
+    5 steps of linear warm-up (Goyal et al. 2017); 0: never within `max_steps`, or diverged.
     """
     x, y = data.digits().tensors
-    model = models.make("mlp", seed=seed)
+    model = models.make("mlp")
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     recent: list[float] = []
-    for step, idx in enumerate(sampling.global_batches(len(x), max_steps, batch, seed=seed)):
+    for step, idx in enumerate(sampling.global_batches(len(x), max_steps, batch, seed=0)):
         for group in opt.param_groups:
-            group["lr"] = lr * min(1.0, (step + 1) / warmup_steps) if warmup_steps else lr
+            group["lr"] = lr * min(1.0, (step + 1) / 5)
         opt.zero_grad()
         loss = F.cross_entropy(model(x[idx]), y[idx])
         if not loss.item() < 10:  # diverged (or nan): this rate loses
@@ -214,16 +198,13 @@ def steps_at(batch: int, lr: float, *, target: float, warmup_steps: int = 5,
     return 0
 
 
-def tuned_batch_sweep(batches, *, target: float, lrs=LR_GRID, warmup_steps: int = 5,
-                      max_steps: int = 400, seed: int = 0) -> dict[int, tuple[int, float]]:
+def tuned_batch_sweep(batches, *, target: float, lrs=LR_GRID,
+                      max_steps: int = 400) -> dict[int, tuple[int, float]]:
     """For each global batch, (fewest steps to `target`, the learning rate that got them).
 
-    The rate is retuned per batch over `lrs` before the steps are compared, as
-    Google's tuning playbook ("Choosing the batch size") and Shallue et al. 2019
-    do: a fixed rule such as linear scaling can diverge at large batches and
-    fake a plateau. Steps: 1. for each batch, each rate in turn, `steps_at`
-    (capped at the best so far: a run stops once it cannot beat it); 2. keep
-    the fewest steps and its rate (0 steps: no rate reached the target).
+    The rate is retuned per batch, as Google's tuning playbook and Shallue et al. 2019 do.
+    Steps: 1. for each rate, `steps_at` capped at the best so far; 2. keep the fewest
+    steps and its rate (0 steps: no rate reached the target).
     """
     out = {}
     for b in batches:
@@ -232,8 +213,7 @@ def tuned_batch_sweep(batches, *, target: float, lrs=LR_GRID, warmup_steps: int 
             cap = best - 1 if best else max_steps
             if cap < 1:
                 break
-            got = steps_at(b, lr, target=target, warmup_steps=warmup_steps, max_steps=cap,
-                           seed=seed)
+            got = steps_at(b, lr, target=target, max_steps=cap)
             if got and (not best or got < best):  # Step 2
                 best, best_lr = got, lr
         out[b] = (best, best_lr)

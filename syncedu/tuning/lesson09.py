@@ -1,12 +1,9 @@
-"""Lesson 09's interactive what-ifs: sync frequency, async on slow links, the decision helper.
+"""Lesson 09's interactive what-ifs, each re-run in logical time when a control moves.
 
-- `SyncExplorer`: H (steps between parameter averages) and a network preset ->
-  local SGD on simulated ranks; time to a target loss, bytes, final loss.
-- `AsyncExplorer`: one-way latency and a staleness bound -> the bounded-staleness
-  parameter server of lesson 04 beside the synchronous one; time to target, accuracy.
-- `HelperExplorer`: model size, compute per step, network, N -> `scaling.recommend`.
-
-Every run is simulated (logical time), so a moved control answers in seconds.
+- `SyncExplorer`: local SGD on simulated ranks for H and a network preset;
+- `AsyncExplorer`: lesson 04's bounded-staleness parameter server beside the
+  synchronous one as the link's latency grows;
+- `HelperExplorer`: `scaling.recommend` for a model size, a step time, a network and N.
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ from syncedu.comm.network import PRESETS, Network
 from syncedu.tuning import experiments as tuning
 from syncedu.tuning import scaling
 from syncedu.tuning.diloco import DiLoCoConfig
-from syncedu.ui.widgets import Dashboard, show_text
+from syncedu.ui.widgets import Explorer
 
 _STYLE = {"description_width": "initial"}
 
@@ -27,45 +24,28 @@ def _slider(cls, description, **kw):
     return cls(description=description, continuous_update=False, style=_STYLE, **kw)
 
 
-class _Explorer(Dashboard):
-    def _build(self, controls) -> None:
-        self.out, self.text = w.Output(), ""
-        for c in controls:
-            c.observe(lambda change: self.update(), names="value")
-        self.widget = w.VBox([w.HBox(controls), self.out])
-        self.update()
-
-    def update(self) -> None:
-        try:
-            self.text = self.run()
-        except Exception as e:  # show the failure in the widget, never lose it
-            self.text = f"error: {e}"
-        show_text(self.out, self.text)
-
-
-class SyncExplorer(_Explorer):
+class SyncExplorer(Explorer):
     """Local SGD (AdamW inside) on `workers` simulated ranks; `.text` holds the last summary."""
 
     def __init__(self, workers: int = 4, steps: int = 48, global_batch: int = 128,
                  target: float = 0.6, compute_seconds: float = 0.02):
         self.kw = dict(steps=steps, global_batch=global_batch, compute_seconds=compute_seconds)
         self.workers, self.target = workers, target
-        self.h = w.SelectionSlider(options=[1, 2, 4, 8, 16, 32, 64], value=16,
-                                   description="H (sync every)", continuous_update=False,
-                                   style=_STYLE)
+        self.h = _slider(w.SelectionSlider, "H (sync every)", options=[1, 2, 4, 8, 16, 32, 64],
+                         value=16)
         self.network = w.Dropdown(options=list(PRESETS), value="wan", description="network")
-        self._build([self.h, self.network])
+        super().__init__({"h": self.h, "network": self.network}, self.run, image=False)
 
-    def run(self) -> str:
-        cfg = DiLoCoConfig(inner_steps=self.h.value, inner_lr=3e-3, weight_decay=0.0)
+    def run(self, h: int, network: str):
+        cfg = DiLoCoConfig(inner_steps=h, inner_lr=3e-3, weight_decay=0.0)
         r = tuning.run_diloco("local", self.workers, config=cfg,
-                              network=Network.preset(self.network.value), **self.kw)
-        return (f"H={self.h.value} on {self.network.value}: time to loss {self.target}: "
+                              network=Network.preset(network), **self.kw)
+        return (f"H={h} on {network}: time to loss {self.target}: "
                 f"{r.time_to(self.target):.2f} logical s; total {r.seconds:.2f} s; "
-                f"{r.bytes_sent / 1e6:.2f} MB sent per rank; final loss {r.final_loss:.3f}")
+                f"{r.bytes_sent / 1e6:.2f} MB sent per rank; final loss {r.final_loss:.3f}"), None
 
 
-class AsyncExplorer(_Explorer):
+class AsyncExplorer(Explorer):
     """Sync vs bounded-staleness parameter server as the link's latency grows."""
 
     def __init__(self, workers: int = 4, steps: int = 40, global_batch: int = 128,
@@ -75,26 +55,22 @@ class AsyncExplorer(_Explorer):
         self.latency = _slider(w.FloatLogSlider, "one-way latency (s)", value=0.04, base=10,
                                min=-5, max=-0.5, step=0.25)
         self.tau = _slider(w.IntSlider, "staleness bound tau", value=4, min=0, max=16)
-        self._build([self.latency, self.tau])
+        super().__init__({"latency": self.latency, "tau": self.tau}, self.run, image=False)
 
-    def _run(self, mode: str, tau: int):
-        net = Network(latency=self.latency.value, bandwidth=125e6, name="custom wan")
-        return ps.run(mode, self.workers, staleness=tau, steps=self.steps,
-                            global_batch=self.global_batch, lr=0.3, network=net,
-                            simulate=True)
-
-    def run(self) -> str:
+    def run(self, latency: float, tau: int):
+        net = Network(latency=latency, bandwidth=125e6, name="custom wan")
         lines = []
-        for mode, tau in (("sync", 0), ("ssp", self.tau.value)):
-            h = self._run(mode, tau)
+        for mode, bound in (("sync", 0), ("ssp", tau)):
+            h = ps.run(mode, self.workers, staleness=bound, steps=self.steps,
+                       global_batch=self.global_batch, lr=0.3, network=net, simulate=True)
             i = tuning.steps_to(h.loss, self.target)
             when = f"{h.seconds * i / len(h.loss):.2f}" if i else "never"
-            lines.append(f"{mode:<4} tau={tau:<2} {h.seconds:7.2f} logical s, to loss "
+            lines.append(f"{mode:<4} tau={bound:<2} {h.seconds:7.2f} logical s, to loss "
                          f"{self.target}: ~{when} s, accuracy {h.accuracy:.3f}")
-        return "\n".join(lines)
+        return "\n".join(lines), None
 
 
-class HelperExplorer(_Explorer):
+class HelperExplorer(Explorer):
     """`scaling.recommend` for a model, a step time, a network preset and N."""
 
     def __init__(self):
@@ -105,9 +81,9 @@ class HelperExplorer(_Explorer):
                                   description="network")
         self.n = w.SelectionSlider(options=[2, 8, 32, 128, 512, 1024], value=32,
                                    description="N", continuous_update=False)
-        self._build([self.mb, self.ms, self.network, self.n])
+        super().__init__({"mb": self.mb, "ms": self.ms, "network": self.network, "n": self.n},
+                         self.run, image=False)
 
-    def run(self) -> str:
-        options = scaling.recommend(self.mb.value * 1e6, self.ms.value / 1e3,
-                                           self.n.value, Network.preset(self.network.value))
-        return "\n".join(o.line() for o in options)
+    def run(self, mb: float, ms: float, network: str, n: int):
+        options = scaling.recommend(mb * 1e6, ms / 1e3, n, Network.preset(network))
+        return "\n".join(o.line() for o in options), None

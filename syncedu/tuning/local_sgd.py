@@ -1,36 +1,23 @@
 """Local SGD: every rank steps on its own, the parameters are averaged every H steps.
 
-Data parallelism (dp.py) averages the *gradients* at every step. Local SGD
-(Stich, "Local SGD Converges Fast and Communicates Little", ICLR 2019) lets
-each rank take H optimizer steps on its own shard with no communication at
-all, then averages the *parameters*: 1/H of the traffic, at the price of
-copies that drift apart between averages. Post-local SGD (Lin, Stich, Patel &
-Jaggi, "Don't Use Large Mini-Batches, Use Local SGD", ICLR 2020) averages
-every step during the first `start_local_at` steps, while the parameters
-still move fast, and switches to local steps afterwards.
+Stich, "Local SGD Converges Fast and Communicates Little", ICLR 2019: 1/H of data
+parallelism's traffic, at the price of copies that drift apart between averages.
+Post-local SGD (Lin, Stich, Patel & Jaggi, "Don't Use Large Mini-Batches, Use Local
+SGD", ICLR 2020) averages every step during the first `start_local_at` steps.
 
-1. At construction, broadcast rank 0's parameters and buffers, so every copy
-   starts equal (as `DataParallel` does).
+1. At construction, broadcast rank 0's parameters and buffers (as `DataParallel`).
 2. Backward and the optimizer step are purely local (no gradient hooks).
 3. After optimizer step t (1-based), if t <= `start_local_at` or t is a
-   multiple of `sync_every`: copy the trainable parameters into one flat
-   buffer, allreduce it, divide by the world size, copy back.
+   multiple of `sync_every`: allreduce the flat trainable parameters, averaged.
 
-What H = 1 trains like: with plain SGD, p - lr * avg(g_r) = avg(p - lr * g_r),
-so averaging the parameters after each step equals averaging the gradients
-before it ("flat"). With momentum it still holds for the parameters: each
-rank's buffer v_r = m v_r + g_r is linear in its gradients, so avg(v_r) is
-exactly flat's buffer, even though the per-rank buffers differ. With Adam it
-does not: its update divides by sqrt(v_r), which is not linear, so H = 1
-already differs from "flat".
+H = 1 trains like "flat" with plain SGD and with momentum (both updates are linear
+in the gradients), but not with Adam, whose update divides by sqrt(v_r).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-
-__all__ = ["LocalSGD", "average_parameters", "broadcast_state", "copy_flat"]
 
 
 def broadcast_state(comm, module: nn.Module) -> None:
@@ -61,10 +48,8 @@ def average_parameters(comm, params: list[nn.Parameter]) -> None:
 class LocalSGD:
     """Average `module`'s trainable parameters every `sync_every` optimizer steps.
 
-    `start_local_at`: post-local SGD, average after every step up to this step
-    (0: local from the start). Call `after_step()` after each
-    `optimizer.step()`, and `finish()` after the last one (a last average if
-    the final period was cut short, so every rank ends with the same model).
+    Call `after_step()` after each `optimizer.step()`, and `finish()` after the last
+    one (a last average if the final period was cut short).
     """
 
     def __init__(self, module: nn.Module, comm, sync_every: int = 1, *,

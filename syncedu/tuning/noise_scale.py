@@ -1,31 +1,17 @@
 """The gradient noise scale, measured during data-parallel training for one extra scalar.
 
-McCandlish, Kaplan, Amodei et al., "An Empirical Model of Large-Batch
-Training" (arXiv 1812.06162, 2018): with G the true gradient and Sigma the
-per-sample gradient covariance, a batch of B samples gives a gradient whose
-expected squared norm is E|G_B|^2 = |G|^2 + tr(Sigma) / B. The *simple noise
-scale* B_simple = tr(Sigma) / |G|^2 predicts the critical batch size: below
-it, doubling the batch halves the steps; far above it, more samples per step
-buy almost nothing.
-
-Appendix A.1's two-batch estimator: measure |G_B|^2 at a small and a big
-batch and solve the two equations above for the two unknowns:
-
-    |G|^2    ~ (B_big |G_big|^2 - B_small |G_small|^2) / (B_big - B_small)
-    tr(Sigma) ~ (|G_small|^2 - |G_big|^2) / (1 / B_small - 1 / B_big)
-
-Data parallelism has both batches for free: each of N ranks holds the
-gradient of its own b = B / N samples (small), the allreduce gives the
-gradient of all B (big). Steps:
+McCandlish, Kaplan, Amodei et al., "An Empirical Model of Large-Batch Training"
+(arXiv 1812.06162), Appendix A.1: a batch of B samples has E|G_B|^2 = |G|^2 +
+tr(Sigma) / B; measured at two batches, that solves for |G|^2 and tr(Sigma), and
+B_simple = tr(Sigma) / |G|^2 predicts the critical batch size. Data parallelism has
+both batches: each rank's gradient (b = B / N) and the allreduced one (B). Steps:
 
 1. each rank computes the squared norm of its local gradient;
-2. it appends that one number to the flat gradient buffer, so a single
-   allreduce (averaging) returns the big-batch gradient and the mean of the
-   small-batch squared norms: one extra scalar of communication;
-3. every rank then solves the two equations (the same numbers everywhere);
-4. the single-step estimates are noisy (they can even be negative), so the
-   paper averages |G|^2 and tr(Sigma) separately over steps (an exponential
-   moving average here) and reports the ratio of the averages.
+2. it appends that number to the flat gradient, so one allreduce (averaging)
+   returns the big-batch gradient and the mean small-batch squared norm;
+3. every rank solves the two equations (the same numbers everywhere);
+4. the single-step estimates are noisy (even negative), so |G|^2 and tr(Sigma)
+   are averaged over steps (an EMA here) and B_simple is their ratio.
 """
 
 from __future__ import annotations
@@ -33,8 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-
-__all__ = ["two_batch", "allreduce_with_norms", "NoiseScale"]
 
 
 def two_batch(small_sq: float, big_sq: float, b_small: float, b_big: float) -> tuple[float, float]:
@@ -65,8 +49,6 @@ class NoiseScale:
     """Step 4: running estimates of |G|^2, tr(Sigma) and B_simple from each step's norms.
 
     `ema`: weight of the past in the moving averages (0: no averaging).
-    `update(small_sq, big_sq, b_small, b_big)` adds one step's measurement;
-    `b_simple` is the ratio of the averaged estimates (nan before any step).
     """
 
     ema: float = 0.9

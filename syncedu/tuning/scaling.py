@@ -1,44 +1,32 @@
 """Scaling efficiency from the alpha-beta model, and the tuning advice drawn from it.
 
-The one time model of lesson 09. A data-parallel step computes for
-`compute_seconds` (forward, then a backward of `BACKWARD_SHARE` of it) and
-allreduces `model_bytes` of gradients (`cost.allreduce_time`: Thakur,
-Rabenseifner & Gropp 2005; Patarasuk & Yuan 2009). Communication that runs
-while the backward still computes is hidden; only the rest is *exposed*:
-
-    efficiency = compute / (compute + exposed)
-
-the throughput of N ranks over N times that of one (Horovod's and PyTorch
-DDP's benchmark convention). Steps of `step_time`:
+A data-parallel step computes for `compute_seconds` (forward, then a backward of
+`BACKWARD_SHARE` of it) and allreduces `model_bytes` of gradients
+(`cost.allreduce_time`: Thakur, Rabenseifner & Gropp 2005; Patarasuk & Yuan 2009).
+Only the communication the backward cannot hide is *exposed*, and efficiency =
+compute / (compute + exposed), the throughput of N ranks over N times that of one
+(Horovod's and PyTorch DDP's benchmark convention). Steps of `step_time`:
 
 1. backward time T_b = BACKWARD_SHARE * compute;
 2. communication: one allreduce of the whole model, or one per bucket of
    `bucket_bytes` (each bucket pays the latency terms again);
-3. exposed time. Without buckets (the fluid limit of many small buckets), a
-   share `overlap` of the backward hides communication:
-   exposed = max(0, T_comm - overlap * T_b). With buckets, bucket i of k is
-   ready when the backward has produced it (spread over the last `overlap`
-   share of the backward), buckets go one at a time, and exposed = (when the
-   last one is done) - T_b. So tiny buckets are latency-bound and one huge
-   bucket cannot overlap: the shape of Li et al.'s bucket-size curve (PyTorch
-   DDP, VLDB 2020).
+3. exposed time. Without buckets (the fluid limit), a share `overlap` of the
+   backward hides communication: exposed = max(0, T_comm - overlap * T_b). With
+   buckets, bucket i of k is ready when the backward has produced it (over its
+   last `overlap` share), buckets go one at a time, and exposed = (when the last
+   is done) - T_b: tiny buckets are latency-bound, one huge bucket cannot overlap
+   (Li et al.'s bucket-size curve, PyTorch DDP, VLDB 2020).
 
-`recommend(model_bytes, compute_seconds, world_size, network)` prices each
-option of the lesson with this model, recommended one marked:
+`recommend` prices the lesson's options with this model and marks one:
 
 1. baseline: fp32 gradients, one allreduce after the backward (no overlap);
 2. buckets: the best bucket size, overlapped with the whole backward (exact);
 3. fp16 on the wire: half the bytes (lesson 07);
-4. PowerSGD: an m x n layer sends (m + n) r numbers instead of m n, so on
-   256 x 256 layers rank r sends r/128 of the bytes; the *weakest* ratio of
-   `POWERSGD_RATIOS` (the least lossy) that reaches the target (Vogels et
-   al. 2019; lossy, needs error feedback);
-5. local SGD: the smallest H of `SYNC_EVERY` that reaches the target, 1/H of
-   the traffic (Lin et al. 2020); changes the optimization;
-6. asynchronous parameter servers, one shard per worker (`cost.ps_time`): no
-   barrier, the same bytes, stale gradients;
-7. recommend the first of 2-6 (exact before lossy, small changes before
-   large) that reaches `target`; else the most efficient.
+4. PowerSGD: the weakest of `POWERSGD_RATIOS` reaching the target (Vogels et al. 2019);
+5. local SGD: the smallest H of `SYNC_EVERY` reaching the target (Lin et al. 2020);
+6. asynchronous parameter servers, one shard per worker (`cost.ps_time`);
+7. mark the first of 2-6 reaching `target` (exact before lossy, small changes
+   before large), else the most efficient.
 """
 
 from __future__ import annotations
@@ -49,14 +37,12 @@ from dataclasses import dataclass
 from syncedu.collectives import cost
 from syncedu.comm.network import Network
 
-__all__ = ["BACKWARD_SHARE", "DEFAULT_OVERLAP", "step_time", "efficiency", "relative_efficiency",
-           "comm_seconds", "best_bucket", "Option", "recommend", "SYNC_EVERY", "POWERSGD_RATIOS"]
-
 # Backward costs about twice the forward (two matrix products per layer instead of one).
 BACKWARD_SHARE = 2 / 3
 # The share of the backward that hides communication unless a caller says otherwise.
 DEFAULT_OVERLAP = 0.5
 MB = 2 ** 20
+# PowerSGD rank r sends (m + n) r numbers instead of m n: r / 128 of the bytes on 256 x 256.
 POWERSGD_RATIOS = (4, 8, 16, 32)  # rank 32, 16, 8, 4 on 256 x 256 layers
 POWERSGD_SIDE = 256
 SYNC_EVERY = (2, 4, 8, 16, 32, 64)
@@ -83,28 +69,27 @@ def _buckets(model_bytes: float, bucket_bytes: float | None) -> list[float]:
 
 
 def comm_seconds(model_bytes: float, world_size: int, network: Network, *,
-                 algorithm: str = "ring", bucket_bytes: float | None = None) -> float:
-    """Step 2: seconds of all the gradient allreduces of one step, back to back."""
-    return sum(cost.allreduce_time(algorithm, b, world_size, network)
+                 bucket_bytes: float | None = None) -> float:
+    """Step 2: seconds of all the gradient (ring) allreduces of one step, back to back."""
+    return sum(cost.allreduce_time("ring", b, world_size, network)
                for b in _buckets(model_bytes, bucket_bytes))
 
 
 def step_time(model_bytes: float, compute_seconds: float, world_size: int, network: Network, *,
-              algorithm: str = "ring", overlap: float = DEFAULT_OVERLAP,
-              bucket_bytes: float | None = None) -> float:
+              overlap: float = DEFAULT_OVERLAP, bucket_bytes: float | None = None) -> float:
     """Seconds of one data-parallel step (the module docstring's steps)."""
     _check(model_bytes, compute_seconds, world_size, overlap)
     if world_size == 1:
         return compute_seconds
     backward = BACKWARD_SHARE * compute_seconds  # Step 1
     if bucket_bytes is None:  # Step 3, fluid limit
-        t_comm = comm_seconds(model_bytes, world_size, network, algorithm=algorithm)
+        t_comm = comm_seconds(model_bytes, world_size, network)
         return compute_seconds + max(0.0, t_comm - overlap * backward)
     sizes = _buckets(model_bytes, bucket_bytes)  # Step 2
     k, done = len(sizes), 0.0
     for i, size in enumerate(sizes, start=1):  # Step 3, one bucket at a time
         ready = backward * (1 - overlap) + backward * overlap * i / k
-        done = max(done, ready) + cost.allreduce_time(algorithm, size, world_size, network)
+        done = max(done, ready) + cost.allreduce_time("ring", size, world_size, network)
     return compute_seconds + max(0.0, done - backward)
 
 
@@ -131,7 +116,6 @@ def best_bucket(model_bytes: float, compute_seconds: float, world_size: int, net
     return max(effs, key=lambda be: (round(be[1], 12), -be[0]))
 
 
-# ------------------------------------------------------------------ the advice
 @dataclass(frozen=True)
 class Option:
     """One tuning option: what to set, the predicted efficiency, and why."""

@@ -1,34 +1,21 @@
 """Published scaling results, predicted by the alpha-beta model from inputs stated first.
 
-An honest prediction (lesson 09, section 7): every input is fixed from the
-paper's stated hardware and a published step time *before* the published
-efficiency is looked at, one rule for all rows, and the miss is reported
-whichever way it goes. Each `Comparison` holds the parameter count (fp32
-gradients), a published per-GPU step time, the cluster's network as the
-source states it, the framework's bucket size and the base (1 GPU, or 8 in
-one node), and asks `scaling.relative_efficiency`:
+Every input is fixed from the source's hardware and a published step time *before*
+the published efficiency is looked at, one rule for all rows; each `Comparison` asks
+`scaling.relative_efficiency` for:
 
 1. `predicted`: buckets, `scaling.DEFAULT_OVERLAP` of the backward hiding them;
 2. `best_case`: buckets, the whole backward available (`overlap=1`);
 3. `no_overlap`: every gradient byte after the backward;
 
-then `miss = predicted - published`; `blind` names what the model has no
-term for, so a miss has a suspect.
+then `miss = predicted - published`; `blind` names what the model has no term for.
 
-Sources:
-- Horovod, docs/benchmarks: 128 servers x 4 Pascal GPUs, 25 Gbit/s RoCE,
-  batch 64 per GPU: 90% for Inception V3 and ResNet-101, 68% for VGG-16 on
-  512 GPUs; its example run: ResNet-101 on 16 GPUs, 1656.82 images/s.
-- TensorFlow's benchmarks page (DGX-1, P100, batch 64, May 2017): one GPU does
-  142 images/s (Inception V3), 154 (VGG-16).
-- Goyal et al. 2017: ResNet-50 on servers of 8 P100 with NVLink, 50 Gbit/s
-  Ethernet, ~90% scaling efficiency from 8 to 256 GPUs; ~100 MB of
-  gradients, ~120 ms backward.
-- PyTorch's DDP benchmark (benchmarks/distributed/ddp/README.md; DGX machines
-  of 8 V100, "4x 100Gb InfiniBand per machine"): ResNet-50, batch 32 per GPU,
-  329 images/s on 1 GPU without DDP, 319 with, 307 per GPU on 8, 306 on 16.
-Parameter counts: torchvision / Keras models (Inception V3 23.8 M, ResNet-50
-25.6 M, ResNet-101 44.5 M, VGG-16 138.4 M).
+Sources (their figures are in the rows below): Horovod's docs/benchmarks (128
+servers x 4 Pascal GPUs, 25 Gbit/s RoCE, batch 64 per GPU); TensorFlow's benchmarks
+page (DGX-1, P100, batch 64, May 2017: the 1-GPU rates); Goyal et al. 2017 (servers
+of 8 P100 with NVLink, 50 Gbit/s Ethernet, ~120 ms backward); PyTorch's DDP benchmark
+(benchmarks/distributed/ddp/README.md: DGX machines of 8 V100, "4x 100Gb InfiniBand
+per machine", ResNet-50, batch 32 per GPU); parameter counts: torchvision / Keras.
 """
 
 from __future__ import annotations
@@ -63,15 +50,10 @@ class Comparison:
     base_world_size: int = 1
     base_network: Network | None = None
 
-    @property
-    def model_bytes(self) -> float:
-        return 4 * self.params
-
     def _eff(self, **options) -> float:
-        target = (self.world_size, self.network)
         base = (self.base_world_size, self.base_network or self.network)
-        return scaling.relative_efficiency(self.model_bytes, self.compute_seconds, base,
-                                           target, **options)
+        return scaling.relative_efficiency(4 * self.params, self.compute_seconds, base,
+                                           (self.world_size, self.network), **options)
 
     @property
     def predicted(self) -> float:

@@ -1,9 +1,4 @@
-"""`train.run("local_sgd", ..., sync_every=H)`: local SGD (local_sgd.py), registered.
-
-Every rank steps its own optimizer on its shard; `LocalSGD.after_step`
-averages the parameters every H optimizer steps, and `finish` once more at the
-end, so every rank ends with the same parameters (H=1 trains like "flat").
-"""
+"""`train.run("local_sgd", ..., sync_every=H)`: local SGD (local_sgd.py), registered."""
 
 from __future__ import annotations
 

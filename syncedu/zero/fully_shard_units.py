@@ -1,10 +1,9 @@
 """Per-parameter sharding along dim 0 (FSDP2's layout): one module's unit and its traffic.
 
-Zhao et al. (PyTorch FSDP, VLDB 2023) describe FSDP1: a unit's parameters flattened
-into one buffer cut in N (our `shards.Layout`). FSDP2 (torch's `fully_shard`) shards
-each parameter along dim 0: of d0 rows every rank gets c = ceil(d0 / N) (the last
-ranks fewer, maybe none), so each shard is a real tensor any optimizer can step. For
-the collectives a `RowUnit` pads every shard to c rows, so all ranks send equal pieces:
+FSDP1 (Zhao et al., VLDB 2023) cuts a unit's flattened parameters in N, as our
+`shards.Layout`; FSDP2 (torch's `fully_shard`) cuts each parameter along dim 0: of d0
+rows every rank gets c = ceil(d0 / N) (the last fewer, maybe none), a real tensor any
+optimizer can step. A `RowUnit` pads every shard to c rows for its collectives:
 
 1. `shard(i, full)`: this rank's rows [r c, min(d0, (r+1) c)) of a full tensor;
 2. `unshard(comm, dtype)`: copy-in each padded shard (cast to `dtype`, FSDP2's

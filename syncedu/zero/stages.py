@@ -244,7 +244,7 @@ class ZeroDataParallel(Synced):
         for h in self._hooks:
             h.remove()
         self._hooks = []
-        with torch.no_grad():
-            for u in self.units:
-                if self.stage == 3:
+        if self.stage == 3:
+            with torch.no_grad():
+                for u in self.units:
                     self._gather(u)

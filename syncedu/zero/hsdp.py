@@ -43,9 +43,8 @@ def check_nodes(world_size: int, nodes: int) -> int:
 
 
 class SubComm:
-    """Some of `parent`'s ranks as one ring: point-to-point, and the two collectives
-    FullyShard's units call, as rings charged to "{label}_reduce_scatter" and
-    "{label}_all_gather"."""
+    """Some of `parent`'s ranks as one ring, with the two collectives FullyShard's units
+    call, charged to "{label}_reduce_scatter" and "{label}_all_gather"."""
 
     def __init__(self, parent, ranks, label: str = ""):
         self.parent, self.ranks, self.label = parent, list(ranks), label

@@ -172,11 +172,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def state_dict(self) -> dict:
-        """The whole optimizer's state in torch's format (a collective: call on every rank).
-
-        Per-element state (Adam's `exp_avg`) is all-gathered; other state (`step`) comes
-        from the rank that owns the parameter's first element.
-        """
+        """The whole optimizer's state in torch's format (a collective: every rank calls it);
+        per-element state is all-gathered, scalars (`step`) come from the first element's owner."""
         elem, scalar = self._state_names()  # Step 1: the same names on every rank
         index = self._index()
         # Step 2: per parameter, "has state" and its scalars, from its first element's owner.

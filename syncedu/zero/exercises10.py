@@ -1,25 +1,21 @@
 """Checkers for notebooks/10_sharded_data_parallel's exercises (simulated ranks: exact).
 
-Exercises 1 (`zero2_step`: one SGD step) and 3 (`zero1_step`: two steps of SGD
-with momentum, the momentum kept in `state`) run the answer at N = 3 and 4 with
-Psi = 10 (neither divides it) and ask, in this order:
+Exercises 1 (`zero2_step`: one SGD step) and 3 (`zero1_step`: two steps of SGD with
+momentum, kept in `state`) run the answer at N = 3 and 4 with Psi = 10 (neither
+divides it) and ask, in this order:
 
 1. are every rank's parameters those of one process stepping the mean gradient (1e-6)?
-2. is it data parallelism (`comm.all_reduce`, or an allreduce by hand that leaves the
-   whole mean gradient on every rank), or a parameter server around a root
-   (`comm.reduce`/`gather`, then `comm.broadcast`/`scatter`: nothing is sharded)?
+2. is it data parallelism (an allreduce, built-in or by hand: the whole mean gradient
+   on every rank), or a parameter server (`comm.reduce`/`gather`, `broadcast`/`scatter`)?
 3. does a rank send or receive more than a ring reduce-scatter plus all-gather,
-   2 (N-1) ceil(Psi/N) elements per step (a root built from send/recv does: rank
-   0 receives (N-1) Psi)? The trace says who sent to whom;
-4. exercise 3: does a rank keep momentum for more than ceil(Psi/N) elements (tensors
-   in `state`, also inside lists, tuples and dicts)?
-5. run again with each rank's `params` NaN outside its own shard (ring or ceil(Psi/N)
-   split): a ZeRO step never reads them before the all-gather overwrites them, while
-   data parallelism on a copy of the gradients updates every element and ends with NaN.
+   2 (N-1) ceil(Psi/N) elements per step? The trace says who sent to whom;
+4. exercise 3: does a rank keep momentum for more than ceil(Psi/N) elements?
+5. run again with each rank's `params` NaN outside its own shard: a ZeRO step never
+   reads them, while data parallelism on a copy of the gradients ends with NaN.
 
-Exercise 2 (`memory_per_rank`) asks for the three parts separately (a total
-cannot tell sharded parameters from sharded gradients at stage 2: both are 2
-bytes per parameter) and accepts Psi/N or ceil(Psi/N) elements per shard.
+Exercise 2 (`memory_per_rank`) asks for the three parts separately (a total cannot
+tell sharded parameters from sharded gradients at stage 2) and accepts Psi/N or
+ceil(Psi/N) elements per shard.
 """
 
 from __future__ import annotations

@@ -2,31 +2,25 @@
 
 Rajbhandari et al., SC 2020 (ZeRO-3); PyTorch FSDP2 (`torch.distributed.fsdp.fully_shard`)
 shards every parameter along dim 0 (fully_shard_units.py) and swaps the module's
-parameters for the rank's shards, so `module.named_parameters()` are the shards
-(fp32 masters) and any optimizer built on `.parameters()` updates 1/N of the model.
-Modules chosen by `shard` (FSDP's wrap policy) are sharded, one `RowUnit` each; all
-other parameters are replicated, as in DDP.
+parameters for the rank's shards (fp32 masters), so any optimizer built on
+`.parameters()` updates 1/N of the model. Modules chosen by `shard` (FSDP's wrap
+policy) are sharded, one `RowUnit` each; the other parameters are replicated.
 
-1. set-up: rank 0's parameters to every rank (one broadcast); each sharded
-   parameter replaced by this rank's rows of it;
+1. set-up: rank 0's parameters to every rank; each sharded parameter replaced by
+   this rank's rows of it;
 2. forward of a sharded module (pre-hook): one all-gather of its unit, through an
    autograd function whose backward is step 3; the full tensors (cast to
    `compute_dtype`, as are the module's floating inputs) go in the module's
-   `__dict__`, where attribute lookup finds them before the shards; the post-hook
-   takes them away. With `reshard_after_forward` the tensors autograd saves for
-   backward become tokens (`saved_tensors_hooks`) and are gathered again when
-   backward needs them (FSDP's second all-gather; a unit whose weights backward
-   never reads is not gathered again). `peak_gathered_bytes`: the most full
-   weights held at once;
-3. backward of the unit: the full gradients, in fp32, reduce-scattered (mean) into
-   the shards' gradients; inside `no_sync()` they are added into whole fp32
-   gradients and reduced at the next synchronized backward (FSDP2's
-   `set_requires_gradient_sync(False)`);
+   `__dict__`, where attribute lookup finds them before the shards. With
+   `reshard_after_forward` the tensors autograd saves become tokens
+   (`saved_tensors_hooks`), gathered again when backward needs them;
+3. backward of the unit: the full fp32 gradients reduce-scattered (mean) into the
+   shards' gradients; inside `no_sync()` added into whole fp32 gradients instead
+   (FSDP2's `set_requires_gradient_sync(False)`);
 4. `finish_gradient_synchronization()`: replicated gradients allreduced (one flat
    buffer: the same bits on every rank); every trainable parameter gets a `.grad`.
 
-`shard_comm` is whom the units are cut over: every rank here, one node's ranks in
-`hsdp.HybridShard`, which overrides `_shard_comm` and `_backward`.
+`shard_comm` is whom the units are cut over: every rank here, a node's in `HybridShard`.
 """
 
 from __future__ import annotations
@@ -36,9 +30,16 @@ import contextlib
 import torch
 from torch import nn
 
-from syncedu.dp.data_parallel import sync_paused
-from syncedu.zero.fully_shard_units import RowUnit, shardable
-from syncedu.zero.shards import broadcast_params, flatten, held_bytes, unflatten
+from syncedu.zero.fully_shard_units import RowUnit
+from syncedu.zero.shards import (
+    Synced,
+    broadcast_params,
+    check_bool,
+    default_comm,
+    flatten,
+    held_bytes,
+    unflatten,
+)
 
 __all__ = ["FullyShard", "COMPUTE_DTYPES"]
 
@@ -79,18 +80,12 @@ class _Gather(torch.autograd.Function):
         return (None, None, *ctx.owner._backward(ctx.unit, grads, ctx.sync))
 
 
-class FullyShard(nn.Module):
+class FullyShard(Synced):
     """Shard `module`'s parameters over `comm`'s ranks (see the module docstring).
 
-    Args:
-        module: the model; parameters of one dtype (fp32 masters with `compute_dtype`).
-        comm: this rank's `Comm`; None wraps torch.distributed's default group.
-        compute_dtype: None (compute in the parameters' dtype), torch.float16 or
-            torch.bfloat16: gathered weights and sharded modules' inputs are cast.
-        shard: which modules are sharded: None (every module with parameters),
-            a tuple of module types, or a predicate `module -> bool`.
-        reshard_after_forward: free the gathered weights after each module's
-            forward and all-gather them again in backward (less memory, 1.5x bytes).
+    `compute_dtype` (torch.float16 or bfloat16) casts the gathered weights and sharded
+    modules' inputs; `shard` picks the sharded modules: None (all with parameters), a
+    tuple of module types, or a predicate `module -> bool`.
     """
 
     def __init__(self, module: nn.Module, comm=None, *, compute_dtype=None, shard=None,
@@ -100,24 +95,20 @@ class FullyShard(nn.Module):
             raise ValueError(f"compute_dtype={compute_dtype!r} is not supported; choose one of "
                              f"{COMPUTE_DTYPES}")
         chosen = policy(shard)
-        if reshard_after_forward not in (True, False):
-            raise ValueError(f"reshard_after_forward={reshard_after_forward!r} must be a bool")
-        if comm is None:
-            from syncedu.comm import TorchComm
-            comm = TorchComm()
+        check_bool("reshard_after_forward", reshard_after_forward)
+        comm = default_comm(comm)
         self.module, self.comm, self.compute_dtype = module, comm, compute_dtype
         self.reshard_after_forward = reshard_after_forward
-        self.require_sync, self._armed = True, False
         self._live: dict[int, tuple] = {}  # storage -> (unit, index, gathered tensor)
         self.gathered_bytes = self.peak_gathered_bytes = 0  # full weights held (see _held)
         params = list(dict.fromkeys(module.parameters()))
         if not params:
             raise ValueError("module has no parameters to shard")
         broadcast_params(comm, params)  # Step 1
-        self.shard_comm = self._shard_comm(comm)  # whom the units are sharded over
+        self.shard_comm = self._shard_comm(comm)
         self.units = self._build_units(chosen)
         sharded = {id(s) for u in self.units for s in u.shards}
-        self.replicated = [p for p in dict.fromkeys(module.parameters())
+        self.replicated = [p for p in dict.fromkeys(module.parameters())  # after the swap
                            if p.requires_grad and id(p) not in sharded]
         # Calling `.module` directly also decides whether this backward synchronizes.
         module.register_forward_pre_hook(self._arm)
@@ -138,8 +129,9 @@ class FullyShard(nn.Module):
                     count[id(p)] = count.get(id(p), 0) + 1
         units, n, r = [], self.shard_comm.world_size, self.shard_comm.rank
         for m in self.module.modules():
+            # Only trainable tensors with a dim 0 are cut (scalars and frozen ones replicate).
             names = [k for k, p in m._parameters.items()
-                     if p is not None and shardable(p) and count[id(p)] == 1]
+                     if p is not None and p.requires_grad and p.dim() >= 1 and count[id(p)] == 1]
             if not names or not chosen(m):
                 continue
             u = RowUnit(m, names, [m._parameters[k].shape for k in names], n, r)
@@ -159,10 +151,6 @@ class FullyShard(nn.Module):
                  if self.reshard_after_forward else contextlib.nullcontext())
         with hooks:
             return self.module(*args, **kwargs)
-
-    def _arm(self, _module, _args):
-        # As DDP: the forward decides whether the coming backward synchronizes.
-        self._armed = self.require_sync and torch.is_grad_enabled()
 
     def _pre_forward(self, u: RowUnit):
         def hook(module, args):
@@ -230,20 +218,14 @@ class FullyShard(nn.Module):
         u.accumulated = None
         return u.reduce(self.shard_comm, grads)
 
-    def no_sync(self):
-        """Accumulate whole fp32 gradients locally; the next synced backward reduces them."""
-        return sync_paused(self)
-
     @torch.no_grad()
     def finish_gradient_synchronization(self) -> None:
         """Step 4: allreduce the replicated gradients; give every parameter a `.grad`."""
         if not self._armed:
             return
         self._armed = False
-        for u in self.units:
-            for s in u.shards:
-                if s.grad is None:
-                    s.grad = torch.zeros_like(s)
+        for s in (s for u in self.units for s in u.shards if s.grad is None):
+            s.grad = torch.zeros_like(s)
         if self.replicated:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p)
                      for p in self.replicated]

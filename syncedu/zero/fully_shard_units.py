@@ -1,20 +1,16 @@
 """Per-parameter sharding along dim 0 (FSDP2's layout): one module's unit and its traffic.
 
-Zhao et al. (PyTorch FSDP, VLDB 2023) describe FSDP1: a unit's parameters
-flattened into one buffer cut in N (our `shards.Layout`). FSDP2 (torch's
-`fully_shard`) shards each parameter on its own along dim 0: a weight of d0 rows
-gives every rank c = ceil(d0 / N) rows (the last ranks fewer, maybe none), so
-each shard is a real tensor that any optimizer can step. A `RowUnit` is one
-module's sharded parameters; for its collectives every shard is padded to c
-rows, so all ranks send equal pieces:
+FSDP1 (Zhao et al., VLDB 2023) cuts a unit's flattened parameters in N, as our
+`shards.Layout`; FSDP2 (torch's `fully_shard`) cuts each parameter along dim 0: of d0
+rows every rank gets c = ceil(d0 / N) (the last fewer, maybe none), a real tensor any
+optimizer can step. A `RowUnit` pads every shard to c rows for its collectives:
 
-1. `shard(full, rank)`: rank's rows [r c, min(d0, (r+1) c)) of a full tensor;
-2. `unshard(comm, dtype)`: copy-in each padded shard (cast to `dtype`: FSDP2's
-   param_dtype, so a half-precision all-gather moves half the bytes), one
+1. `shard(i, full)`: this rank's rows [r c, min(d0, (r+1) c)) of a full tensor;
+2. `unshard(comm, dtype)`: copy-in each padded shard (cast to `dtype`, FSDP2's
+   param_dtype: a half-precision all-gather moves half the bytes), one
    `comm.all_gather` for the whole unit, copy-out into full tensors;
-3. `reduce(comm, grads)`: full fp32 gradients cut into the same padded pieces,
-   one `comm.reduce_scatter(op="avg")`, and this rank's rows of the mean, as
-   gradients of the shards' own shapes.
+3. `reduce(comm, grads)`: full fp32 gradients cut into the same padded pieces, one
+   `comm.reduce_scatter(op="avg")`, and this rank's rows of the mean.
 
 `spread(module, N)` compares the layouts per layer: a flat shard can hold a whole
 layer (whose all-gather is then a broadcast from that rank), a per-parameter one
@@ -55,7 +51,7 @@ class RowUnit:
         return [self.module._parameters[n] for n in self.names]
 
     def shard(self, i: int, full: torch.Tensor) -> torch.Tensor:
-        """Step 1: this rank's rows of parameter i's full tensor (a copy)."""
+        """Step 1 (a copy)."""
         lo, hi = rows(self.shapes[i][0], self.world_size, self.rank)
         return full[lo:hi].clone()
 
@@ -92,16 +88,11 @@ class RowUnit:
         return mine
 
 
-def shardable(p: nn.Parameter) -> bool:
-    """Only trainable tensors with a dim 0 are sharded (scalars and frozen ones replicate)."""
-    return p.requires_grad and p.dim() >= 1
-
-
-def spread(module: nn.Module, world_size: int, split: str = "uneven") -> list[dict]:
+def spread(module: nn.Module, world_size: int) -> list[dict]:
     """Per layer: {"layer", "numel", "flat": [elements per rank], "per_param": [...],
     "flat_max_share", "per_param_max_share"} (the largest rank's fraction of the layer)."""
     units = layer_units(module)
-    layout = Layout(units[-1].b, world_size, split)
+    layout = Layout(units[-1].b, world_size)
     out = []
     for u in units:
         flat = [hi - lo for lo, hi in layout.ranges(u.a, u.b)]

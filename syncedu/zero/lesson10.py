@@ -1,9 +1,6 @@
-"""Figures and the widget for notebooks/10_sharded_data_parallel.
-
-`memory_bars(rows)` (model state per rank, one bar per stage), `memory_trace(samples)`
-(one rank's bytes through a step, from `ZeroDataParallel.memory.samples`), and
-`zero_explorer()`: model size, N, stage, network -> memory per rank (train/memory.py,
-the paper's mixed-precision Adam) and step time (timing.py, with and without prefetch).
+"""Figures and the widget for notebooks/10_sharded_data_parallel: model state per rank
+(`memory_bars`), one rank's bytes through a step (`memory_trace`), and `zero_explorer()`
+(memory per rank from train/memory.py, step time from timing.py).
 """
 
 from __future__ import annotations

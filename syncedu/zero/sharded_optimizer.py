@@ -1,15 +1,12 @@
 """`ShardedOptimizer`: ZeRO stage 1 as an optimizer, over any `torch.optim` optimizer.
 
 Rajbhandari et al., SC 2020, stage 1 (P_os): whole parameters and gradients on
-every rank, the optimizer state of 1/N of them. torch's `ZeroRedundancyOptimizer(
-params, optimizer_class, **defaults)` hands each rank whole parameters (greedily by
-size) and broadcasts them after the step. Here the trainable parameters are laid
-end to end in group order (each tensor once, so tied weights count once) and cut
-by `shards.Layout` ("uneven": sizes differ by at most one, as a ring allreduce
-cuts a buffer). Rank r's shard is a list of pieces, each a view of one
-parameter's storage; the local optimizer `.optim` holds those pieces, so its state
-exists for the shard alone and element-wise optimizers (SGD, Adam, AdamW, ...) do
-the arithmetic of the unsharded one. A step:
+every rank, the optimizer state of 1/N of them. torch's `ZeroRedundancyOptimizer`
+hands each rank whole parameters (greedily by size); here the trainable parameters
+are laid end to end in group order (tied weights once) and cut by `shards.Layout`.
+Rank r's shard is a list of pieces, views of the parameters; the local
+optimizer `.optim` holds those pieces, so element-wise optimizers (SGD, Adam, AdamW)
+do the arithmetic of the unsharded one. A step:
 
 1. gradients: averaged already (DDP or `dp.DataParallel`), or with
    `reduce_scatter=True` averaged here by a ring reduce-scatter (the first half of
@@ -17,22 +14,23 @@ the arithmetic of the unsharded one. A step:
 2. the hyperparameters of `param_groups` (which a scheduler may change) copied into
    the local groups, then `.optim.step()` on the shard;
 3. the updated shards all-gathered (the second half), so the ranks agree again.
-
-Traffic per step: an all-gather of Psi (with `reduce_scatter`, plus a
-reduce-scatter of Psi: one ring allreduce, 1x data parallelism's bytes).
 """
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 
 from syncedu.zero.shards import (
     Layout,
     broadcast_params,
+    check_bool,
+    default_comm,
     flatten,
-    held_bytes,
     ring_all_gather_pieces,
     ring_reduce_scatter_pieces,
+    state_bytes,
     unflatten,
 )
 
@@ -52,22 +50,16 @@ def _groups(params) -> list[dict]:
     return [{"params": params}]
 
 
+def _options(group: dict) -> dict:
+    return {k: v for k, v in group.items() if k != "params"}
+
+
 class ShardedOptimizer(torch.optim.Optimizer):
-    """ZeRO-1 over `optimizer_cls` (see the module docstring).
+    """ZeRO-1 over `optimizer_cls` (a class, e.g. `torch.optim.AdamW`; `**kwargs` its defaults).
 
-    A `torch.optim.Optimizer` itself (as torch's ZeroRedundancyOptimizer), so
-    learning-rate schedulers take it; its `param_groups` hold the whole
-    parameters and the hyperparameters the next `step()` uses.
-
-    Args:
-        params: tensors or parameter groups (dicts with "params" and their own
-            hyperparameters), as for any torch optimizer.
-        optimizer_cls: a `torch.optim.Optimizer` subclass, e.g. `torch.optim.AdamW`.
-        comm: this rank's `Comm`; None wraps torch.distributed's default group
-            (`syncedu.comm.TorchComm()`).
-        reduce_scatter: average the gradients here (reduce-scatter) instead of
-            trusting that DDP / `dp.DataParallel` averaged them already.
-        **kwargs: `optimizer_cls`'s defaults (lr, weight_decay, betas, ...).
+    A `torch.optim.Optimizer` itself, as torch's ZeroRedundancyOptimizer, so schedulers
+    take it; its `param_groups` hold the whole parameters. `reduce_scatter`: average the
+    gradients here instead of trusting DDP / `dp.DataParallel` to have done it.
     """
 
     def __init__(self, params, optimizer_cls, comm=None, *, reduce_scatter: bool = False,
@@ -76,21 +68,15 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 and issubclass(optimizer_cls, torch.optim.Optimizer)):
             raise ValueError(f"optimizer_cls={optimizer_cls!r} must be a torch.optim.Optimizer "
                              f"subclass, e.g. torch.optim.AdamW (the class, not an instance)")
-        if reduce_scatter not in (True, False):
-            raise ValueError(f"reduce_scatter={reduce_scatter!r} must be a bool")
-        if comm is None:
-            from syncedu.comm import TorchComm
-            comm = TorchComm()
-        self.comm, self.reduce_scatter = comm, reduce_scatter
+        check_bool("reduce_scatter", reduce_scatter)
+        self.comm, self.reduce_scatter = default_comm(comm), reduce_scatter
         groups = _groups(params)
-        # Step 0: each trainable tensor once, in group order (tied weights once).
-        seen: set[int] = set()
+        seen: set[int] = set()  # Step 0: each trainable tensor once, in group order
         self.params: list[torch.Tensor] = []
         for g in groups:
             g["params"] = [p for p in g["params"] if not (id(p) in seen or seen.add(id(p)))]
-            for p in g["params"]:
-                if not p.is_contiguous():
-                    raise ValueError("params must be contiguous tensors")
+            if not all(p.is_contiguous() for p in g["params"]):
+                raise ValueError("params must be contiguous tensors")
             self.params += [p for p in g["params"] if p.requires_grad]
         if not self.params:
             raise ValueError("params has no tensor with requires_grad=True to optimize")
@@ -98,16 +84,15 @@ class ShardedOptimizer(torch.optim.Optimizer):
         if len(kinds) > 1:
             raise ValueError(f"params must share one dtype and device, "
                              f"got {sorted(map(str, kinds))}")
-        self.offsets, a = [], 0
-        for p in self.params:
-            self.offsets.append(a)
-            a += p.numel()
-        self.layout = Layout(a, comm.world_size, "uneven")
+        self.offsets = list(itertools.accumulate((p.numel() for p in self.params), initial=0))
+        self.layout = Layout(self.offsets.pop(), self.comm.world_size)
         self.optim = self._local_optimizer(groups, optimizer_cls, kwargs)
-        super().__init__(self._full_groups(groups), dict(self.optim.defaults))
-        broadcast_params(comm, self.params)  # start from rank 0's, as DDP does
+        # The user's view: whole parameters, with the local groups' filled-in defaults.
+        super().__init__([{**lg, "params": g["params"]}
+                          for g, lg in zip(groups, self.optim.param_groups)],
+                         dict(self.optim.defaults))
+        broadcast_params(self.comm, self.params)  # start from rank 0's, as DDP does
 
-    # ------------------------------------------------------------ set-up
     def _mine(self, p_index: int) -> tuple[int, int]:
         """Where this rank's shard overlaps parameter `p_index`, in its flattened elements."""
         a = self.offsets[p_index]
@@ -120,13 +105,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
         local = []
         for g in groups:
             mine = []
-            for p in g["params"]:
-                if id(p) not in index:
-                    continue  # frozen: never stepped, as the unsharded optimizer skips it
-                i = index[id(p)]
+            for i in (index[id(p)] for p in g["params"] if id(p) in index):  # frozen: skipped
                 lo, hi = self._mine(i)
                 if hi > lo:
-                    piece = p.detach().view(-1)[lo:hi]
+                    piece = self.params[i].detach().view(-1)[lo:hi]
                     self.pieces.append((i, piece))
                     mine.append(piece)
             local.append({**g, "params": mine})
@@ -134,10 +116,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
             local[0]["params"] = [self.params[0].new_empty(0)]
         return optimizer_cls(local, **kwargs)
 
-    def _full_groups(self, groups) -> list[dict]:
-        """The user's view: whole parameters, with the local groups' filled-in defaults."""
-        return [{**lg, "params": g["params"]}
-                for g, lg in zip(groups, self.optim.param_groups)]
+    def _index(self) -> dict[int, int]:
+        """id of each parameter -> its number in torch's state_dict format."""
+        return {id(p): k for k, p in enumerate(q for g in self.param_groups for q in g["params"])}
 
     # ------------------------------------------------------------ a step
     @torch.no_grad()
@@ -166,7 +147,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
             raise ValueError("closure is not supported: compute the loss and backward first")
         self._average() if self.reduce_scatter else self._attach_grads()
         for full, local in zip(self.param_groups, self.optim.param_groups):  # Step 2
-            local.update({k: v for k, v in full.items() if k != "params"})
+            local.update(_options(full))
         self.optim.step()
         for _, piece in self.pieces:
             piece.grad = None  # the views must not outlive this step
@@ -177,31 +158,24 @@ class ShardedOptimizer(torch.optim.Optimizer):
             p.copy_(v)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Forget the whole parameters' gradients, as torch's optimizers do."""
-        for g in self.param_groups:
-            for p in g["params"]:
-                if p.grad is not None:
-                    if set_to_none:
-                        p.grad = None
-                    else:
-                        p.grad.detach_().zero_()
+        for p in (p for g in self.param_groups for p in g["params"] if p.grad is not None):
+            if set_to_none:
+                p.grad = None
+            else:
+                p.grad.detach_().zero_()
 
     # ------------------------------------------------------------ state
     @property
     def state_bytes(self) -> int:
         """Bytes of optimizer state this rank holds (its shard's moments, momenta, ...)."""
-        return held_bytes(t for s in self.optim.state.values() for t in s.values()
-                          if isinstance(t, torch.Tensor))
+        return state_bytes(self.optim)
 
     @torch.no_grad()
     def state_dict(self) -> dict:
-        """The whole optimizer's state in torch's format (a collective: call on every rank).
-
-        Per-element state (Adam's `exp_avg`, SGD's `momentum_buffer`) is all-gathered;
-        other state (`step`) comes from the rank that owns the parameter's first element.
-        """
+        """The whole optimizer's state in torch's format (a collective: every rank calls it);
+        per-element state is all-gathered, scalars (`step`) come from the first element's owner."""
         elem, scalar = self._state_names()  # Step 1: the same names on every rank
-        index = {id(p): k for k, p in enumerate(q for g in self.param_groups for q in g["params"])}
+        index = self._index()
         # Step 2: per parameter, "has state" and its scalars, from its first element's owner.
         small = self.params[0].new_zeros(len(self.params), 1 + len(scalar), dtype=torch.float64)
         flats = {key: self.params[0].new_zeros(self.layout.numel) for key in elem}
@@ -225,15 +199,15 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 st.update({key: torch.tensor(small[i, 1 + j].item(), dtype=torch.float32)
                            for j, key in enumerate(scalar)})
                 state[index[id(p)]] = st
-        groups = [{**{k: v for k, v in g.items() if k != "params"},
-                   "params": [index[id(p)] for p in g["params"]]} for g in self.param_groups]
+        groups = [{**_options(g), "params": [index[id(p)] for p in g["params"]]}
+                  for g in self.param_groups]
         return {"state": state, "param_groups": groups}
 
     def _state_names(self) -> tuple[list[str], list[str]]:
         """(per-element, scalar) state names: those of `optimizer_cls` stepped on one-element
         probes with this optimizer's groups (no traffic: every rank finds the same)."""
         probes = [torch.zeros(1, requires_grad=True) for _ in self.optim.param_groups]
-        opt = type(self.optim)([{**{k: v for k, v in g.items() if k != "params"}, "params": [p]}
+        opt = type(self.optim)([{**_options(g), "params": [p]}
                                 for g, p in zip(self.optim.param_groups, probes)])
         for p in probes:
             p.grad = torch.zeros(1)
@@ -249,10 +223,11 @@ class ShardedOptimizer(torch.optim.Optimizer):
             raise ValueError(f"state_dict has {len(groups)} parameter groups; this optimizer "
                              f"has {len(self.param_groups)}")
         for full, g in zip(self.param_groups, groups):
-            full.update({k: v for k, v in g.items() if k != "params"})
-        index = {id(p): k for k, p in enumerate(q for g in self.param_groups for q in g["params"])}
+            full.update(_options(g))
+        index = self._index()
         for i, piece in self.pieces:
-            st = state.get(index[id(self.params[i])], state.get(str(index[id(self.params[i])])))
+            n = index[id(self.params[i])]
+            st = state.get(n, state.get(str(n)))
             if st is None:
                 continue
             lo, hi = self._mine(i)

@@ -1,29 +1,18 @@
 """What ZeRO is built from: one flat buffer cut into N shards, the two halves of an
-allreduce on it (whole, or one layer's slice at a time), and a meter of the
-model-state bytes a rank really holds.
+allreduce on it, and a meter of the model-state bytes a rank really holds.
 
 A ring allreduce *is* a reduce-scatter followed by an all-gather (Patarasuk &
 Yuan 2009); ZeRO (Rajbhandari et al., SC 2020) shards what lies between them.
-The trainable parameters, in module order, make one buffer of `numel` elements;
-rank r owns its contiguous shard r (`Layout`), cut one of two ways (`SPLITS`):
-"padded" (ceil(numel / N) each, zeros appended, so the built-ins
-`comm.reduce_scatter` / `comm.all_gather`, which want equal pieces, move it
-whole) or "uneven" (`ring_chunks`, sizes differing by at most one: the cut of
-`comm.all_reduce`, so every element is summed in data parallelism's order).
-A layer is a slice [a, b) of the buffer; its piece on rank j is the slice's
-overlap with shard j (often empty), moved by lesson 02's ring with uneven chunks.
-
-1. `reduce_scatter_mean(comm, pieces, builtin)`: rank r gets the mean over ranks
-   of `pieces[r]` (the gradient half);
-2. `all_gather(comm, pieces, builtin)`: every `pieces[j]` becomes rank j's (the
-   parameter half); `start_direct_all_gather` does it in the background (prefetch);
-3. `MemoryMeter`: peaks of parameters, gradients and optimizer state, each storage
-   counted once (`train.memory.held_bytes`: a view counts its buffer once);
-4. `layer_units(module)`: the `Unit`s, each a slice [a, b) of the buffer.
+The trainable parameters, in module order, make one buffer; rank r owns its
+contiguous shard r (`Layout`), cut as `comm.all_reduce` cuts it (`ring_chunks`),
+so every element is summed in data parallelism's order. A layer is a slice [a, b)
+of the buffer; its piece on rank j is the slice's overlap with shard j (often
+empty), moved by lesson 02's ring with uneven chunks.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -31,23 +20,20 @@ from torch import nn
 
 from syncedu.collectives.algorithms import ring_all_gather_chunks, ring_reduce_scatter_chunks
 from syncedu.comm.ledger import ring_chunks
+from syncedu.dp.data_parallel import sync_paused
 from syncedu.train.memory import held_bytes
 
-SPLITS = ("padded", "uneven")
 _KINDS = ("params", "grads", "optimizer")
 
 
 @dataclass(frozen=True)
 class Layout:
-    """How `numel` elements are cut into `world_size` shards (see the module docstring)."""
+    """How `numel` elements are cut into `world_size` contiguous shards."""
 
     numel: int
     world_size: int
-    split: str = "padded"
 
     def __post_init__(self):
-        if self.split not in SPLITS:
-            raise ValueError(f"split={self.split!r} is unknown; choose one of {SPLITS}")
         if not isinstance(self.world_size, int) or self.world_size < 1:
             raise ValueError(f"world_size={self.world_size!r} must be an int >= 1")
         if not isinstance(self.numel, int) or self.numel < 0:
@@ -55,15 +41,7 @@ class Layout:
 
     @property
     def sizes(self) -> list[int]:
-        """Elements in each rank's shard."""
-        if self.split == "uneven":
-            return ring_chunks(self.numel, self.world_size)
-        return [-(-self.numel // self.world_size)] * self.world_size
-
-    @property
-    def padded_numel(self) -> int:
-        """Length of the whole buffer: `numel` plus the padding ("padded" only)."""
-        return sum(self.sizes)
+        return ring_chunks(self.numel, self.world_size)
 
     def start(self, rank: int) -> int:
         return sum(self.sizes[:rank])
@@ -86,30 +64,48 @@ class Layout:
         return [buf[lo - a: hi - a] for lo, hi in self.ranges(a, a + buf.numel())]
 
 
-def flatten(tensors, numel: int | None = None) -> torch.Tensor:
-    """`tensors` end to end in one new buffer (of `numel` elements: zeros after them)."""
-    flat = torch.cat([t.detach().reshape(-1) for t in tensors])
-    return flat if numel is None else torch.cat([flat, flat.new_zeros(numel - flat.numel())])
+def default_comm(comm):
+    """`comm`, or (None) torch.distributed's default group as a `TorchComm`."""
+    if comm is None:
+        from syncedu.comm import TorchComm
+        comm = TorchComm()
+    return comm
+
+
+def check_bool(name: str, value) -> None:
+    if value not in (True, False):
+        raise ValueError(f"{name}={value!r} must be a bool")
+
+
+def flatten(tensors) -> torch.Tensor:
+    """`tensors` end to end in one new buffer."""
+    return torch.cat([t.detach().reshape(-1) for t in tensors])
 
 
 def unflatten(flat: torch.Tensor, like) -> list[torch.Tensor]:
-    """`flat` cut into views shaped like the tensors `like` (the inverse of `flatten`)."""
+    """`flat` cut into views shaped like `like` (tensors or sizes): the inverse of `flatten`."""
     out, a = [], 0
-    for t in like:
-        out.append(flat[a: a + t.numel()].view_as(t))
-        a += t.numel()
+    for shape in (getattr(t, "shape", t) for t in like):
+        out.append(flat[a: a + shape.numel()].view(shape))
+        a += shape.numel()
     return out
 
 
 @torch.no_grad()
-def broadcast_params(comm, params, numel: int | None = None) -> torch.Tensor:
+def broadcast_params(comm, params) -> torch.Tensor:
     """Rank 0's `params` on every rank, as DDP starts: one broadcast of one flat buffer
-    (returned; `numel`: padded to that length)."""
-    flat = flatten(params, numel)
+    (returned)."""
+    flat = flatten(params)
     comm.broadcast(flat, src=0)
     for p, v in zip(params, unflatten(flat, params)):
         p.copy_(v)
     return flat
+
+
+def state_bytes(optimizer) -> int:
+    """Bytes of the tensors in `optimizer.state` (moments, momenta, step counters)."""
+    return held_bytes(t for s in optimizer.state.values() for t in s.values()
+                      if isinstance(t, torch.Tensor))
 
 
 def ring_reduce_scatter_pieces(comm, pieces: list[torch.Tensor]) -> torch.Tensor:
@@ -129,36 +125,19 @@ def ring_all_gather_pieces(comm, pieces: list[torch.Tensor]) -> None:
         ring_all_gather_chunks(comm, pieces, list(range(comm.world_size)), skip_empty=True)
 
 
-def start_direct_all_gather(comm, pieces: list[torch.Tensor], tag: int) -> list:
-    """All-gather without waiting (stage 3's prefetch): every rank sends its piece straight
-    to every other and posts its receives; returns the handles to `wait()`. The ring's
-    bytes, and on one port about its time, but in the background while the rank computes."""
-    me, works = comm.rank, []
-    with comm.scope("prefetch_all_gather"):
-        for j, piece in enumerate(pieces):
-            if j != me and piece.numel():
-                works.append(comm.irecv(piece, j, tag))
-            if j != me and pieces[me].numel():
-                works.append(comm.isend(pieces[me], j, tag))
-    return works
+class Synced(nn.Module):
+    """What every sharded wrapper shares with DDP: the forward decides whether the coming
+    backward synchronizes, and `no_sync()` pauses it for accumulation."""
 
+    def __init__(self):
+        super().__init__()
+        self.require_sync, self._armed = True, False
 
-def reduce_scatter_mean(comm, pieces: list[torch.Tensor], builtin: bool) -> torch.Tensor:
-    """Step 1: the mean over ranks of `pieces[comm.rank]`: `builtin` (equal pieces only)
-    `comm.reduce_scatter` into a new tensor, else our ring in place (partial sums stay)."""
-    if builtin:
-        out = pieces[comm.rank].new_empty(pieces[comm.rank].numel())
-        return comm.reduce_scatter(out, pieces, op="avg")
-    return ring_reduce_scatter_pieces(comm, pieces).div_(comm.world_size)
+    def _arm(self, *_hook_args) -> None:
+        self._armed = self.require_sync and torch.is_grad_enabled()
 
-
-def all_gather(comm, pieces: list[torch.Tensor], builtin: bool) -> None:
-    """Step 2: fill every piece from its owner (`builtin`: `comm.all_gather`, equal pieces)."""
-    if builtin:
-        # Our own piece is both input and output: the built-ins copy it onto itself.
-        comm.all_gather(pieces, pieces[comm.rank])
-    else:
-        ring_all_gather_pieces(comm, pieces)
+    def no_sync(self) -> contextlib.AbstractContextManager:
+        return sync_paused(self)
 
 
 class MemoryMeter:
@@ -176,8 +155,7 @@ class MemoryMeter:
                             + [u.flat for u in o.units])
         grads = held_bytes([p.grad for p in o.params] + [o.shard.grad, o.flat_grad]
                            + [u.flat_grad for u in o.units])
-        optim = held_bytes(t for s in o.opt.state.values() for t in s.values()
-                           if isinstance(t, torch.Tensor))
+        optim = state_bytes(o.opt)
         self.samples.append((where, params, grads, optim))
         for kind, value in zip((*_KINDS, "total"), (params, grads, optim, params + grads + optim)):
             self.peak[kind] = max(self.peak[kind], value)
@@ -192,22 +170,16 @@ class Unit:
         self.a, self.b = a, a + sum(p.numel() for p in params)
         self.flat: torch.Tensor | None = None  # stage 3: the gathered slice, while in use
         self.flat_grad: torch.Tensor | None = None  # stages 2-3: its gradients, until reduced
-        self.pending: list = []  # stage 3 with prefetch: the all-gather's sends and receives
         self.ready = 0  # parameters whose gradient arrived in this backward
 
     def attach(self, flat: torch.Tensor) -> None:
-        """Point every parameter at its part of `flat` (this unit's slice, or more)."""
-        offset = 0
-        for p, shape in zip(self.params, self.shapes):
-            p.data = flat[offset: offset + shape.numel()].view(shape)
-            offset += shape.numel()
+        for p, v in zip(self.params, unflatten(flat, self.shapes)):
+            p.data = v
 
     def attach_grads(self, flat_grad: torch.Tensor) -> None:
         """`.grad`s as views of `flat_grad`: autograd adds into them in place."""
-        offset = 0
-        for p, shape in zip(self.params, self.shapes):
-            p.grad = flat_grad[offset: offset + shape.numel()].view(shape)
-            offset += shape.numel()
+        for p, v in zip(self.params, unflatten(flat_grad, self.shapes)):
+            p.grad = v
 
     def free(self) -> None:
         """Stage 3: drop the whole parameters (0-element placeholders stay in the module)."""
@@ -218,7 +190,7 @@ class Unit:
 
 def layer_units(module: nn.Module) -> list[Unit]:
     """One unit per module that owns trainable parameters, in module order, each parameter
-    once (tied weights with their first owner), each a slice of the flat buffer."""
+    once (tied weights with their first owner)."""
     seen: set[int] = set()
 
     def fresh(params) -> list:

@@ -10,27 +10,22 @@ optimizer state whole on every rank; ZeRO keeps 1/N of some of them per rank:
 | 2     | + gradients                     | 2 Psi                    |
 | 3     | + parameters                    | 3 Psi (1.5x)             |
 
-All trainable parameters live in one flat buffer cut into N contiguous shards
-(`shards.Layout`); rank r keeps the optimizer state of shard r alone. Stages 2
-and 3 move the buffer one layer at a time (each module that owns parameters is
-a slice of it, like FSDP's units). A step:
+All trainable parameters live in one flat buffer of N contiguous shards
+(`shards.Layout`); stages 2 and 3 move it one layer (`shards.Unit`) at a time. A step:
 
 1. forward; stage 3 all-gathers a layer's parameters just before it runs and
-   frees them right after; with `prefetch=True` it starts the next layer's
-   all-gather before this layer computes (as FSDP does);
+   frees them right after;
 2. backward; stage 3 all-gathers the layer again before its backward; stages 2
    and 3 reduce-scatter a layer's gradients as soon as they are complete and
    free them; stage 1 reduce-scatters whole gradients after backward
    (`finish_gradient_synchronization`);
-3. `step()`: torch's SGD, Adam or AdamW (the arithmetic of "flat" data
-   parallelism) on this rank's shard only;
+3. `step()`: torch's SGD, Adam or AdamW on this rank's shard only;
 4. stages 1 and 2 all-gather the updated shards; stage 3 leaves them sharded.
 
 Contiguous shards sum every element in the order of data parallelism's ring
-allreduce, so the results agree to the bit; but a layer then often lies in one
-or two shards (FSDP2 cuts every parameter N ways: fully_shard_units.py).
-`memory.peak`: the most bytes of parameters, gradients and optimizer state this
-rank held (`shards.MemoryMeter`), sampled after every gather, reduction and step.
+allreduce, so the results agree to the bit. Under `no_sync()` stage 1 accumulates
+whole gradients; stages 2-3 hold none, so every micro-batch is reduce-scattered and
+the shards add up. `memory.peak`: the most model-state bytes this rank held.
 """
 
 from __future__ import annotations
@@ -40,18 +35,16 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from syncedu.dp.data_parallel import sync_paused
 from syncedu.train.optimizers import OPTIMIZERS, check_optimizer_options, make_optimizer
 from syncedu.zero.shards import (
-    SPLITS,
     Layout,
     MemoryMeter,
+    Synced,
     Unit,
-    all_gather,
     broadcast_params,
     layer_units,
-    reduce_scatter_mean,
-    start_direct_all_gather,
+    ring_all_gather_pieces,
+    ring_reduce_scatter_pieces,
 )
 
 __all__ = ["ZeroConfig", "ZeroDataParallel", "MemoryMeter", "STAGES", "OPTIMIZERS"]
@@ -67,8 +60,6 @@ class ZeroConfig:
     optimizer: str = "sgd"
     lr: float = 0.1
     momentum: float = 0.0  # SGD only
-    split: str = "uneven"  # or "padded" (see shards.SPLITS)
-    prefetch: bool = False  # stage 3: start the next layer's all-gather before computing
     weight_decay: float = 0.0
     betas: tuple = (0.9, 0.999)  # adam / adamw only
     eps: float = 1e-8  # adam / adamw only
@@ -82,20 +73,12 @@ class ZeroConfig:
         if not 0 <= self.momentum < 1 or (self.momentum and self.optimizer != "sgd"):
             raise ValueError(f"momentum={self.momentum!r} must be in [0, 1), and 0 unless "
                              f"optimizer='sgd'")
-        if self.split not in SPLITS:
-            raise ValueError(f"split={self.split!r} is unknown; choose one of {SPLITS}")
-        if self.prefetch not in (True, False) or (self.prefetch and self.stage != 3):
-            raise ValueError(f"prefetch={self.prefetch!r} must be a bool, True only at stage=3")
 
 
-class ZeroDataParallel(nn.Module):
+class ZeroDataParallel(Synced):
     """Wrap `module` for ZeRO stage `config.stage`; also the optimizer (`step`, `zero_grad`).
 
-    Args:
-        module: any `nn.Module` whose trainable parameters share one dtype and
-            device; each parameter belongs to the first module that owns it.
-        comm: this rank's `Comm`.
-        config: a `ZeroConfig` (or its fields as keywords: `stage=2, optimizer="adam"`).
+    `config` is a `ZeroConfig`, or give its fields as keywords (`stage=2, optimizer="adam"`).
     """
 
     def __init__(self, module: nn.Module, comm, config: ZeroConfig | None = None, **fields):
@@ -104,17 +87,16 @@ class ZeroDataParallel(nn.Module):
             raise ValueError("pass either config= or its fields as keywords, not both")
         cfg = config if config is not None else ZeroConfig(**fields)
         self.module, self.comm, self.config, self.stage = module, comm, cfg, cfg.stage
-        self.require_sync, self._armed = True, False
         self.units = layer_units(module)
         self.params = [p for u in self.units for p in u.params]
-        self.layout = Layout(self.units[-1].b, comm.world_size, cfg.split)
+        self.layout = Layout(self.units[-1].b, comm.world_size)
         self.flat_grad: torch.Tensor | None = None
         with torch.no_grad():
-            flat = broadcast_params(comm, self.params, self.layout.padded_numel)
+            flat = broadcast_params(comm, self.params)
             self.shard = nn.Parameter(self._shard_from(flat))
         self.opt = make_optimizer([self.shard], cfg)  # Step 3's optimizer, on the shard only
         if self.stage == 1:  # stage 1 keeps whole gradients, views of one buffer
-            self.flat_grad = self.shard.new_zeros(self.layout.padded_numel)
+            self.flat_grad = self.shard.new_zeros(self.layout.numel)
             for u in self.units:
                 u.attach_grads(self.flat_grad[u.a: u.b])
         self.memory = MemoryMeter(self)
@@ -146,7 +128,6 @@ class ZeroDataParallel(nn.Module):
     def _pre_forward(self, u: Unit):
         def hook(_module, _inputs):
             self._gather(u)  # Step 1: the layer's whole parameters, just in time
-            self._prefetch(u, +1)
             self.memory.sample(f"gather {u.name}")
         return hook
 
@@ -163,7 +144,6 @@ class ZeroDataParallel(nn.Module):
         def hook(_grad):
             if self.stage == 3:
                 self._gather(u)  # Step 2: backward needs the weights again
-                self._prefetch(u, -1)
             if u.flat_grad is None:
                 u.flat_grad = self.shard.new_zeros(u.b - u.a)
                 u.attach_grads(u.flat_grad)
@@ -188,35 +168,19 @@ class ZeroDataParallel(nn.Module):
         return self.layout.within_shard(u.a, u.b, self.comm.rank)
 
     def _gather(self, u: Unit) -> None:
-        """Stage 3: all-gather the layer's slice from the shards (waits for a prefetch)."""
+        """Stage 3: all-gather the layer's slice from the shards (unless it is here)."""
         if u.flat is None:
-            self._start_gather(u)
-        for work in u.pending:
-            work.wait()
-        if u.pending:
-            u.pending = []
+            u.flat = self.shard.new_empty(u.b - u.a)
+            pieces = self.layout.pieces(u.flat, u.a)
+            lo, hi = self._own(u)
+            pieces[self.comm.rank].copy_(self.shard.detach()[lo:hi])
+            ring_all_gather_pieces(self.comm, pieces)
             u.attach(u.flat)
-
-    def _start_gather(self, u: Unit) -> None:
-        u.flat = self.shard.new_empty(u.b - u.a)
-        pieces = self.layout.pieces(u.flat, u.a)
-        lo, hi = self._own(u)
-        pieces[self.comm.rank].copy_(self.shard.detach()[lo:hi])
-        if self.config.prefetch:  # non-blocking: the layer before can compute meanwhile
-            u.pending = start_direct_all_gather(self.comm, pieces, tag=1 + self.units.index(u))
-        else:
-            all_gather(self.comm, pieces, builtin=False)
-            u.attach(u.flat)
-
-    def _prefetch(self, u: Unit, direction: int) -> None:
-        """Start the all-gather of the layer that runs next (forward: +1, backward: -1)."""
-        k = self.units.index(u) + direction
-        if self.config.prefetch and 0 <= k < len(self.units) and self.units[k].flat is None:
-            self._start_gather(self.units[k])
 
     def _reduce(self, u: Unit) -> None:
         """Stages 2-3: reduce-scatter the layer's gradients; keep (add up) this rank's piece."""
-        mean = reduce_scatter_mean(self.comm, self.layout.pieces(u.flat_grad, u.a), False)
+        pieces = self.layout.pieces(u.flat_grad, u.a)
+        mean = ring_reduce_scatter_pieces(self.comm, pieces).div_(self.comm.world_size)
         if self.shard.grad is None:
             self.shard.grad = torch.zeros_like(self.shard)
         lo, hi = self._own(u)
@@ -227,31 +191,17 @@ class ZeroDataParallel(nn.Module):
 
     # ------------------------------------------------------- the wrapper
     def forward(self, *args, **kwargs):
-        # As DDP: the forward decides whether the coming backward synchronizes (stage 1).
-        self._armed = self.require_sync and torch.is_grad_enabled()
+        self._arm()  # as DDP: the forward decides whether the coming backward synchronizes
         return self.module(*args, **kwargs)
-
-    def no_sync(self):
-        """Stage 1: accumulate whole gradients locally. Stages 2-3 hold no whole gradients
-        to accumulate, so every micro-batch is reduce-scattered and the shards add up."""
-        return sync_paused(self)
 
     def finish_gradient_synchronization(self) -> None:
         """Stage 1, Step 2: reduce-scatter the whole gradients (stages 2-3 did it in backward)."""
         if self.stage == 1 and self._armed:
             self._armed = False
-            pieces = self.layout.pieces(self.flat_grad)
-            mine = reduce_scatter_mean(self.comm, pieces, self._builtin)
-            own = pieces[self.comm.rank]
-            if mine.data_ptr() != own.data_ptr():
-                own.copy_(mine)
-            self.shard.grad = own  # the mean lands in this rank's part of the whole gradients
+            # The mean lands in this rank's part of the whole gradients.
+            mine = ring_reduce_scatter_pieces(self.comm, self.layout.pieces(self.flat_grad))
+            self.shard.grad = mine.div_(self.comm.world_size)
             self.memory.sample("reduced")
-
-    @property
-    def _builtin(self) -> bool:
-        """Whole-buffer traffic uses the built-ins when the pieces are equal ("padded")."""
-        return self.layout.split == "padded"
 
     # ------------------------------------------------------ the optimizer
     @property
@@ -264,12 +214,11 @@ class ZeroDataParallel(nn.Module):
         self.opt.step()
         self.memory.sample("step")
         if self.stage < 3:
-            all_gather(self.comm, self.layout.pieces(self.flat), self._builtin)
+            ring_all_gather_pieces(self.comm, self.layout.pieces(self.flat))
             self.memory.sample("gathered")
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Forget the gradients (the shard's `.grad` None, or zeroed with `set_to_none=False`);
-        stage 1 zeroes its whole buffer and keeps it."""
+        """Forget the shard's gradient (None, or zeroed); stage 1 zeroes its whole buffer."""
         if set_to_none or self.shard.grad is None:
             self.shard.grad = None
         else:
@@ -295,7 +244,7 @@ class ZeroDataParallel(nn.Module):
         for h in self._hooks:
             h.remove()
         self._hooks = []
-        with torch.no_grad():
-            for u in self.units:
-                if self.stage == 3:
+        if self.stage == 3:
+            with torch.no_grad():
+                for u in self.units:
                     self._gather(u)

@@ -4,23 +4,20 @@ prefetching stage 3's all-gathers, and the simulator that checks it.
 L equal layers, Psi parameters of `itemsize` bytes, forward compute F per step
 (backward 2F), N ranks; AG and RS of one layer's Psi/L (`step_time`):
 
-1. data parallelism and ZeRO-1 move 2 Psi, a reduce-scatter and an all-gather of
-   the whole model, and wait for them: t = 3F + RS(Psi) + AG(Psi); ZeRO-2
-   reduce-scatters layer by layer: t = 3F + L RS + AG(Psi);
+1. data parallelism and ZeRO-1 wait for a reduce-scatter and an all-gather of the
+   whole model: t = 3F + RS(Psi) + AG(Psi); ZeRO-2 reduce-scatters layer by layer:
+   t = 3F + L RS + AG(Psi);
 2. ZeRO-3 without prefetch: every layer waits for its all-gather, twice:
    t = 3F + L (2 AG + RS);
 3. ZeRO-3 with prefetch (FSDP's): layer l+1's all-gather runs while layer l
-   computes, so a layer costs max(compute, transfer) and only the first gather of
-   each pass and the last reduce-scatter show:
+   computes, so only the first gather of each pass and the last reduce-scatter show:
    t = AG + (L-1) max(F/L, AG) + F/L + AG + (L-1) max(2F/L, AG + RS) + 2F/L + RS.
    The gather hides when AG <= F/L (`hides`).
 
-`simulate_step` runs our ZeRO (or "flat" DP, stage 0) on simulated ranks with the
-compute charged layer by layer (train.layer_compute) and returns the logical
-seconds of one step. Limits: AG and RS are ring collectives over an even split
-(per-parameter sharding, as `FullyShard`); our flat shards can put a whole layer
-on one rank, whose gather is then a broadcast from it, so on a bandwidth-bound
-link the model is low by more than 2x (lesson 10 shows it). No contention.
+`simulate_step` runs our ZeRO (or "flat" DP, stage 0) on simulated ranks. The model
+assumes every layer cut N ways (as `FullyShard`); our flat shards can put a whole
+layer on one rank, whose gather is then a broadcast from it, so on a
+bandwidth-bound link the model is low by more than 2x (lesson 10 shows it).
 """
 
 from __future__ import annotations
@@ -77,13 +74,13 @@ def _charge(comm, seconds: float):
     return hook
 
 
-def _worker(comm, stage: int, hidden: int, depth: int, seconds: float, steps: int, prefetch):
+def _worker(comm, stage: int, hidden: int, depth: int, seconds: float, steps: int):
     torch.manual_seed(0)
     net = nn.Sequential(*[nn.Linear(hidden, hidden) for _ in range(depth)])
     wrapped = (DataParallel(net, comm, "flat") if stage == 0 else
-               ZeroDataParallel(net, comm, stage=stage, lr=0.01, prefetch=prefetch))
+               ZeroDataParallel(net, comm, stage=stage, lr=0.01))
     opt = wrapped if stage else torch.optim.SGD(net.parameters(), lr=0.01)
-    # Compute charged after the wrapper's hooks, equal per layer (train's LayerCompute weighs
+    # Charged after the wrapper's hooks, equal per layer (train's LayerCompute weighs
     # layers by their parameters, which stage 3 has freed by then).
     for layer in net:
         layer.register_forward_hook(_charge(comm, seconds / depth))
@@ -99,13 +96,9 @@ def _worker(comm, stage: int, hidden: int, depth: int, seconds: float, steps: in
 
 
 def simulate_step(stage: int, world_size: int, *, network, hidden: int = 32, depth: int = 4,
-                  forward_seconds: float = 1e-3, steps: int = 2, prefetch: bool = False) -> float:
-    """Logical seconds of one step of our ZeRO `stage` (0: "flat" DP) on simulated ranks.
-
-    The model is `depth` Linear(hidden, hidden) layers; each charges forward_seconds /
-    depth in forward and twice that in backward. `prefetch` (stage 3): start each
-    layer's all-gather one layer ahead.
-    """
+                  forward_seconds: float = 1e-3, steps: int = 2) -> float:
+    """Logical seconds of one step of our ZeRO `stage` (0: "flat" DP) on simulated ranks,
+    `depth` Linear(hidden, hidden) layers each charging forward_seconds / depth (x2 back)."""
     res = sim.run(_worker, world_size, network=network,
-                  args=(stage, hidden, depth, 3 * forward_seconds, steps, prefetch))
+                  args=(stage, hidden, depth, 3 * forward_seconds, steps))
     return max(res)

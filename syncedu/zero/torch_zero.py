@@ -5,18 +5,14 @@
   torch's optimizer or (`zero=True`) `ZeroRedundancyOptimizer` (ZeRO-1 by whole tensors);
 - `fsdp_worker(comm, steps, optimizer)`: FSDP2's `fully_shard` on every Linear and the
   root (ZeRO-3: `DTensor` shards, all-gathered per layer, gradients reduce-scattered).
-  FSDP2 averages with `ReduceOp.AVG`, which Gloo was reported to *sum* (pytorch issue
-  162338): the worker measures the ratio to the true mean at step 0 and, if it is N,
-  divides the gradients by N after every backward, and says so.
 
 Each returns `(params, extra)`: the final parameters by the plain module's names, and
-what the lesson shows (optimizer-state elements on this rank, the workaround's verdict).
+what the lesson shows (optimizer-state elements on this rank, ...).
 """
 
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 from syncedu.train import models
@@ -52,13 +48,11 @@ def _state_elements(opt) -> int:
     return sum(t.numel() for t in local if t.dim() > 0)
 
 
-def _train(comm, net, forward, opt, steps: int, after_backward=None) -> None:
+def _train(comm, forward, opt, steps: int) -> None:
     for step in range(steps):
         opt.zero_grad()
         x, y = (t.to(comm.device) for t in batch(step, comm.rank))
         F.cross_entropy(forward(x), y).backward()
-        if after_backward is not None:
-            after_backward(net)
         opt.step()
 
 
@@ -69,49 +63,27 @@ def ddp_worker(comm, steps: int = 3, optimizer: str = "sgd", zero: bool = False)
     net = model().to(comm.device)
     ddp = DDP(net)  # sync: broadcasts rank 0's parameters, averages gradients in backward
     opt = torch_optimizer(net.parameters(), optimizer, zero)  # sync: zero -> state sharded
-    _train(comm, net, ddp, opt, steps)
+    _train(comm, ddp, opt, steps)
     params = {k: p.detach().cpu().clone() for k, p in net.named_parameters()}
     return params, {"state_elements": _state_elements(opt)}
 
 
-def _averaged_grad_norm(comm, net) -> float:
-    """Norm of step 0's gradient averaged over ranks (the plain model, by hand): the truth."""
-    x, y = (t.to(comm.device) for t in batch(0, comm.rank))
-    F.cross_entropy(net(x), y).backward()
-    flat = torch.cat([p.grad.reshape(-1) for p in net.parameters()])
-    dist.all_reduce(flat)
-    return (flat / comm.world_size).norm().item()
-
-
 def fsdp_worker(comm, steps: int = 3, optimizer: str = "sgd"):
-    """FSDP2 `fully_shard` on each Linear and on the root; at step 0 the norm of its
-    gradient against the true mean's: a ratio of N (pytorch#162338) divides by N from then on."""
+    """FSDP2 `fully_shard` on each Linear and on the root."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     net = model().to(comm.device)
-    truth = _averaged_grad_norm(comm, model().to(comm.device))
     mesh = init_device_mesh(comm.device.type, (comm.world_size,))
     for layer in net.modules():
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer, mesh=mesh)  # sync: one all-gather / reduce-scatter unit per layer
     fully_shard(net, mesh=mesh)
     opt = torch_optimizer(net.parameters(), optimizer)  # sync: each rank's shards only
-    seen = {}
-
-    def check_and_fix(module) -> None:
-        if "ratio" not in seen:  # step 0: is FSDP2's gradient the average, or N times it?
-            grads = [p.grad.full_tensor().reshape(-1) for p in module.parameters()]
-            seen["ratio"] = torch.cat(grads).norm().item() / truth
-        if seen["ratio"] > 1.5:  # the workaround: FSDP2 summed, so average by hand
-            for p in module.parameters():
-                p.grad.div_(comm.world_size)
-
-    _train(comm, net, net, opt, steps, check_and_fix)
+    _train(comm, net, opt, steps)
     params = {k: p.full_tensor().detach().cpu().clone() for k, p in net.named_parameters()}
     local = sum(p.to_local().numel() for p in net.parameters())
-    return params, {"state_elements": _state_elements(opt), "grad_ratio": seen["ratio"],
-                    "workaround": seen["ratio"] > 1.5, "local_elements": local,
+    return params, {"state_elements": _state_elements(opt), "local_elements": local,
                     "param_type": type(next(net.parameters())).__name__}
 
 

@@ -40,7 +40,7 @@ def padded(comm, params, grads, state, lr, m):
 
 
 def uneven(comm, params, grads, state, lr, m):
-    layout = Layout(params.numel(), comm.world_size, "uneven")
+    layout = Layout(params.numel(), comm.world_size)
     mean = ring_reduce_scatter_pieces(comm, layout.pieces(grads.clone())).div_(comm.world_size)
     pieces = layout.pieces(params)
     pieces[comm.rank].sub_(lr * _momentum(state, mean, m))
@@ -77,7 +77,7 @@ def data_parallel(comm, params, grads, state, lr, m):
 
 def whole_momentum(comm, params, grads, state, lr, m):
     """Sharded traffic, but every rank keeps (and updates) the whole momentum."""
-    layout = Layout(params.numel(), comm.world_size, "uneven")
+    layout = Layout(params.numel(), comm.world_size)
     g = grads.clone()
     pieces = layout.pieces(g)
     ring_reduce_scatter_pieces(comm, pieces).div_(comm.world_size)
@@ -88,7 +88,7 @@ def whole_momentum(comm, params, grads, state, lr, m):
 def whole_momentum_in_a_list(comm, params, grads, state, lr, m):
     """The whole momentum hidden one level down, as state["v"] = [tensor]."""
     g = grads.clone()
-    pieces = Layout(params.numel(), comm.world_size, "uneven").pieces(g)
+    pieces = Layout(params.numel(), comm.world_size).pieces(g)
     ring_reduce_scatter_pieces(comm, pieces)
     ring_all_gather_pieces(comm, pieces)
     v = state.setdefault("v", [torch.zeros_like(g)])
@@ -101,7 +101,7 @@ MOMENTA = {}  # id(state) -> (state, momentum): kept where the checker does not 
 def copy_data_parallel(comm, params, grads, state, lr, m):
     """Data parallelism by hand on a copy (the caller's grads untouched), momentum outside state."""
     g = grads.clone()
-    pieces = Layout(params.numel(), comm.world_size, "uneven").pieces(g)
+    pieces = Layout(params.numel(), comm.world_size).pieces(g)
     ring_reduce_scatter_pieces(comm, pieces)
     ring_all_gather_pieces(comm, pieces)
     _, v = MOMENTA.setdefault(id(state), (state, torch.zeros_like(g)))  # holds state: no id reuse
@@ -109,7 +109,7 @@ def copy_data_parallel(comm, params, grads, state, lr, m):
 
 
 def no_mean(comm, params, grads, state, lr, m):
-    layout = Layout(params.numel(), comm.world_size, "uneven")
+    layout = Layout(params.numel(), comm.world_size)
     total = ring_reduce_scatter_pieces(comm, layout.pieces(grads.clone()))
     pieces = layout.pieces(params)
     pieces[comm.rank].sub_(lr * _momentum(state, total, m))
@@ -178,7 +178,7 @@ def test_lesson10_checkers_accept_a_right_answer_and_reject_wrong_ones(capsys):
 
     def ring_allreduce_by_hand(comm, params, grads, sizes, lr):
         # Data parallelism from point-to-point: a ring allreduce (1x the bytes), whole update.
-        pieces = Layout(params.numel(), comm.world_size, "uneven").pieces(grads)
+        pieces = Layout(params.numel(), comm.world_size).pieces(grads)
         ring_reduce_scatter_pieces(comm, pieces)
         ring_all_gather_pieces(comm, pieces)
         params.sub_(lr * grads / comm.world_size)
@@ -191,7 +191,7 @@ def test_lesson10_checkers_accept_a_right_answer_and_reject_wrong_ones(capsys):
     # the rank's shard) shows that every element was updated.
     def ring_allreduce_on_a_copy(comm, params, grads, sizes, lr):
         g = grads.clone()
-        pieces = Layout(params.numel(), comm.world_size, "uneven").pieces(g)
+        pieces = Layout(params.numel(), comm.world_size).pieces(g)
         ring_reduce_scatter_pieces(comm, pieces)
         ring_all_gather_pieces(comm, pieces)
         params.sub_(lr * g / comm.world_size)

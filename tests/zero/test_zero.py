@@ -33,9 +33,8 @@ def _loop(comm, forward, opt, finish=lambda: None) -> None:
         opt.step()
 
 
-def _zero_worker(comm, stage, split, opt, prefetch=False, **kw):
-    z = ZeroDataParallel(zt.model(**kw), comm, stage=stage, split=split, lr=zt.LR,
-                         prefetch=prefetch, **OPTS[opt])
+def _zero_worker(comm, stage, opt, **kw):
+    z = ZeroDataParallel(zt.model(**kw), comm, stage=stage, lr=zt.LR, **OPTS[opt])
     comm.ledger.reset()  # the start-up broadcast is not a training step's traffic
     _loop(comm, z, z, z.finish_gradient_synchronization)
     sent = _sent(comm)
@@ -63,13 +62,12 @@ def _one_process(n, opt):
 
 
 # ---------------------------------------------------------------- layout
-def test_layout_padded_and_uneven():
-    padded, uneven = Layout(10, 4, "padded"), Layout(10, 4, "uneven")
-    assert padded.sizes == [3, 3, 3, 3] and padded.padded_numel == 12
-    assert uneven.sizes == [3, 3, 2, 2] and uneven.padded_numel == 10
+def test_layout_cuts_as_the_ring_does():
+    layout = Layout(10, 4)
+    assert layout.sizes == [3, 3, 2, 2]
     # A layer at [2, 7) of the buffer: its pieces on ranks 0..3 (rank 3's is empty).
-    assert uneven.ranges(2, 7) == [(2, 3), (3, 6), (6, 7), (8, 8)]
-    assert [p.tolist() for p in uneven.pieces(torch.arange(2.0, 7.0), 2)] == \
+    assert layout.ranges(2, 7) == [(2, 3), (3, 6), (6, 7), (8, 8)]
+    assert [p.tolist() for p in layout.pieces(torch.arange(2.0, 7.0), 2)] == \
         [[2.0], [3.0, 4.0, 5.0], [6.0], []]
     buf = torch.arange(12.0)
     assert held_bytes([buf[:3], buf[3:], buf, None, torch.empty(0)]) == 48  # one storage
@@ -77,39 +75,22 @@ def test_layout_padded_and_uneven():
 
 # ---------------------------------------------------------- correctness
 @pytest.mark.parametrize("opt", ["sgd", "adam"])
-@pytest.mark.parametrize("split", ["padded", "uneven"])
 @pytest.mark.parametrize("stage", [1, 2, 3])
-def test_stage_equals_one_process_and_flat_simulated(stage, split, opt):
+def test_stage_equals_one_process_and_flat_simulated(stage, opt):
     for n in (2, 3):
         want = _one_process(n, opt)
         flat = sim.run(_flat_worker, n, args=(opt,))
-        res = sim.run(_zero_worker, n, args=(stage, split, opt))
+        res = sim.run(_zero_worker, n, args=(stage, opt))
         for r in range(n):
             assert zt.max_diff(res[r][0], want) < 1e-5
             assert zt.max_diff(res[r][0], flat[0][0]) < 1e-5
-
-
-def test_stage3_prefetch_same_parameters_bytes_less_time():
-    from syncedu import Network
-    from syncedu.zero import timing as zero_time
-    for n in (3, 4):
-        plain = sim.run(_zero_worker, n, args=(3, "uneven", "adam"))
-        ahead = sim.run(_zero_worker, n, args=(3, "uneven", "adam", True))
-        assert zt.max_diff(ahead[0][0], plain[0][0]) == 0.0
-        assert sum(r[1] for r in ahead) == sum(r[1] for r in plain)  # same bytes, sent direct
-    net = Network(latency=10e-6, bandwidth=1e9)
-    slow = zero_time.simulate_step(3, 4, network=net, hidden=32, depth=4)
-    fast = zero_time.simulate_step(3, 4, network=net, hidden=32, depth=4, prefetch=True)
-    assert fast < slow
-    with pytest.raises(ValueError, match="prefetch="):
-        ZeroConfig(stage=2, prefetch=True)
 
 
 def test_world_size_one_and_four():
     for n in (1, 4):
         flat = sim.run(_flat_worker, n, args=("adam",))
         for stage in (1, 2, 3):
-            res = sim.run(_zero_worker, n, args=(stage, "uneven", "adam"))
+            res = sim.run(_zero_worker, n, args=(stage, "adam"))
             # The same sums in the same order as "flat": equal to the last bit.
             assert zt.max_diff(res[0][0], flat[0][0]) == 0.0
             # Adam divides by sqrt(v): gradients that nearly cancel magnify the rounding
@@ -118,13 +99,11 @@ def test_world_size_one_and_four():
 
 
 def test_stages_on_two_real_ranks(pool2):
-    for opt, cases in (("sgd", [(2, "padded", False)]),
-                       ("adam", [(1, "padded", False), (3, "padded", False),
-                                 (3, "uneven", True)])):
+    for opt, stages in (("sgd", [2]), ("adam", [1, 3])):
         want = _one_process(2, opt)
-        for stage, split, ahead in cases:
-            res = pool2.run(_zero_worker, args=(stage, split, opt, ahead), timeout=60)
-            assert zt.max_diff(res[0][0], want) < 1e-5, (stage, split, opt)
+        for stage in stages:
+            res = pool2.run(_zero_worker, args=(stage, opt), timeout=60)
+            assert zt.max_diff(res[0][0], want) < 1e-5, (stage, opt)
             assert torch.equal(res[0][0]["net.0.weight"], res[1][0]["net.0.weight"])
 
 
@@ -134,18 +113,11 @@ def test_bytes_are_1x_1x_1_5x_of_data_parallelism():
         dp_sent = sim.run(_flat_worker, n, args=("sgd",)).ledger.sent
         # "flat" sends one ring allreduce of all P floats per step, as the ledger charges it.
         assert dp_sent == [4 * STEPS * ring_allreduce_elements(P, n, r)[0] for r in range(n)]
-        sent = {s: [res[1] for res in sim.run(_zero_worker, n, args=(s, "uneven", "sgd"))]
+        sent = {s: [res[1] for res in sim.run(_zero_worker, n, args=(s, "sgd"))]
                 for s in (1, 2, 3)}
         assert sent[1] == dp_sent  # one unit, no padding: exactly the allreduce's bytes per rank
         assert sum(sent[2]) == sum(dp_sent)  # per layer: the same total, split differently
         assert 2 * sum(sent[3]) == 3 * sum(dp_sent)  # a second all-gather: 1.5x
-        # "padded" sends the padding too, in the whole-buffer collectives only (stage 1's
-        # reduce-scatter and all-gather, stages 1-2's all-gather): N*ceil(P/N) - P <= N-1
-        # more elements each, sent by N-1 ranks. Layers move as pieces, never padded.
-        for stage, whole in ((1, 2), (2, 1), (3, 0)):
-            padded = [res[1] for res in sim.run(_zero_worker, n, args=(stage, "padded", "sgd"))]
-            extra = sum(padded) - sum(sent[stage])
-            assert extra == 4 * STEPS * whole * (n - 1) * (n * -(-P // n) - P), (n, stage)
 
 
 # --------------------------------------------------------------- memory
@@ -153,14 +125,14 @@ def test_optimizer_state_falls_as_one_over_n():
     for opt, per_param, extra in (("sgd", 4, 0), ("adam", 8, 4)):  # Adam: m, v and a step
         for stage in (1, 2, 3):
             for n in (1, 2, 4):
-                res = sim.run(_zero_worker, n, args=(stage, "uneven", opt))
+                res = sim.run(_zero_worker, n, args=(stage, opt))
                 most = max(r[2]["optimizer"] for r in res)
                 assert most == per_param * -(-P // n) + extra, (opt, stage, n)
 
 
 def test_stages_shrink_gradients_then_parameters():
     kw = {"hidden": 64, "depth": 6}  # seven layers, six of 4,160 parameters: each a small part
-    peak = {s: sim.run(_zero_worker, 4, args=(s, "uneven", "adam"), kwargs=kw)[0][2]
+    peak = {s: sim.run(_zero_worker, 4, args=(s, "adam"), kwargs=kw)[0][2]
             for s in (1, 2, 3)}
     whole = 4 * sum(p.numel() for p in zt.model(**kw).parameters())
     assert peak[1]["params"] == peak[2]["params"] == whole
@@ -172,7 +144,6 @@ def test_stages_shrink_gradients_then_parameters():
 
 # ------------------------------------------------------------ bad input
 @pytest.mark.parametrize("field,value", [("stage", 4), ("optimizer", "lamb"),
-                                         ("split", "ragged"),
                                          ("momentum", 1.5), ("lr", 0.0)])
 def test_bad_config_names_the_parameter(field, value):
     with pytest.raises(ValueError, match=f"{field}="):
@@ -252,10 +223,8 @@ def test_fsdp2_equals_ddp(pool2):
         if "cpu" in str(e).lower() or "gloo" in str(e).lower():
             pytest.skip(f"FSDP2 refuses CPU/Gloo in this torch: {str(e).splitlines()[0]}")
         raise
-    # With or without pytorch#162338's workaround, the result must be DDP's.
+    # With SGD a Gloo that sums instead of averaging (pytorch#162338) would show here.
     assert zt.max_diff(fsdp[0][0], ddp[0][0]) < 1e-5
-    assert fsdp[0][1]["grad_ratio"] == pytest.approx(2.0 if fsdp[0][1]["workaround"] else 1.0,
-                                                     rel=1e-4)
     assert sum(r[1]["local_elements"] for r in fsdp) == P
 
 

@@ -1,5 +1,4 @@
-"""Figures for gradient compression: loss curves, bytes vs N, residuals, break-even maps.
-"""
+"""Figures for gradient compression: loss curves, bytes vs N, residuals, break-even maps."""
 
 from __future__ import annotations
 
@@ -10,45 +9,35 @@ COLORS = {"fp16": "#4c72b0", "topk": "#dd8452", "signsgd": "#55a868", "powersgd"
           "fp32": "#8c8c8c"}
 
 
-def loss_curves(histories: dict, *, title: str = "training loss (global mean)"):
-    """`histories`: label -> object with `.loss` (one value per step)."""
+def _lines(series: dict, xlabel: str, ylabel: str, title: str, xs=None, log: bool = False,
+           **style):
+    """One line per `series` entry (label -> ys), at x = 1, 2, ... unless `xs` is given."""
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    for label, h in histories.items():
-        ax.plot(range(1, len(h.loss) + 1), h.loss, label=label)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.set_title(title)
+    for label, ys in series.items():
+        ax.plot(range(1, len(ys) + 1) if xs is None else xs, ys, label=label, **style)
+    if log:
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def loss_curves(histories: dict, *, title: str = "training loss (global mean)"):
+    """`histories`: label -> object with `.loss` (one value per step)."""
+    return _lines({k: h.loss for k, h in histories.items()}, "step", "loss", title)
 
 
 def bytes_vs_ranks(world_sizes, series: dict, *, title: str = "bytes each rank sends per step"):
     """`series`: label -> bytes per rank for each world size (log-log)."""
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    for label, ys in series.items():
-        ax.plot(world_sizes, ys, marker="o", label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("ranks N")
-    ax.set_ylabel("bytes sent per rank")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _lines(series, "ranks N", "bytes sent per rank", title, xs=world_sizes, log=True,
+                  marker="o")
 
 
 def residuals(norms: dict, *, title: str = "error-feedback residual per layer (rank 0)"):
     """`norms`: layer name -> residual norm after each step (the 'bank balance')."""
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    for name, ys in norms.items():
-        ax.plot(range(1, len(ys) + 1), ys, label=name)
-    ax.set_xlabel("step")
-    ax.set_ylabel("||residual||")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _lines(norms, "step", "||residual||", title)
 
 
 def side_by_side(histories: dict, sent: dict, *, title: str = ""):

@@ -1,10 +1,8 @@
 """Compression and mixed precision under DDP, on real ranks: what goes on the wire.
 
-`wire_audit` records the dtype and bytes of every `dist.all_reduce` of one step
-per configuration (fp32, autocast, fp16/bf16 hooks, bf16 parameters as in
-Micikevicius et al. 2018); `powersgd_pair` trains with torch's `powerSGD_hook`
-and with our `PowerSGD`. Every configuration's allreduces go through Python
-hooks (DDP's default path is C++), so patching `dist.all_reduce` sees them all.
+Every configuration's allreduces go through Python hooks (DDP's default path is
+C++), so patching `dist.all_reduce` sees them all. Mixed precision as in
+Micikevicius et al. 2018: fp32 masters, 16-bit parameters and gradients.
 """
 
 from __future__ import annotations

@@ -45,12 +45,10 @@ def side_by_side(histories: dict, sent: dict, *, title: str = ""):
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4), gridspec_kw={"width_ratios": [2, 1]})
     for label, h in histories.items():
         a.plot(range(1, len(h.loss) + 1), h.loss, label=label)
-    a.set_xlabel("step")
-    a.set_ylabel("loss")
+    a.set(xlabel="step", ylabel="loss")
     a.legend(fontsize=8)
     b.bar(list(sent), list(sent.values()), color=["#8c8c8c", "#dd8452"][:len(sent)])
-    b.set_yscale("log")
-    b.set_ylabel("bytes per rank per step")
+    b.set(yscale="log", ylabel="bytes per rank per step")
     fig.suptitle(title)
     fig.tight_layout()
     return fig
@@ -67,8 +65,7 @@ def winner_maps(maps: dict, world_sizes, bandwidths_gbit, names, *, title: str =
         ax.set_xticks(range(len(bandwidths_gbit)), [f"{b:g}" for b in bandwidths_gbit],
                       fontsize=7, rotation=90)
         ax.set_yticks(range(len(world_sizes)), [str(n) for n in world_sizes], fontsize=7)
-        ax.set_xlabel("bandwidth (Gbit/s)")
-        ax.set_ylabel("ranks N")
+        ax.set(xlabel="bandwidth (Gbit/s)", ylabel="ranks N")
         ax.set_title(label, fontsize=9)
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[n]) for n in names]
     fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=8)

@@ -1,7 +1,4 @@
-"""Checkers for notebooks/06_sync_batchnorm's exercises (simulated ranks: quick, exact).
-
-A wrong SyncBN backward is matched against the usual mistakes to say which it is.
-"""
+"""Checkers for notebooks/06_sync_batchnorm's exercises (simulated ranks: quick, exact)."""
 
 from __future__ import annotations
 

@@ -17,9 +17,6 @@ Backward (custom autograd Function), with xhat = (x - mean) * invstd:
 2. ONE all_reduce of that 2C-vector;
 3. dx = w * invstd * (dy - sum_g(dy) / N - xhat * sum_g(dy * xhat) / N), BatchNorm's
    input gradient on the concatenated batch; dw and db are the LOCAL sums of step 1.
-
-The first training forward also all-reduces [C, -C] (op "max") once, so ranks
-with different channel counts fail clearly instead of in a broken collective.
 """
 
 from __future__ import annotations
@@ -179,7 +176,7 @@ class SyncBatchNorm(nn.Module):
                              f"dimension 1 must be the {self.num_features} channels")
 
     def _check_channels(self, device) -> None:
-        """Once per layer: do all ranks have the same C? One tiny all_reduce (max)."""
+        """Once per layer, all_reduce (max) [C, -C]: different C fail here, not in a collective."""
         c = float(self.num_features)
         t = torch.tensor([c, -c], dtype=torch.float64, device=device)
         with self.comm.scope(CHECK_OP):

@@ -1,22 +1,9 @@
 """The compressor protocol: one object that averages a bucket of gradients over all ranks.
 
-Like Horovod's `Compression` (compress -> payload, decompress) and DDP's comm
-hooks (one signature per strategy), each compressor in this package is a small
-frozen dataclass with:
-
-- `compress(x, ...)` / `decompress(...)`: the local transform, testable alone
-  against its documented error bound;
-- `average_(comm, tensors, key)`: the whole round trip on `comm`: compress,
-  the collective the payload needs (allreduce for casts and PowerSGD, all-gather
-  for top-k and signs), decompress, in place. The `Comm` ledger therefore
-  records the bytes actually sent;
-- `ddp_hook(comm=None)`: the same `average_` as a
-  `DistributedDataParallel.register_comm_hook` hook, so one object runs under
-  our bucketed data parallelism and under DDP.
-
-State (error-feedback residuals, PowerSGD's warm-started Q) lives on the
-compressor, keyed by `(key, comm.rank)`: simulated ranks are threads in one
-process and must never share a buffer (DESIGN, "Traps already met").
+Like Horovod's `Compression` and DDP's comm hooks: `compress`/`decompress` (the
+local transform), `average_(comm, tensors, key)` (the round trip on `comm`, so
+its ledger records the bytes sent) and `ddp_hook()` (the same under DDP). State
+is keyed by `(key, comm.rank)`: simulated ranks are threads of one process.
 """
 
 from __future__ import annotations
@@ -28,25 +15,26 @@ import torch
 
 
 def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """One fp32-or-whatever flat copy of `tensors` (a bucket), in order."""
+    """One flat copy of `tensors` (a bucket), in order."""
     return torch.cat([t.reshape(-1) for t in tensors])
 
 
 def unflatten_(tensors: list[torch.Tensor], flat: torch.Tensor) -> None:
     """Copy `flat` back into `tensors` (in place), the inverse of `flatten`."""
-    offset = 0
-    for t in tensors:
-        n = t.numel()
-        t.copy_(flat[offset:offset + n].view_as(t))
-        offset += n
+    for t, part in zip(tensors, flat.split([t.numel() for t in tensors])):
+        t.copy_(part.view_as(t))
+
+
+def check_flags(obj, *names: str) -> None:
+    """Raise unless each attribute `names` of `obj` is a bool."""
+    for name in names:
+        if not isinstance(getattr(obj, name), bool):
+            raise ValueError(f"{name}={getattr(obj, name)!r} must be True or False")
 
 
 @dataclass(frozen=True)
 class Compressor:
-    """Base of every compressor: validation helpers, per-rank state and the DDP hook.
-
-    Subclasses set `name` and implement `average_`.
-    """
+    """Base of every compressor: per-rank state, the DDP hook; subclasses implement `average_`."""
 
     name: ClassVar[str] = "compressor"
     # (key, rank) -> whatever the compressor keeps between steps; never module level.
@@ -70,11 +58,7 @@ class Compressor:
         return self._state.get((key, comm.rank))
 
     def _residual_like(self, comm, key: str, like: torch.Tensor) -> torch.Tensor:
-        """The residual of bucket `key`, or zeros if it is new or changed size.
-
-        DDP rebuilds its buckets after the first step, so a key can come back
-        with other contents; a stale residual must not be added to them.
-        """
+        """The residual of bucket `key`, or zeros if new or resized (DDP rebuilds buckets)."""
         e = self._state.get((key, comm.rank))
         return e if e is not None and e.shape == like.shape else torch.zeros_like(like)
 
@@ -83,43 +67,29 @@ class Compressor:
         self._state.clear()
 
     def ddp_hook(self, comm=None):
-        """`(state, hook)` for `ddp.register_comm_hook(state, hook)`.
-
-        `comm` is the `Comm` whose ledger should record the traffic (default: a
-        `TorchComm` on the default process group). The hook averages the bucket
-        with `average_` before returning a completed future: simpler than
-        torch's chained futures, at the price of overlap inside one bucket.
-        """
+        """`(state, hook)` for `ddp.register_comm_hook`; `comm` (default `TorchComm()`) sends."""
         if comm is None:
             from syncedu.comm.torch_comm import TorchComm
             comm = TorchComm()
         self.check(comm)
-        return HookState(self, comm), ddp_comm_hook
-
-
-@dataclass
-class HookState:
-    """What `ddp_comm_hook` needs: the compressor and the comm it sends on."""
-
-    compressor: Compressor
-    comm: object
+        return (self, comm), ddp_comm_hook
 
 
 def bucket_views(bucket) -> list[torch.Tensor]:
     """Per-parameter views into DDP's flat bucket buffer, shaped like the gradients."""
-    buf = bucket.buffer()
     grads = bucket.gradients()
-    parts = buf.split([g.numel() for g in grads])
+    parts = bucket.buffer().split([g.numel() for g in grads])
     return [p.view(g.shape) for p, g in zip(parts, grads)]
 
 
-def ddp_comm_hook(state: HookState, bucket):
-    """DDP comm hook: average the bucket with the compressor; a done future of the buffer.
+def ddp_comm_hook(state, bucket):
+    """DDP comm hook on `state` = (compressor, comm): average the bucket, return a done future.
 
-    No return annotation: DDP inspects it, and `from __future__ import
-    annotations` would turn it into a string.
+    A done future is simpler than torch's chained ones, at the price of overlap
+    inside one bucket. No return annotation: DDP inspects it (a string here).
     """
-    state.compressor.average_(state.comm, bucket_views(bucket), f"ddp{bucket.index()}")
+    compressor, comm = state
+    compressor.average_(comm, bucket_views(bucket), f"ddp{bucket.index()}")
     fut = torch.futures.Future()
     fut.set_result(bucket.buffer())
     return fut

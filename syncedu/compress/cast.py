@@ -1,20 +1,15 @@
 """Casting compression: send the gradients in 16 bits (fp16 or bf16), half the bytes.
 
-Source: Horovod's `Compression.fp16` (horovod/torch/compression.py) and DDP's
-`fp16_compress_hook` / `bf16_compress_hook` (torch ddp_comm_hooks/default_hooks.py).
-
+Source: Horovod's `Compression.fp16`; DDP's `fp16_compress_hook` (default_hooks.py).
 Steps of `average_`:
 
-1. flatten the bucket and divide by the world size N *in fp32, before* the
-   allreduce: the sum of N fp16 values can pass fp16's largest finite value
-   (65504) and become inf, while the average of them cannot (pytorch#57410);
+1. divide by N in fp32, *before* the allreduce: a sum of N fp16 values can pass
+   65504 and become inf, their average cannot (pytorch#57410);
 2. cast to 16 bits (compress);
 3. allreduce (sum) in 16 bits: 2 bytes per element on the wire instead of 4;
 4. cast back to the gradients' dtype and copy into them (decompress).
 
-Error bound of one round trip: |x - decompress(compress(x))| <= u |x| with the
-unit roundoff u = 2^-11 for fp16 (normal range, |x| < 65504) and 2^-8 for
-bf16 (same range as fp32). The allreduce adds one rounding per addition.
+Round trip: |x - decompress(compress(x))| <= u |x|, u = 2^-11 (fp16), 2^-8 (bf16).
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ from typing import ClassVar
 
 import torch
 
-from syncedu.compress.base import Compressor, flatten, unflatten_
+from syncedu.compress.base import Compressor, check_flags, flatten, unflatten_
 
 
 @dataclass(frozen=True)
@@ -36,8 +31,7 @@ class Cast(Compressor):
     unit_roundoff: ClassVar[float] = 2.0 ** -11
 
     def __post_init__(self):
-        if not isinstance(self.divide_first, bool):
-            raise ValueError(f"divide_first={self.divide_first!r} must be True or False")
+        check_flags(self, "divide_first")
 
     def compress(self, x: torch.Tensor) -> torch.Tensor:
         return x.to(self.dtype)
@@ -85,14 +79,8 @@ class BF16(Cast):
 
 
 def backend_refuses(dtype: torch.dtype, comm) -> str:
-    """Why `comm`'s backend cannot allreduce `dtype` ("" when it can), found without traffic.
-
-    Measured with `syncedu.launch.run` on 2 real ranks, torch 2.13: Gloo
-    allreduces bf16 and fp16 on CPU (DDP's own `bf16_compress_hook` is the one
-    that refuses CPU). NCCL needs version 2.10 or later for bf16.
-    """
-    backend = getattr(comm, "backend", "")
-    if dtype == torch.bfloat16 and backend == "nccl":
+    """Why `comm`'s backend cannot allreduce `dtype` ("" when it can; Gloo on CPU can both)."""
+    if dtype == torch.bfloat16 and getattr(comm, "backend", "") == "nccl":
         version = torch.cuda.nccl.version() if torch.cuda.is_available() else (0,)
         if tuple(version) < (2, 10):
             return f"NCCL {version} has no bfloat16 allreduce (needs NCCL >= 2.10); use 'fp16'"
@@ -102,20 +90,16 @@ def backend_refuses(dtype: torch.dtype, comm) -> str:
 def fp16_sum_average(values, predivide: float) -> float:
     """Average `values` (one per rank) the way an fp16 allreduce with a predivide does.
 
-    Steps (torch's `fp16_compress_hook` casts, then divides; Horovod's
-    `gradient_predivide_factor` f divides by f before the sum and by N/f after it; FSDP
-    splits the division as sqrt(N) before and sqrt(N) after):
+    Like Horovod's `gradient_predivide_factor` (FSDP: sqrt(N) before, sqrt(N) after):
     1. each rank casts its value to fp16 and divides it by `predivide`, in fp16;
     2. the values are summed in fp16 (in rank order, as a ring would pass them on);
     3. the sum is divided by N / `predivide`, in fp16.
-    `predivide` = 1 sums first (overflow risk); = N divides first (underflow risk).
     """
     if not values:
         raise ValueError("values must hold one number per rank (got none)")
     if not predivide > 0:
         raise ValueError(f"predivide={predivide!r} must be > 0")
-    n = len(values)
     acc = torch.zeros((), dtype=torch.float16)
     for v in values:                                                      # Step 1, 2
         acc = acc + torch.tensor(v, dtype=torch.float16) / predivide
-    return (acc / (n / predivide)).item()                                 # Step 3
+    return (acc / (len(values) / predivide)).item()                       # Step 3

@@ -1,20 +1,10 @@
 """When compression pays: time per step of each compressor from the alpha-beta model.
 
-A step's gradient traffic for S bytes of fp32 gradients on N ranks:
-
-- fp32 / fp16: one allreduce of S / S/2 bytes (a ring: 2 (N-1)/N of it per rank);
-- PowerSGD: two allreduces (P, Q) of S / 2c bytes each, c = nm / (r (n + m)) for
-  n x m matrices;
-- top-k (ratio rho) and signSGD: all-gathers of N payloads (k = rho S/4 fp32
-  values, then k int32 indices; or S/32 bytes of packed signs, then a 4-byte
-  scale), so the output, and each rank's traffic, grows with N.
-
-A step takes max(backward compute, traffic) plus the compressor's own compute,
-`ms_per_mb` (measured per MB of fp32 gradient by `python -m syncedu.bench
-compression`). Compared against the
-fp16 baseline, as arXiv 2407.01378 asks (not against fp32). Agarwal et al.
-(MLSys 2022) found compression beat a tuned baseline in only 6 of over 200
-setups; Zhang et al. 2020 (arXiv 2006.10103) found none needed at 100 Gbit/s.
+Traffic for S bytes of fp32 gradients on N ranks: fp32 / fp16 one ring allreduce
+of S / S/2; PowerSGD two allreduces (P, Q); top-k and signSGD all-gathers of N
+payloads, so each rank's traffic grows with N. Compared against the fp16
+baseline, as arXiv 2407.01378 asks; Agarwal et al. (MLSys 2022) found
+compression beat a tuned baseline in only 6 of over 200 setups.
 """
 
 from __future__ import annotations
@@ -50,10 +40,8 @@ def step_seconds(name: str, nbytes: float, world_size: int, network: Network,
                  ms_per_mb: dict, compute_seconds: float = 0.0, **kwargs) -> float:
     """One step: max(backward compute, traffic) + the compressor's own compute.
 
-    The traffic overlaps the backward (buckets go while later layers compute),
-    so only what sticks out costs time; the compressor's compute,
-    `ms_per_mb[name]` per MB of fp32 gradient, does not overlap (it competes
-    with the backward for the same device). Agarwal et al.'s point in one line.
+    Traffic overlaps the backward; the compressor's compute (`ms_per_mb[name]` per MB of
+    fp32 gradient, from `python -m syncedu.bench compression`) competes with it: it adds.
     """
     own = ms_per_mb.get(name, 0.0) * 1e-3 * nbytes / 2**20
     return max(compute_seconds, wire_seconds(name, nbytes, world_size, network, **kwargs)) + own
@@ -63,24 +51,19 @@ def winners(nbytes: float, world_sizes, bandwidths, latency: float, ms_per_mb: d
             compute_seconds: float = 0.0, names=("fp16", "topk", "signsgd", "powersgd"),
             **kwargs) -> list[list[str]]:
     """Fastest of `names` per (world size, bandwidth) cell: rows = world sizes."""
-    grid = []
-    for n in world_sizes:
-        row = []
-        for bw in bandwidths:
-            net = Network(latency=latency, bandwidth=bw)
-            times = {c: step_seconds(c, nbytes, n, net, ms_per_mb, compute_seconds, **kwargs)
-                     for c in names}
-            row.append(min(times, key=times.get))
-        grid.append(row)
-    return grid
+    def fastest(n, bw):
+        net = Network(latency=latency, bandwidth=bw)
+        return min(names, key=lambda c: step_seconds(c, nbytes, n, net, ms_per_mb,
+                                                     compute_seconds, **kwargs))
+
+    return [[fastest(n, bw) for bw in bandwidths] for n in world_sizes]
 
 
 def dominating_bandwidth(nbytes: float, world_size: int, compute_seconds: float,
                          latency: float = 0.0) -> float:
     """Bandwidth (bytes/s) below which one fp32 allreduce takes longer than the compute.
 
-    From the ring's alpha-beta time 2(N-1) alpha + 2 (N-1)/N S / B = T_compute;
-    infinite if the latency alone already exceeds the compute.
+    Solves the ring's 2(N-1) alpha + 2 (N-1)/N S / B = T_compute for B.
     """
     n = world_size
     room = compute_seconds - 2 * (n - 1) * latency

@@ -1,17 +1,8 @@
 """Compression and mixed precision under DDP, on real ranks: what goes on the wire.
 
-- `wire_audit(comm)`: one step per configuration (fp32; autocast; autocast +
-  torch's `fp16_compress_hook`; autocast + our `FP16` hook; our `BF16` hook; torch's
-  `bf16_compress_hook`), recording the dtype and bytes of every
-  `torch.distributed.all_reduce` the step makes; and one
-  with bf16 *parameters* (the mixed-precision recipe of Micikevicius et al. 2018 keeps
-  fp32 master weights in the optimizer and 16-bit parameters and gradients in the
-  model: DDP then allreduces 16-bit gradients).
-- `powersgd_pair(comm)`: the same DDP job with torch's `powerSGD_hook` and with
-  our `PowerSGD` as a hook: bytes and losses.
-
-Every configuration's allreduces go through Python hooks (DDP's default path
-is C++), so patching `torch.distributed.all_reduce` sees them all.
+Every configuration's allreduces go through Python hooks (DDP's default path is
+C++), so patching `dist.all_reduce` sees them all. Mixed precision as in
+Micikevicius et al. 2018: fp32 masters, 16-bit parameters and gradients.
 """
 
 from __future__ import annotations
@@ -57,15 +48,13 @@ def _one_step(comm, hook, autocast: bool, dtype=torch.float32) -> dict:
     if hook is not None:
         ddp.register_comm_hook(*hook)
     x, y = _batch(comm, 0)
-    x = x.to(dtype)
     calls: list = []
     with recording_allreduce(calls):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            loss = F.cross_entropy(ddp(x), y)
+            loss = F.cross_entropy(ddp(x.to(dtype)), y)
         loss.backward()
-    grad_dtypes = sorted({str(p.grad.dtype).replace("torch.", "") for p in ddp.parameters()})
     return {"wire": sorted({d for d, _ in calls}), "bytes": sum(b for _, b in calls),
-            "grads": grad_dtypes, "loss_dtype": str(loss.dtype).replace("torch.", "")}
+            "grads": sorted({str(p.grad.dtype).replace("torch.", "") for p in ddp.parameters()})}
 
 
 def wire_audit(comm) -> dict:
@@ -94,7 +83,7 @@ def powersgd_pair(comm, steps: int = 30, rank: int = 1, start_iter: int = 2,
     out = {}
     for who in ("torch", "ours"):
         torch.manual_seed(0)  # torch's hook draws its first Q from its own seeded RNG
-        ddp = DDP(models.make("mlp", seed=0))  # one bucket (see tests/test_compress.py)
+        ddp = DDP(models.make("mlp", seed=0))  # one bucket
         if who == "torch":
             state = psgd.PowerSGDState(None, matrix_approximation_rank=rank,
                                        start_powerSGD_iter=start_iter)
@@ -118,14 +107,11 @@ def powersgd_pair(comm, steps: int = 30, rank: int = 1, start_iter: int = 2,
 def grad_scaler_fp16(comm, scales=(2.0 ** 24, 2.0 ** 10)) -> list[dict]:
     """GradScaler through torch's `fp16_compress_hook`: a too-large scale overflows the wire.
 
-    Steps (torch.amp.GradScaler semantics; default_hooks.fp16_compress_hook):
-    1. scale the loss by `scale`, backward: DDP's hook casts each bucket to fp16, then
-       divides by N (cast first), so a scaled gradient above 65,504 becomes inf on the wire;
+    Steps (torch.amp.GradScaler; default_hooks.fp16_compress_hook):
+    1. scale the loss, backward: the hook casts each bucket to fp16 before dividing
+       by N, so a scaled gradient above 65,504 becomes inf on the wire;
     2. `unscale_` finds the inf, `step` skips the update, `update` halves the scale;
     3. with a smaller scale the same step is applied, clipped after `unscale_`.
-    Returns one record per step: scale, whether a gradient was inf, whether the
-    parameters moved, the scale after `update`, and the gradient norm before
-    `unscale_` (what clipping there would see: `scale` times too big) and after.
     """
     ddp = DDP(models.make("mlp", seed=0))
     ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)

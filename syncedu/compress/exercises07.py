@@ -12,11 +12,9 @@ from syncedu.ui.checkers import attempt, checker, verdict
 
 
 def _rounds(comm, compressor, rounds: int = 3):
-    """Three steps of two buckets of 37 entries each ("a": two tensors, "b": one).
+    """Every step's averaged tensors, 3 steps of two buckets of 37 entries ("a", "b").
 
-    Rank r's gradients are seeded by r and the step, so the ranks differ; the two
-    buckets have the same size, so a residual kept per rank instead of per bucket
-    gives wrong values (not a shape error). Returns every step's averaged tensors.
+    Same-sized buckets: a residual kept per rank, not per bucket, gives wrong values.
     """
     out = []
     for step in range(rounds):
@@ -29,14 +27,14 @@ def _rounds(comm, compressor, rounds: int = 3):
     return out
 
 
+def _close(got, want) -> bool:
+    return all(torch.allclose(x, y, atol=1e-6) for x, y in zip(got, want))
+
+
 def _first_miss(res, want, n: int):
     """(rank, step) of the first result that differs from the reference, or None."""
-    for step in range(3):
-        for rank in range(n):
-            if not all(torch.allclose(x, y, atol=1e-6) for x, y in zip(res[rank][step],
-                                                                       want[rank][step])):
-                return rank, step
-    return None
+    return next(((rank, step) for step in range(3) for rank in range(n)
+                 if not _close(res[rank][step], want[rank][step])), None)
 
 
 @checker
@@ -51,13 +49,10 @@ def topk_compressor(make, ratio: float = 0.1, world_sizes=(2, 3)) -> bool:
         miss = _first_miss(res, want, n)
         if miss is not None:
             rank, step = miss
-            right_on_0 = all(torch.allclose(x, y, atol=1e-6) for s in range(3)
-                             for x, y in zip(res[0][s], want[0][s]))
-            if right_on_0:
+            if all(_close(res[0][s], want[0][s]) for s in range(3)):
                 hint = (f"rank 0 is right but rank {rank} is not: every rank must write the "
                         "average back into its own tensors")
-            elif not step and all(torch.allclose(x, y, atol=1e-6) for x, y in
-                                  zip(res[rank][0][:2], want[rank][0][:2])):
+            elif not step and _close(res[rank][0][:2], want[rank][0][:2]):
                 hint = ("bucket 'a' is right, then bucket 'b' is not: keep one residual per "
                         "rank and per bucket (key), not one per rank")
             elif step:

@@ -1,9 +1,4 @@
-"""Widgets for notebooks/07_compression_and_precision: top-k and PowerSGD on simulated ranks.
-
-Each control change trains the digits MLP on 2 simulated ranks with the
-chosen compressor (`train.run`'s loop, one bucket per layer) and shows the loss
-curve beside the bytes sent, against the uncompressed fp32 run.
-"""
+"""Widgets for lesson 07: top-k and PowerSGD on 2 simulated ranks, loss and bytes vs fp32."""
 
 from __future__ import annotations
 
@@ -52,12 +47,10 @@ def _topk_view(percent: float, error_feedback: bool):
 
 def topk_explorer() -> Explorer:
     """k% (of each layer's entries) and error feedback on/off."""
-    controls = {
-        "percent": w.FloatLogSlider(value=1, base=10, min=-1, max=2, step=0.25,
-                                    description="k %", continuous_update=False),
-        "error_feedback": w.Checkbox(value=True, description="error feedback"),
-    }
-    return Explorer(controls, _topk_view)
+    return Explorer({"percent": w.FloatLogSlider(value=1, base=10, min=-1, max=2, step=0.25,
+                                                 description="k %", continuous_update=False),
+                     "error_feedback": w.Checkbox(value=True, description="error feedback")},
+                    _topk_view)
 
 
 def _powersgd_view(rank: int, start_iter: int):
@@ -66,10 +59,8 @@ def _powersgd_view(rank: int, start_iter: int):
 
 def powersgd_explorer() -> Explorer:
     """PowerSGD's rank and start iteration against accuracy and compression."""
-    controls = {
-        "rank": w.IntSlider(value=1, min=1, max=8, description="rank r",
-                            continuous_update=False),
-        "start_iter": w.IntSlider(value=2, min=0, max=60, step=2, description="start iter",
-                                  continuous_update=False),
-    }
-    return Explorer(controls, _powersgd_view)
+    return Explorer({"rank": w.IntSlider(value=1, min=1, max=8, description="rank r",
+                                         continuous_update=False),
+                     "start_iter": w.IntSlider(value=2, min=0, max=60, step=2,
+                                               description="start iter", continuous_update=False)},
+                    _powersgd_view)

@@ -1,5 +1,4 @@
-"""Figures for gradient compression: loss curves, bytes vs N, residuals, break-even maps.
-"""
+"""Figures for gradient compression: loss curves, bytes vs N, residuals, break-even maps."""
 
 from __future__ import annotations
 
@@ -10,45 +9,35 @@ COLORS = {"fp16": "#4c72b0", "topk": "#dd8452", "signsgd": "#55a868", "powersgd"
           "fp32": "#8c8c8c"}
 
 
-def loss_curves(histories: dict, *, title: str = "training loss (global mean)"):
-    """`histories`: label -> object with `.loss` (one value per step)."""
+def _lines(series: dict, xlabel: str, ylabel: str, title: str, xs=None, log: bool = False,
+           **style):
+    """One line per `series` entry (label -> ys), at x = 1, 2, ... unless `xs` is given."""
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    for label, h in histories.items():
-        ax.plot(range(1, len(h.loss) + 1), h.loss, label=label)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.set_title(title)
+    for label, ys in series.items():
+        ax.plot(range(1, len(ys) + 1) if xs is None else xs, ys, label=label, **style)
+    if log:
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def loss_curves(histories: dict, *, title: str = "training loss (global mean)"):
+    """`histories`: label -> object with `.loss` (one value per step)."""
+    return _lines({k: h.loss for k, h in histories.items()}, "step", "loss", title)
 
 
 def bytes_vs_ranks(world_sizes, series: dict, *, title: str = "bytes each rank sends per step"):
     """`series`: label -> bytes per rank for each world size (log-log)."""
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    for label, ys in series.items():
-        ax.plot(world_sizes, ys, marker="o", label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("ranks N")
-    ax.set_ylabel("bytes sent per rank")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _lines(series, "ranks N", "bytes sent per rank", title, xs=world_sizes, log=True,
+                  marker="o")
 
 
 def residuals(norms: dict, *, title: str = "error-feedback residual per layer (rank 0)"):
     """`norms`: layer name -> residual norm after each step (the 'bank balance')."""
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    for name, ys in norms.items():
-        ax.plot(range(1, len(ys) + 1), ys, label=name)
-    ax.set_xlabel("step")
-    ax.set_ylabel("||residual||")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _lines(norms, "step", "||residual||", title)
 
 
 def side_by_side(histories: dict, sent: dict, *, title: str = ""):
@@ -56,12 +45,10 @@ def side_by_side(histories: dict, sent: dict, *, title: str = ""):
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4), gridspec_kw={"width_ratios": [2, 1]})
     for label, h in histories.items():
         a.plot(range(1, len(h.loss) + 1), h.loss, label=label)
-    a.set_xlabel("step")
-    a.set_ylabel("loss")
+    a.set(xlabel="step", ylabel="loss")
     a.legend(fontsize=8)
     b.bar(list(sent), list(sent.values()), color=["#8c8c8c", "#dd8452"][:len(sent)])
-    b.set_yscale("log")
-    b.set_ylabel("bytes per rank per step")
+    b.set(yscale="log", ylabel="bytes per rank per step")
     fig.suptitle(title)
     fig.tight_layout()
     return fig
@@ -78,8 +65,7 @@ def winner_maps(maps: dict, world_sizes, bandwidths_gbit, names, *, title: str =
         ax.set_xticks(range(len(bandwidths_gbit)), [f"{b:g}" for b in bandwidths_gbit],
                       fontsize=7, rotation=90)
         ax.set_yticks(range(len(world_sizes)), [str(n) for n in world_sizes], fontsize=7)
-        ax.set_xlabel("bandwidth (Gbit/s)")
-        ax.set_ylabel("ranks N")
+        ax.set(xlabel="bandwidth (Gbit/s)", ylabel="ranks N")
         ax.set_title(label, fontsize=9)
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[n]) for n in names]
     fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=8)

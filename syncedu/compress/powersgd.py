@@ -1,31 +1,19 @@
 """PowerSGD: each gradient matrix sent as two thin rank-r factors, (n + m) r numbers.
 
-Source: Vogels, Karimireddy & Jaggi, NeurIPS 2019 ("PowerSGD: Practical
-Low-Rank Gradient Compression for Distributed Optimization", Algorithm 1), and
-the same choices as torch's `powerSGD_hook` (ddp_comm_hooks/powerSGD_hook.py) so
-that both send the same bytes: a tensor of shape (n, ...) is the matrix
-n x m (m the product of the rest); it is compressed only if
-(n + m) r * min_compression_rate < n m; the others (biases, vectors, small
-matrices) are allreduced plainly in one flat buffer.
+Source: Vogels, Karimireddy & Jaggi, NeurIPS 2019 (Algorithm 1), with torch's
+`powerSGD_hook` choices, so both send the same bytes: shape (n, ...) is an n x m
+matrix, compressed only if (n + m) r * min_compression_rate < n m; the rest is
+allreduced plainly in one flat buffer. Steps of `average_` on one bucket:
 
-Steps of `average_` on one bucket:
-
-0. warm-up: before step `start_iter` allreduce everything uncompressed (the
-   paper and torch's hook start with plain SGD; under DDP start_iter must be
-   >= 2 because DDP rebuilds its buckets after the first step, pytorch#51427);
-1. M = gradient + this rank's error (error feedback); split into matrices to
-   compress and the rest, which is allreduced and averaged plainly;
-2. P = M Q, with Q from the last step (warm start) or fresh random numbers,
-   the same on every rank (seeded by the bucket key and the step);
+0. before step `start_iter` allreduce everything plainly (>= 2 under DDP, which
+   rebuilds its buckets after step 1: pytorch#51427);
+1. M = gradient + this rank's error; allreduce the uncompressed rest;
+2. P = M Q, Q from the last step (warm start) or seeded random, equal on all ranks;
 3. allreduce all P's (one flat buffer) and orthonormalize each P;
 4. Q = M^T P; allreduce all Q's and divide by N;
-5. decompress: the average is about P Q^T; the error is M - P Q^T.
+5. the average is about P Q^T; the error is M - P Q^T.
 
-Bytes on the wire: r (n + m) elements per compressed matrix plus the plain
-rest, each in an allreduce (2 (N-1)/N of it per rank).
-
-Error bound of one round trip on one rank: P P^T M is the projection of M onto
-the span of P, so ||M - P Q^T||_F <= ||M||_F, and it is 0 when rank(M) <= r.
+P P^T M projects M onto span(P): ||M - P Q^T||_F <= ||M||_F, 0 if rank(M) <= r.
 """
 
 from __future__ import annotations
@@ -36,7 +24,7 @@ from typing import ClassVar
 
 import torch
 
-from syncedu.compress.base import Compressor, flatten, unflatten_
+from syncedu.compress.base import Compressor, check_flags, flatten, unflatten_
 
 
 @dataclass(frozen=True)
@@ -56,21 +44,16 @@ class PowerSGD(Compressor):
             value = getattr(self, pname)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{pname}={value!r} must be an int >= {low}")
-        for pname in ("error_feedback", "warm_start"):
-            if not isinstance(getattr(self, pname), bool):
-                raise ValueError(f"{pname}={getattr(self, pname)!r} must be True or False")
+        check_flags(self, "error_feedback", "warm_start")
         if not self.min_compression_rate >= 1:
             raise ValueError(f"min_compression_rate={self.min_compression_rate!r} must be >= 1")
 
-    # ------------------------------------------------------------ the split
     def plan(self, shapes) -> list[tuple[int, int, int] | None]:
         """(n, m, r) for each shape worth compressing, None for those sent plainly."""
         out = []
         for shape in shapes:
             n = shape[0] if len(shape) > 1 else 0
-            m = 1
-            for s in shape[1:]:
-                m *= s
+            m = torch.Size(shape[1:]).numel()
             r = min(n, m, self.rank)
             out.append((n, m, r) if n and (n + m) * r * self.min_compression_rate < n * m
                        else None)
@@ -78,12 +61,9 @@ class PowerSGD(Compressor):
 
     def wire_elements(self, shapes) -> int:
         """Elements this compressor allreduces for tensors of `shapes`: sum of r(n+m) + rest."""
-        total = 0
-        for shape, p in zip(shapes, self.plan(shapes)):
-            total += (p[0] + p[1]) * p[2] if p else torch.Size(shape).numel()
-        return total
+        return sum((p[0] + p[1]) * p[2] if p else torch.Size(shape).numel()
+                   for shape, p in zip(shapes, self.plan(shapes)))
 
-    # -------------------------------------------------- one rank, no traffic
     @staticmethod
     def orthonormalize(p: torch.Tensor) -> torch.Tensor:
         """Orthonormal columns spanning p's (reduced QR; Gram-Schmidt in the paper)."""
@@ -102,17 +82,8 @@ class PowerSGD(Compressor):
         """This rank's error-feedback residual for bucket `key` (None before `start_iter`)."""
         return self._state.get((key, comm.rank), {}).get("error")
 
-    # ----------------------------------------------------------- the round
     def _step(self, comm, key: str) -> int:
-        """This rank's training step, counted once per step whatever the number of buckets.
-
-        A step is the run of `average_` calls up to the first bucket key seen
-        twice: within one step every bucket is averaged once, so a repeated key
-        opens the next step (torch's hook counts the same way with
-        `bucket.is_last()`, which our protocol does not see). Every bucket of a
-        step thus gets the same number, and a bucket first seen late (DDP
-        rebuilds its buckets after step 0) joins the current step.
-        """
+        """This rank's step: a key seen twice opens the next (torch uses `bucket.is_last()`)."""
         st = self.state(comm, ("steps",), lambda: {"step": 0, "seen": set()})
         if key in st["seen"]:
             st["step"] += 1
@@ -132,8 +103,7 @@ class PowerSGD(Compressor):
         n = comm.world_size
         step = self._step(comm, key)
         if step < self.start_iter:                            # Step 0
-            flat = flatten(tensors)
-            unflatten_(tensors, comm.all_reduce(flat).div_(n))
+            unflatten_(tensors, comm.all_reduce(flatten(tensors)).div_(n))
             return
         st = self.state(comm, key, dict)
         grads = flatten(tensors)

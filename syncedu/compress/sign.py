@@ -1,23 +1,15 @@
 """SignSGD with error feedback (EF-SignSGD): one bit per gradient entry plus one scale.
 
-Sources: Karimireddy et al. 2019 ("Error Feedback Fixes SignSGD and other
-Gradient Compression Schemes", Algorithm 2: the scaled sign ||p||_1/d sign(p)
-with the error kept locally). Bernstein et al. 2018 (signSGD) aggregate by
-majority vote instead; without error feedback plain signSGD can stall or
-diverge, which the lesson shows.
-
+Source: Karimireddy et al. 2019, Algorithm 2; without error feedback signSGD can stall.
 Steps of `average_` on one bucket of d elements:
 
-1. add this rank's residual: p = g + e (error feedback);
-2. compress: scale = ||p||_1 / d, and the signs of p packed 8 per byte
-   (a zero counts as +);
-3. keep the error: e = p - scale * sign(p) (dropped without error feedback);
-4. all-gather every rank's packed signs and scale: (N-1) (ceil(d/8) + 4) bytes
-   sent per rank in a ring, about 1/32 of fp32 per peer, growing with N;
+1. p = g + e, this rank's residual added (error feedback);
+2. compress: scale = ||p||_1 / d, and the signs of p packed 8 per byte (0 counts as +);
+3. keep the error e = p - scale * sign(p) (dropped without error feedback);
+4. all-gather every rank's signs and scale: (N-1) (ceil(d/8) + 4) bytes per rank;
 5. average the N scaled signs.
 
-Error bound of one round trip (Karimireddy et al. 2019, Lemma 8; equality here):
-||x - decompress(compress(x))||^2 = (1 - ||x||_1^2 / (d ||x||_2^2)) ||x||^2.
+Round trip (ibid., Lemma 8, equality): ||x - x'||^2 = (1 - ||x||_1^2 / (d ||x||_2^2)) ||x||^2.
 """
 
 from __future__ import annotations
@@ -27,22 +19,9 @@ from typing import ClassVar
 
 import torch
 
-from syncedu.compress.base import Compressor, flatten, unflatten_
+from syncedu.compress.base import Compressor, check_flags, flatten, unflatten_
 
 _BITS = torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=torch.uint8)
-
-
-def pack_signs(x: torch.Tensor) -> torch.Tensor:
-    """Signs of flat `x` as bits (1 = non-negative), 8 per uint8, zero-padded."""
-    bits = (x >= 0).to(torch.uint8)
-    bits = torch.nn.functional.pad(bits, (0, (-bits.numel()) % 8))
-    return (bits.view(-1, 8) * _BITS.to(x.device)).sum(1, dtype=torch.uint8)
-
-
-def unpack_signs(packed: torch.Tensor, numel: int) -> torch.Tensor:
-    """+1.0 / -1.0 for each of the first `numel` packed bits."""
-    bits = (packed.unsqueeze(1) & _BITS.to(packed.device)) > 0
-    return bits.view(-1)[:numel].float() * 2 - 1
 
 
 @dataclass(frozen=True)
@@ -53,17 +32,19 @@ class SignSGD(Compressor):
     name: ClassVar[str] = "signsgd"
 
     def __post_init__(self):
-        if not isinstance(self.error_feedback, bool):
-            raise ValueError(f"error_feedback={self.error_feedback!r} must be True or False")
+        check_flags(self, "error_feedback")
 
     @staticmethod
     def compress(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(packed signs, scale ||x||_1 / d as a 1-element fp32 tensor)."""
-        return pack_signs(x), (x.abs().sum() / x.numel()).reshape(1).float()
+        """(signs of flat `x`, 1 = non-negative, 8 bits per uint8; scale ||x||_1 / d in fp32)."""
+        bits = torch.nn.functional.pad((x >= 0).to(torch.uint8), (0, (-x.numel()) % 8))
+        packed = (bits.view(-1, 8) * _BITS.to(x.device)).sum(1, dtype=torch.uint8)
+        return packed, (x.abs().sum() / x.numel()).reshape(1).float()
 
     @staticmethod
     def decompress(packed, scale, numel: int) -> torch.Tensor:
-        return unpack_signs(packed, numel) * scale
+        bits = (packed.unsqueeze(1) & _BITS.to(packed.device)) > 0
+        return (bits.view(-1)[:numel].float() * 2 - 1) * scale
 
     def average_(self, comm, tensors, key="bucket") -> None:
         tensors = list(tensors)

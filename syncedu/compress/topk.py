@@ -1,23 +1,16 @@
 """Top-k sparsification with error feedback: send only the k largest gradient entries.
 
-Sources: Aji & Heafield 2017 ("Sparse Communication for Distributed Gradient
-Descent"), Lin et al. 2018 (Deep Gradient Compression: 270-600x without
-accuracy loss, thanks to local accumulation), Stich et al. 2018 ("Sparsified
-SGD with Memory": the residual is what makes it converge).
+Sources: Aji & Heafield 2017; Lin et al. 2018 (DGC); Stich et al. 2018 (the
+residual is what makes it converge). Steps of `average_`, k = ceil(ratio * d):
 
-Steps of `average_` on one bucket of d elements, k = ceil(ratio * d):
-
-1. add this rank's residual from the last step (error feedback): a = g + e;
+1. a = g + e, this rank's residual added (error feedback);
 2. select the k entries of largest |a|: values (fp32) and indices (int32);
-3. keep what was not sent as the new residual: e = a with those k entries zeroed
-   (without error feedback it is dropped for good);
-4. all-gather every rank's values and indices: the selections differ between
-   ranks, so they cannot be summed on the way; each rank sends (N-1) k (4 + 4)
-   bytes in a ring, which grows with N, where an allreduce sends 2 (N-1)/N d 4;
+3. keep what was not sent as the new residual (dropped without error feedback);
+4. all-gather every rank's values and indices (the selections differ: no sum on
+   the way): (N-1) k (4 + 4) bytes per rank, growing with N;
 5. scatter-add all N selections into zeros and divide by N.
 
-Error bound of one round trip (a k/d-contraction, Stich et al. 2018, Def. 2.1):
-||x - decompress(compress(x))||^2 <= (1 - k/d) ||x||^2.
+Round trip (a k/d-contraction, Stich et al. 2018): ||x - x'||^2 <= (1 - k/d) ||x||^2.
 """
 
 from __future__ import annotations
@@ -28,7 +21,7 @@ from typing import ClassVar
 
 import torch
 
-from syncedu.compress.base import Compressor, flatten, unflatten_
+from syncedu.compress.base import Compressor, check_flags, flatten, unflatten_
 
 
 @dataclass(frozen=True)
@@ -43,8 +36,7 @@ class TopK(Compressor):
         if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)) \
                 or not 0 < self.ratio <= 1:
             raise ValueError(f"ratio={self.ratio!r} must be a number in (0, 1]")
-        if not isinstance(self.error_feedback, bool):
-            raise ValueError(f"error_feedback={self.error_feedback!r} must be True or False")
+        check_flags(self, "error_feedback")
 
     def k(self, numel: int) -> int:
         """How many entries a bucket of `numel` sends (at least one)."""
@@ -69,9 +61,7 @@ class TopK(Compressor):
             acc = acc + self._residual_like(comm, key, acc)
         values, idx = self.compress(acc)                      # Step 2
         if self.error_feedback:                               # Step 3
-            residual = acc.clone()
-            residual[idx.long()] = 0
-            self._state[(key, comm.rank)] = residual
+            self._state[(key, comm.rank)] = acc.index_fill(0, idx.long(), 0)
         n = comm.world_size                                   # Step 4
         all_values = [torch.empty_like(values) for _ in range(n)]
         all_idx = [torch.empty_like(idx) for _ in range(n)]

@@ -1,13 +1,4 @@
-"""Checkers for notebooks/06_sync_batchnorm's exercises (simulated ranks: quick, exact).
-
-1. `global_mean_var`: the forward's global statistics with one all_reduce, also
-   on float32 data far from zero (where sum x^2 / N - mean^2 cancels);
-2. `syncbn_backward`: the learner's SyncBN backward on 3 simulated ranks with
-   odd batch sizes, against BatchNorm's gradient on the concatenated batch; a
-   wrong answer is matched against the usual mistakes (local sums, the local
-   count, no weight, global weight gradients, two collectives) to say which;
-3. `average_running_stats`; and the quick check `step_bytes`.
-"""
+"""Checkers for notebooks/06_sync_batchnorm's exercises (simulated ranks: quick, exact)."""
 
 from __future__ import annotations
 
@@ -34,7 +25,7 @@ def _calls(ledger) -> int:
 
 
 def _check_stats(name, worker, xs, atol_mean, atol_var, what):
-    """None if every rank returned the global (mean, var) of `xs`, else the verdict (False)."""
+    """(True, result) if every rank returned the global (mean, var) of `xs`, else (False, None)."""
     ok, res = attempt(name, lambda: sim.run(lambda comm: worker(comm, xs[comm.rank]), len(xs)))
     if not ok:
         return False, None
@@ -76,7 +67,6 @@ def global_mean_var(worker) -> bool:
     return verdict(name, True)
 
 
-# ------------------------------------------------------------ Exercise 2
 def _backward_case(sizes=(3, 1, 5), channels: int = 3, eps: float = 1e-5, seed: int = 6):
     """Per-rank (dy, xhat), global invstd, weight and count, and BatchNorm's true gradients."""
     g = torch.Generator().manual_seed(seed)
@@ -128,10 +118,7 @@ def _diagnose_dx(case, r, got) -> str:
 
 @checker
 def syncbn_backward(backward) -> bool:
-    """Exercise 06.2: `backward(comm, dy, xhat, invstd, weight, count) -> (dx, dweight, dbias)`.
-
-    Run on 3 simulated ranks with batches of 3, 1 and 5 samples (shape (n, 3, 2)).
-    """
+    """Exercise 06.2: `backward(comm, dy, xhat, invstd, weight, count) -> (dx, dweight, dbias)`."""
     name = "Exercise 2 (the SyncBN backward)"
     case = _backward_case()
 
@@ -170,7 +157,6 @@ def syncbn_backward(backward) -> bool:
     return verdict(name, True)
 
 
-# ------------------------------------------------------------ quick check
 @checker
 def step_bytes(answer, channels=(16, 32, 64), world_size: int = 8) -> bool:
     """Quick check: SyncBN bytes rank 0 sends per step (16, 32, 64 channels; 8 ranks)."""
@@ -185,7 +171,6 @@ def step_bytes(answer, channels=(16, 32, 64), world_size: int = 8) -> bool:
                     "numbers, each charged as a ring")
 
 
-# ------------------------------------------------------------ Exercise 3
 def _bn_model(rank: int) -> nn.Module:
     model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.BatchNorm1d(4))
     with torch.no_grad():

@@ -1,29 +1,18 @@
 """The small-batch BatchNorm experiment: plain BN vs SyncBN vs one process.
 
-Data-parallel training of `SmallCNN` on the 8x8 digits, each rank seeing
-`per_rank_batch` samples per step (2-4: a detector's batch per GPU), in three
-modes:
-
-- "plain": every rank's BatchNorm normalizes with its own tiny batch and keeps
-  its own running statistics (nothing syncs them);
-- "syncbn": the BatchNorm layers converted to `syncbn.SyncBatchNorm`, so they
-  normalize with the statistics of the global batch;
-- "single": one process on the whole global batch, the reference.
-
-Steps of one run (every rank, written against `Comm`, real or simulated):
+Data-parallel `SmallCNN` on the 8x8 digits, `per_rank_batch` (2-4, a detector's
+batch per GPU; MegDet, Peng et al. 2018) samples per rank and step. Modes:
+"plain" (each rank's BN on its own tiny batch, its own running statistics),
+"syncbn" (the layers converted to `SyncBatchNorm`), "single" (one process on the
+global batch, the reference). Steps of one run on every rank:
 
 1. build the model with the same seed on every rank (same initial weights);
-2. for each step take this rank's slice of the global batch (the same
-   seeded permutation everywhere), forward, mean loss, backward;
-3. average every gradient with `comm.all_reduce(op="avg")` (ledger op
-   "gradients"), then the same `torch.optim.SGD` step on every rank;
-4. in eval mode, the test accuracy with this rank's running statistics, and
-   those statistics themselves.
+2. for each step take this rank's slice of the global batch, forward, backward;
+3. average every gradient (ledger op "gradients"), then the same SGD step;
+4. in eval mode, the test accuracy with this rank's running statistics.
 
-Not `train.run`'s loop: that one reports rank 0's parameters and accuracy on
-the whole data set, while this experiment needs every rank's own running
-statistics and its accuracy on held-out images. Cross-GPU BatchNorm for small
-per-GPU batches: MegDet (Peng et al., CVPR 2018).
+Not `train.run`'s loop: it reports only rank 0, and this needs every rank's own
+running statistics and accuracy on held-out images.
 """
 
 from __future__ import annotations
@@ -70,32 +59,24 @@ class BNConfig:
     def global_batch(self) -> int:
         return self.world_size * self.per_rank_batch
 
-    @property
-    def ranks(self) -> int:
-        """Processes that run: 1 for "single", else world_size."""
-        return 1 if self.mode == "single" else self.world_size
-
 
 @dataclass(frozen=True)
 class BNResult:
-    """What a run gives: per-step global loss, per-rank accuracy and running stats."""
+    """What a run gives: global mean loss per step, and per rank its test accuracy (eval mode)
+    and running statistics {layer: (running_mean, running_var)}."""
 
-    config: BNConfig
-    loss: list[float]          # global mean loss per step
-    accuracy: list[float]      # test accuracy per rank, eval mode (its running stats)
-    running: list[dict]        # per rank: {layer: (running_mean, running_var)}
+    loss: list[float]
+    accuracy: list[float]
+    running: list[dict]
     params: dict               # rank 0's final parameters
     ledger: Ledger
 
     def spread(self) -> dict[str, float]:
-        """Largest difference between two ranks' running statistics (any layer, channel).
-
-        "mean": absolute; "var": relative to the ranks' average variance.
-        """
+        """Largest difference between two ranks' running statistics (any layer, channel):
+        "mean" absolute, "var" relative to the ranks' average variance."""
         out = {"mean": 0.0, "var": 0.0}
         for layer in self.running[0]:
-            means = torch.stack([r[layer][0] for r in self.running])
-            varis = torch.stack([r[layer][1] for r in self.running])
+            means, varis = (torch.stack([r[layer][i] for r in self.running]) for i in (0, 1))
             rng = lambda t: t.max(0).values - t.min(0).values  # noqa: E731
             out["mean"] = max(out["mean"], rng(means).max().item())
             out["var"] = max(out["var"], (rng(varis) / varis.mean(0)).max().item())
@@ -104,9 +85,7 @@ class BNResult:
 
 @functools.cache
 def split(seed: int = 0, test_size: int = 360):
-    """The digits as (train_x, train_y, test_x, test_y), split by a seeded permutation.
-
-    Read once per process and shared by the runs (nothing writes to these tensors)."""
+    """(train_x, train_y, test_x, test_y) of the digits by a seeded permutation (read-only)."""
     x, y = data.digits(images=True).tensors
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
     test, train = perm[:test_size], perm[test_size:]
@@ -155,14 +134,14 @@ def worker(comm, cfg: BNConfig, tensors, idx):
     return losses, acc, running, params
 
 
-def run(cfg: BNConfig, pool=None) -> BNResult:
-    """Run one configuration on simulated ranks, or on a `launch.Pool(cfg.ranks)` if given."""
+def run(cfg: BNConfig) -> BNResult:
+    """Run one configuration on simulated ranks."""
     tensors = split(cfg.seed, cfg.test_size)
     idx = batches(cfg, len(tensors[1]))
-    res = runner.run(worker, cfg.ranks, (cfg, tensors, idx), pool=pool, simulate=pool is None,
-                     job=f"mode={cfg.mode!r}")
+    ranks = 1 if cfg.mode == "single" else cfg.world_size
+    res = runner.run(worker, ranks, (cfg, tensors, idx), simulate=True, job=f"mode={cfg.mode!r}")
     loss = [sum(r[0][s] for r in res) / len(res) for s in range(cfg.steps)]
-    return BNResult(cfg, loss, [r[1] for r in res], [r[2] for r in res], res[0][3], res.ledger)
+    return BNResult(loss, [r[1] for r in res], [r[2] for r in res], res[0][3], res.ledger)
 
 
 def compare(per_rank_batch: int = 2, world_size: int = 4, steps: int = 150,
@@ -175,23 +154,19 @@ def compare(per_rank_batch: int = 2, world_size: int = 4, steps: int = 150,
 def stat_noise(batch_sizes=(1, 2, 4, 8, 16, 32), *, params: dict | None = None, layer: int = 1,
                draws: int = 400, seed: int = 0,
                channels: int = 8) -> dict[int, tuple[float, float]]:
-    """How far one batch's BatchNorm statistics fall from the whole data set's.
+    """How far one batch's BatchNorm statistics fall from the whole training set's.
 
-    Features: what BatchNorm layer `layer` (1 or 2) of the SmallCNN normalizes,
-    on the training images; the model has the seeded initial weights, or
-    `params` (a state dict, e.g. `BNResult.params`, run in eval mode). For each batch size b,
-    `draws` seeded batches of b images give per-channel batch means and
-    variances. Returns {b: (mean error, variance error)}: root mean square over
-    draws and channels of (batch mean - mean) / std and of batch var / var - 1.
+    At BatchNorm layer `layer` (1 or 2) of the SmallCNN (seeded weights, or `params`),
+    for each batch size b: {b: RMS over `draws` batches and the channels of
+    (batch mean - mean) / std, and of batch var / var - 1}.
     """
-    train_x = split(seed)[0]
     if layer not in (1, 2):
         raise ValueError(f"layer={layer!r} must be 1 or 2")
     model = models.make("cnn", seed=seed, channels=channels).eval()
     if params is not None:
         model.load_state_dict(params)
     with torch.no_grad():
-        feats = model.features[:3 * layer - 2](train_x).double()  # (n, C, 8, 8)
+        feats = model.features[:3 * layer - 2](split(seed)[0]).double()  # (n, C, 8, 8)
     var, mean = torch.var_mean(feats, dim=(0, 2, 3), correction=0)
     g = torch.Generator().manual_seed(seed + 2)
     out = {}

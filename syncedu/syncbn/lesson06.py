@@ -1,9 +1,4 @@
-"""Lesson 06's interactive comparison: plain BN vs SyncBN at a chosen per-rank batch.
-
-A slider picks the per-rank batch (1-8) and a menu the number of ranks; each
-change re-runs `experiment.compare` on simulated ranks (deterministic) for plain BN,
-SyncBN and one process, and shows a summary table and the three panels.
-"""
+"""Lesson 06's widget: plain BN vs SyncBN vs one process at a chosen per-rank batch and N."""
 
 from __future__ import annotations
 
@@ -30,8 +25,8 @@ class SmallBatchExplorer(Dashboard):
     """Per-rank batch slider and world-size menu; `.results` / `.text` hold the last run."""
 
     def __init__(self, *, per_rank_batch: int = 2, world_size: int = 4, steps: int = 100,
-                 plots: bool = True, initial: dict | None = None):
-        self.steps, self.plots = steps, plots
+                 initial: dict | None = None):
+        self.steps = steps
         self.batch = w.IntSlider(value=per_rank_batch, min=1, max=8, description="batch/rank",
                                  continuous_update=False)
         self.ranks = w.Dropdown(options=[2, 4, 8], value=world_size, description="ranks")
@@ -50,5 +45,5 @@ class SmallBatchExplorer(Dashboard):
         except Exception as e:  # show the failure in the widget, never lose it
             self.results, self.text = None, f"error: {e}"
         show_text(self.out, self.text)
-        if self.plots and self.results is not None:
+        if self.results is not None:
             show_figure(self.out, syncbn_plots.experiment(self.results), dpi=72)

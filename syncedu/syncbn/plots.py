@@ -1,7 +1,4 @@
-"""Figures for lesson 06 (SyncBatchNorm): loss, accuracy, running statistics, noise.
-
-Each function takes results of `syncedu.syncbn.experiment` and returns a Figure.
-"""
+"""Figures for lesson 06 from `syncedu.syncbn.experiment` results: loss, accuracy, statistics."""
 
 from __future__ import annotations
 
@@ -12,13 +9,9 @@ LABELS = {"plain": "plain BN per rank", "syncbn": "SyncBN", "single": "one proce
 
 
 def _smooth(values, window: int):
-    out, acc = [], 0.0
-    for i, v in enumerate(values):
-        acc += v
-        if i >= window:
-            acc -= values[i - window]
-        out.append(acc / min(i + 1, window))
-    return out
+    """Mean of the last `window` values (fewer at the start)."""
+    return [sum(values[max(0, i + 1 - window):i + 1]) / min(i + 1, window)
+            for i in range(len(values))]
 
 
 def experiment(results: dict, window: int = 20, layer: str | None = None):
@@ -48,8 +41,7 @@ def _accuracy(ax, results: dict) -> None:
 
 
 def _running_var(ax, results: dict, layer: str | None) -> None:
-    some = next(iter(results.values()))
-    layer = layer or list(some.running[0])[-1]
+    layer = layer or list(next(iter(results.values())).running[0])[-1]
     for mode, res in results.items():
         for r, running in enumerate(res.running):
             var = running[layer][1]

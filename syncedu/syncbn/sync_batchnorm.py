@@ -1,34 +1,22 @@
 """SyncBatchNorm from scratch: BatchNorm over the global batch, on any `Comm`.
 
-`torch.nn.SyncBatchNorm` refuses CPU tensors and Horovod's is CUDA-only; this
-one runs on simulated ranks, on Gloo/CPU and on NCCL/GPU alike. It follows
-`torch.nn.SyncBatchNorm`'s conventions: statistics over the global batch, the
-running variance unbiased over the global count, and weight/bias gradients
-left LOCAL to each rank (the data-parallel wrapper averages them, as for any
-other parameter). Idea: Ioffe & Szegedy 2015 (BatchNorm); cross-GPU BatchNorm
-as in MegDet (Peng et al., CVPR 2018).
+torch's and Horovod's are CUDA-only; this one runs on any backend with the
+conventions of `torch.nn.SyncBatchNorm`: global statistics, running variance
+unbiased over the global count, weight/bias gradients LOCAL (the data-parallel
+wrapper averages them). Ioffe & Szegedy 2015; MegDet (Peng et al., CVPR 2018).
 
-Forward, in training mode (x has n_r values per channel on rank r, N = sum n_r):
-
-1. per channel, local mean and squared deviations by a stable two-pass
-   `var_mean`, turned into float64 sums: [sum x, sum x^2, n_r];
-2. ONE all_reduce of that (2C + 1)-vector gives the global sums, hence the
-   global mean and biased variance (normalization) and unbiased variance
-   (running statistics, M2 / (N - 1));
+Forward in training mode (n_r values per channel on rank r, N = sum n_r):
+1. local mean and squared deviations by a stable two-pass `var_mean`, as float64
+   sums [sum x, sum x^2, n_r] per channel;
+2. ONE all_reduce of that (2C + 1)-vector: the global mean and biased variance
+   (normalization) and unbiased variance (running statistics);
 3. update the running statistics; y = (x - mean) / sqrt(var + eps) * w + b.
 
 Backward (custom autograd Function), with xhat = (x - mean) * invstd:
-
-1. per channel, local sums [sum dy, sum dy * xhat] (float64);
-2. ONE all_reduce of that 2C-vector gives the global sums;
-3. dx = w * invstd * (dy - sum_g(dy) / N - xhat * sum_g(dy * xhat) / N), which
-   is BatchNorm's input gradient on the concatenated batch; dw and db are the
-   LOCAL sums of step 1.
-
-The first training forward of each layer also all-reduces [C, -C] (op "max",
-ledger op "syncbn_check") once, so that ranks built with different channel
-counts fail with a clear error instead of a broken collective. Ledger ops:
-"syncbn_forward", "syncbn_backward" (one call each per step), "syncbn_check".
+1. local sums [sum dy, sum dy * xhat] per channel (float64);
+2. ONE all_reduce of that 2C-vector;
+3. dx = w * invstd * (dy - sum_g(dy) / N - xhat * sum_g(dy * xhat) / N), BatchNorm's
+   input gradient on the concatenated batch; dw and db are the LOCAL sums of step 1.
 """
 
 from __future__ import annotations
@@ -38,8 +26,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from syncedu.comm.base import Comm
-
-__all__ = ["SyncBatchNorm", "convert", "global_stats", "FORWARD_OP", "BACKWARD_OP", "CHECK_OP"]
 
 FORWARD_OP, BACKWARD_OP, CHECK_OP = "syncbn_forward", "syncbn_backward", "syncbn_check"
 
@@ -119,12 +105,9 @@ class _SyncBNFunction(torch.autograd.Function):
 class SyncBatchNorm(nn.Module):
     """BatchNorm over the batch of all ranks of `comm`; inputs (N, C) or (N, C, ...).
 
-    Same parameters and buffers as `nn.BatchNorm*d` (weight, bias, running_mean,
-    running_var, num_batches_tracked), so state dicts are interchangeable. In
-    eval mode with running statistics it is plain BatchNorm and sends nothing.
-    Every rank must call forward (and backward) the same number of times, also a
-    rank whose batch is empty: its shape is (0, C, ...) and its loss must still
-    depend on the output (e.g. `out.sum() * 0`).
+    Same parameters and buffers as `nn.BatchNorm*d`; in eval mode with running
+    statistics it sends nothing. Every rank must call forward and backward, also
+    one with an empty (0, C, ...) batch (its loss still on the output: `out.sum() * 0`).
     """
 
     def __init__(self, num_features: int, comm: Comm, eps: float = 1e-5,
@@ -178,11 +161,10 @@ class SyncBatchNorm(nn.Module):
         """Step 3: exponential (or, with momentum=None, cumulative) moving averages."""
         with torch.no_grad():
             self.num_batches_tracked.add_(1)
-            m = (1.0 / float(self.num_batches_tracked) if self.momentum is None
-                 else self.momentum)
-            unbiased = m2 / (n - 1)
+            m = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
             self.running_mean.mul_(1 - m).add_(mean.to(self.running_mean.dtype), alpha=m)
-            self.running_var.mul_(1 - m).add_(unbiased.to(self.running_var.dtype), alpha=m)
+            unbiased = (m2 / (n - 1)).to(self.running_var.dtype)
+            self.running_var.mul_(1 - m).add_(unbiased, alpha=m)
 
     def _check_input(self, x) -> None:
         if x.dim() < 2:
@@ -194,7 +176,7 @@ class SyncBatchNorm(nn.Module):
                              f"dimension 1 must be the {self.num_features} channels")
 
     def _check_channels(self, device) -> None:
-        """Once per layer: do all ranks have the same C? One tiny all_reduce (max)."""
+        """Once per layer, all_reduce (max) [C, -C]: different C fail here, not in a collective."""
         c = float(self.num_features)
         t = torch.tensor([c, -c], dtype=torch.float64, device=device)
         with self.comm.scope(CHECK_OP):
@@ -224,18 +206,13 @@ def _check_args(num_features, comm, eps, momentum) -> None:
         raise ValueError(f"momentum={momentum!r} must be in [0, 1] or None (cumulative average)")
 
 
-_BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
-
-
 def convert(module: nn.Module, comm: Comm) -> nn.Module:
     """Replace every BatchNorm1d/2d/3d (and nn.SyncBatchNorm) inside `module` by ours.
 
-    Like `nn.SyncBatchNorm.convert_sync_batchnorm`: the new layers take over the
-    old ones' parameters and buffers (the same tensors, so an optimizer built
-    before still works) and training flag. Returns the converted module (a new
-    object if `module` itself is a BatchNorm).
+    Like `nn.SyncBatchNorm.convert_sync_batchnorm`: the new layers take over the old
+    ones' tensors (an optimizer built before still works); a BatchNorm `module` is replaced.
     """
-    if isinstance(module, _BATCHNORMS):
+    if isinstance(module, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)):
         new = SyncBatchNorm(module.num_features, comm, module.eps, module.momentum,
                             module.affine, module.track_running_stats)
         if module.affine:

@@ -7,7 +7,8 @@
   root (ZeRO-3: `DTensor` shards, all-gathered per layer, gradients reduce-scattered).
 
 Each returns `(params, extra)`: the final parameters by the plain module's names, and
-what the lesson shows (optimizer-state elements on this rank, ...).
+what the lesson shows (optimizer-state elements on this rank; for FSDP2 also the local
+shard's size and the parameter type).
 """
 
 from __future__ import annotations

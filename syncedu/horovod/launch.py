@@ -35,7 +35,6 @@ __all__ = ["available", "run", "horovod_log", "HorovodRunError", "FAILED_STAMP"]
 FAILED_STAMP = Path(sys.prefix) / ".syncedu-horovod-failed"
 # Written by scripts/setup.sh (`make lab`) while Horovod builds in the background: its pid.
 BUILDING_STAMP = Path(sys.prefix) / ".syncedu-horovod-building"
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class _Tee(io.TextIOBase):
@@ -167,7 +166,7 @@ def run(fn, world_size: int = 2, *, args: tuple = (), kwargs: dict | None = None
     import horovod
 
     env = {k: str(v) for k, v in (env or {}).items()}
-    ours = {sig: signal.getsignal(sig) for sig in _SIGNALS}  # Step 2
+    ours = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}  # Step 2
     out = io.StringIO()
     try:
         with (contextlib.redirect_stdout(_Tee(out, None if quiet else sys.stdout)),

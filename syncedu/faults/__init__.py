@@ -1,9 +1,6 @@
 """Lesson 11, when a rank fails: uneven inputs, finding the culprit, surviving failures.
 
-Algorithms first: `join` (Join from scratch for `dp.DataParallel`), `ft`
-(per-step fault tolerance from scratch), `goodput` (checkpoint-restart against
-live recovery). Then the real-process demos: `uneven` (the DDP hang and its
-fixes), `culprit` (timeouts, monitored_barrier, DETAIL, the Flight Recorder,
-launch and simulator), `torchft_run` (torchft: kill, discard, continue,
-recover). The notebook's helpers are in `lesson11`, its checkers in `exercises`.
+Algorithms first: `join` (Join from scratch), `ft` (per-step fault tolerance from
+scratch), `goodput` (checkpoint-restart against live recovery); then the real-process
+demos `uneven`, `culprit` and `torchft_run`; the notebook's `lesson11` and `exercises`.
 """

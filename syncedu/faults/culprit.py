@@ -1,23 +1,19 @@
-"""Finding the culprit: one job where rank 1 misbehaves, seen by each tool.
-
-Real ranks unless said:
+"""Finding the culprit: one job where rank 1 misbehaves, seen by each tool (real ranks unless said).
 
 1. `monitored_barrier`: rank 0 names the rank absent from a barrier;
-2. `detail_mismatch`: under `TORCH_DISTRIBUTED_DEBUG=DETAIL` (set before the
-   process group exists, or `dist.set_debug_level` before a `new_group()`), a
-   collective whose shape or op differs is refused at once, naming both calls;
-3. `group_timeouts`: `new_group()` does not inherit the default group's
-   timeout but falls back to the backend's (30 minutes on Gloo);
+2. `detail_mismatch`: under `TORCH_DISTRIBUTED_DEBUG=DETAIL`, a collective whose
+   shape or op differs is refused at once, naming both calls;
+3. `group_timeouts`: `new_group()` does not inherit the default group's timeout
+   but falls back to the backend's (30 minutes on Gloo);
 4. `sleeper`: for `launch`'s `TimeoutError.ranks`;
 5. `sim_skip` / `sim_mismatch`: the simulator names a deadlock and a mismatch;
 6. the Flight Recorder (PyTorch's "Flight Recorder for Debugging Stuck Jobs"
-   tutorial): on Gloo (torch 2.13) it records by default but dumps nothing on
-   a timeout, so in `mismatch_and_dump` every rank dumps on purpose. Then a
-   WORKAROUND for an upstream defect: torch 2.13's `fr_trace` raises `KeyError`
-   on raw Gloo dumps, whose `pg_config` has one entry with an empty name and no
-   ranks, so `fix_gloo_dump` rebuilds it from the groups the entries name, each
-   over all ranks (true for `new_group()` without `ranks=`, the only kind here).
-   `analyze` runs torch's analyzer, which reports who is missing or disagrees.
+   tutorial): on Gloo (torch 2.13) it records by default but dumps nothing on a
+   timeout, so `mismatch_and_dump` dumps on purpose. WORKAROUND: torch 2.13's
+   `fr_trace` raises `KeyError` on raw Gloo dumps (one `pg_config` entry, empty
+   name, no ranks), so `fix_gloo_dump` rebuilds it from the groups the entries
+   name, each over all ranks (true for `new_group()` without `ranks=`, the only
+   kind here). `analyze` runs torch's analyzer: who is missing or disagrees.
 """
 
 from __future__ import annotations
@@ -47,11 +43,8 @@ def first_line(error: BaseException, width: int = 140) -> str:
 
 
 def monitored_barrier(comm, culprit: int = 1, wait: float = 2.0) -> str:
-    """Step 1: the culprit never reaches the barrier; rank 0 names it after `wait` s.
-
-    On a group of its own, so that the default group stays clean for later runs.
-    """
-    group = dist.new_group()
+    """Step 1: the culprit never reaches the barrier; rank 0 names it after `wait` s."""
+    group = dist.new_group()  # its own: the default group stays clean for later runs
     if comm.rank == culprit:
         time.sleep(wait + 0.5)
         return "(the culprit: never reached the barrier)"
@@ -63,13 +56,9 @@ def monitored_barrier(comm, culprit: int = 1, wait: float = 2.0) -> str:
 
 
 def detail_mismatch(comm, culprit: int = 1) -> dict[str, tuple[str, float]]:
-    """Step 2: the culprit's shape differs, then its op order; kind -> (who ran what, seconds).
-
-    Runs on a group made under the DETAIL level (`dist.set_debug_level`, what
-    `TORCH_DISTRIBUTED_DEBUG=DETAIL` sets at start-up), so it needs no fresh ranks.
-    """
+    """Step 2: the culprit's shape differs, then its op order; kind -> (who ran what, seconds)."""
     bad, old = comm.rank == culprit, dist.get_debug_level()
-    dist.set_debug_level(dist.DebugLevel.DETAIL)
+    dist.set_debug_level(dist.DebugLevel.DETAIL)  # the env variable's level: no fresh ranks
     try:
         g = dist.new_group()  # wrapped: every collective's fingerprint is checked first
     finally:
@@ -129,10 +118,8 @@ def mismatch_and_dump(comm, folder: str, kind: str = "missing", culprit: int = 1
                       group_timeout: float = 2.0) -> str:
     """Step 6 (a rank's worker): one good allreduce, then `culprit` misbehaves; dump.
 
-    kind "missing": the culprit skips the second allreduce; kind "type": it
-    calls `broadcast` where its peers call `all_reduce`. Returns the first line
-    of this rank's error, Gloo's words ("ok" if none). The dump keeps this demo's
-    group only: a `launch.Pool`'s ranks bring no records of earlier runs.
+    kind "missing": the culprit skips the second allreduce; "type": it calls `broadcast`
+    where its peers call `all_reduce`. Returns this rank's first error line ("ok" if none).
     """
     if kind not in ("missing", "type"):
         raise ValueError(f"kind={kind!r} must be 'missing' or 'type'")
@@ -154,6 +141,7 @@ def mismatch_and_dump(comm, folder: str, kind: str = "missing", culprit: int = 1
             except RuntimeError as e:
                 outcome = str(e).strip().splitlines()[0]
     dump = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())  # never dumped on its own
+    # this demo's group only: a `launch.Pool`'s ranks bring no records of earlier runs
     mine = [e for e in dump["entries"] if e["process_group"][0] == group.group_name]
     # numbered afresh: the analyzer matches ranks by record ids, which count the process's all
     dump["entries"] = [{**e, "record_id": i} for i, e in enumerate(mine)]
@@ -181,12 +169,9 @@ def fix_folder(folder: str, world_size: int) -> None:
 
 
 def analyze(folder: str) -> subprocess.CompletedProcess:
-    """Step 6: torch's own analyzer on `folder`; its report (log and traceback too) is `.stdout`.
-
-    The same as `python -m torch.distributed.flight_recorder.fr_trace <folder>
-    --prefix rank_` (its `main`), run in this process to spare a second import
-    of torch; returncode 1 if it raised.
-    """
+    """Step 6: `python -m torch.distributed.flight_recorder.fr_trace <folder> --prefix rank_`
+    in this process (no second import of torch); the report, log and traceback too, is
+    `.stdout`; returncode 1 if it raised."""
     args, buf, code = [folder, "--prefix", "rank_"], io.StringIO(), 0
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
         from torch.distributed.flight_recorder import fr_trace  # prints on its first import

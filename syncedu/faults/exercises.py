@@ -1,8 +1,6 @@
 """Checkers for notebooks/11_when_ranks_fail's exercises, each naming the plausible slips.
 
-1. `join_shadow`: Join's shadow allreduce, trained on simulated ranks (2, 4, 3
-   batches, then 3, 1, 4, 2: a hard-coded world size fails) against join.py's;
-   a rank that stops answering shows as the simulator's deadlock;
+1. `join_shadow`: trained on simulated ranks at two world sizes against join.py's;
 2. `commit_rule`: ft.py's Step 4, on cases that separate it from "any", "a
    majority", "the leader's alone", "an empty quorum commits" and "always";
 3. `checkpoint_interval`: Young's sqrt(2 C M) at several (C, M).
@@ -23,7 +21,7 @@ from .goodput import daly_interval, young_interval
 from .join import join_allreduce
 from .uneven import batches
 
-WORLDS = ((2, 4, 3), (3, 1, 4, 2))  # batches per rank, at two world sizes
+WORLDS = ((2, 4, 3), (3, 1, 4, 2))  # batches per rank: a hard-coded world size fails one
 _MODEL = dict(seed=0, hidden=9, depth=2)
 
 

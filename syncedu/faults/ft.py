@@ -38,10 +38,7 @@ TAG_STATUS, TAG_QUORUM, TAG_STATE, TAG_GRAD, TAG_MEAN = 11, 12, 13, 14, 15
 
 @dataclass(frozen=True)
 class Failure:
-    """Replica `replica` dies in iteration `at`'s exchange and is back `down` iterations later.
-
-    Modeled as a failed exchange (a flag the leader reads); torchft_run shows a real death.
-    """
+    """Replica `replica` dies in iteration `at`'s exchange (a flag the leader reads)."""
 
     replica: int
     at: int

@@ -31,8 +31,7 @@ LLAMA3 = {"interruptions": 419, "days": 54, "gpus": 16_384}  # unexpected interr
 
 def llama3_gpu_mtbf_hours() -> float:
     """Per-GPU MTBF implied by Llama 3's figures: job MTBF times the number of GPUs."""
-    job = LLAMA3["days"] * 24 / LLAMA3["interruptions"]
-    return job * LLAMA3["gpus"]
+    return LLAMA3["days"] * 24 / LLAMA3["interruptions"] * LLAMA3["gpus"]
 
 
 def _positive(**values) -> None:

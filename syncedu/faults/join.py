@@ -1,14 +1,11 @@
 """Join from scratch: uneven inputs without a hang, for `dp.DataParallel`.
 
-With uneven inputs a rank that runs out of batches stops calling the gradient
-allreduce while its peers still call it: they hang until the timeout
-(pytorch#33148, #38174). PyTorch's answer is `DistributedDataParallel.join()`
-and the generic `torch.distributed.algorithms.Join` (Pei et al., the "Generic
-Join Context Manager" tutorial): a rank that is done keeps *shadowing* its
-peers' collectives with zeros until every rank is done.
-
-Ours sends one buffer per step, so the shadow and the "am I still here" vote
-travel together. Every step, on every rank:
+A rank out of batches stops calling the gradient allreduce its peers still call: they
+hang until the timeout (pytorch#33148, #38174). `DistributedDataParallel.join()` and
+`torch.distributed.algorithms.Join` (Pei et al., the "Generic Join Context Manager"
+tutorial) have a done rank *shadow* its peers' collectives with zeros until every rank
+is done. Ours sends one buffer per step, the shadow and the "am I still here" vote
+together. On every rank:
 
 1. build the buffer: every gradient flattened (zeros on a rank out of data),
    then one count, 1.0 if this rank trained this step, else 0.0;
@@ -46,12 +43,7 @@ def join_allreduce(comm, params, has_data: bool) -> int:
 
 
 def train_joined(model: dp.DataParallel, optimizer, batches, loss_fn) -> int:
-    """Train `model` on this rank's `batches` (any length); returns the steps taken.
-
-    Every rank leaves the loop together, when the shadow allreduce counts no
-    active rank; `model`'s own gradient hooks stay off (`no_sync`), the
-    allreduce is `join_allreduce`'s.
-    """
+    """Train `model` on this rank's `batches` (any length) until no rank is active; the steps."""
     params = dp.trainable_parameters(model.module)
     it, steps = iter(batches), 0
     while True:

@@ -1,12 +1,8 @@
 """The processes behind torchft_run: replicas forked after one import, and their files.
 
-1. `_start_replicas`: one interpreter imports torch and torchft once, then
-   forks a replica per spec (`torchft_run.replica_main`), prints their pids,
-   reaps them in the order they end and writes each exit code to `exit_<pid>`;
-2. `listening`: every listening socket of those processes (the loopback test);
-3. `_write` / `_wait`: the files the parent and the replicas talk through,
-   written atomically, and a wait that always has a deadline; `_stderr_to`
-   keeps the lighthouse's log out of the notebook.
+`_start_replicas` / `fork_main`: one interpreter imports torch and torchft once, then
+forks the replicas and writes each exit code to `exit_<pid>`; `listening`: their
+listening sockets; `_write` / `_wait`: the files the parent and replicas talk through.
 """
 
 from __future__ import annotations
@@ -51,8 +47,8 @@ def _wait(predicate, deadline: float, what: str) -> None:
 
 
 def _start_replicas(specs: list, out: Path) -> tuple[subprocess.Popen, list[int]]:
-    """One fresh interpreter imports torch and torchft once (seconds of CPU), then forks a
-    replica per spec (`replica_main`'s arguments); one `killpg` reaches them all."""
+    """The forker (`fork_main`) on `specs` (`replica_main`'s arguments); one `killpg` reaches
+    it and its replicas."""
     # The forker runs torchft_run as its main module: it imports this file, not the reverse.
     forker = subprocess.Popen([sys.executable, "-m", "syncedu.faults.torchft_run", "fork",
                                json.dumps(specs)], stdin=subprocess.DEVNULL,

@@ -13,10 +13,9 @@ torchft (meta-pytorch/torchft, 0.2.0 here) makes every step a transaction
    the `go` file; its first quorum heals it from replica 0 (model and optimizer);
 5. both stop at the same step (a stop file) and save their weights: equal bits.
 
-Every server is bound to 127.0.0.1 (torchft's default is every interface): the
-lighthouse by its `bind`, the TCPStore by a socket we bind and pass as
-`master_listen_fd`, and, as a WORKAROUND (0.2.0 has no option for them), the
-manager server and the HTTP checkpoint server by patches in the replicas.
+Every server listens on 127.0.0.1 only (torchft's default is every interface): the
+lighthouse by its `bind`, the TCPStore by a socket we bind (`master_listen_fd`), and,
+as a WORKAROUND (0.2.0 has no option), the manager and checkpoint servers by patches.
 """
 
 from __future__ import annotations
@@ -64,7 +63,7 @@ def available() -> str | None:
 
 
 def _loopback_patches() -> None:
-    """WORKAROUND (torchft 0.2.0): its manager server and checkpoint server on 127.0.0.1."""
+    """WORKAROUND (torchft 0.2.0): its manager and checkpoint servers on 127.0.0.1."""
     import torchft.checkpointing.http_transport as http_transport
     import torchft.manager as manager
     from torchft._torchft import ManagerServer
@@ -85,7 +84,7 @@ def _loopback_patches() -> None:
 
 
 def _loopback_store():
-    """A TCPStore master listening on 127.0.0.1 only (its default is every interface)."""
+    """A TCPStore master listening on 127.0.0.1 only."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
@@ -147,9 +146,8 @@ def replica_main(index: int, lighthouse: str, folder: str, cfg: Config, kill: bo
                  standby: bool = False) -> None:
     """One replica group (one rank): train until the stop file's step, log, save.
 
-    A `standby` replica imports torch and torchft, then waits for the `go` file
-    before it joins: the replacement for a killed one, ready without the seconds
-    an import takes (a scheduler would start it after the failure).
+    A `standby` replica imports torchft, then waits for the `go` file: a replacement
+    ready without the seconds an import takes (a scheduler would start it on failure).
     """
     out, cfg = Path(folder), (Config(**cfg) if isinstance(cfg, dict) else cfg)
     log_fd = os.open(out / f"replica_{index}_{os.getpid()}.log", os.O_WRONLY | os.O_CREAT)

@@ -1,16 +1,14 @@
 """Uneven inputs on real ranks (3 ranks with 4, 7 and 5 batches): the hang and its fixes.
 
-1. `hang`: plain DDP. Once rank 0 runs out, ranks 1 and 2 wait in
-   `backward()`'s allreduce for a peer that never comes, until the group's
-   (short) timeout;
-2. `joined`: the same data with `model.join()`, `Join([model])` (both
-   `divide_by_initial_world_size=False`) and our `train_joined`, plus
-   `throw_on_early_termination=True`, which stops every rank when one runs out;
-3. `shards`: the other answer, equal `DistributedSampler` shards, by dropping
-   the tail (`drop_last=True`) or padding with repeated samples.
+1. `hang`: plain DDP. Once rank 0 runs out, ranks 1 and 2 wait in `backward()`'s
+   allreduce for a peer that never comes, until the group's (short) timeout;
+2. `joined`: `model.join()`, `Join([model])` (both `divide_by_initial_world_size=False`),
+   our `train_joined`, and `throw_on_early_termination=True` (all stop when one runs out);
+3. `shards`: equal `DistributedSampler` shards, by dropping the tail (`drop_last=True`)
+   or padding with repeated samples.
 
-Sources: pytorch#33148 and #38174 (the hang); the DDP `join` docs and the
-"Distributed Training with Uneven Inputs Using the Join Context Manager" tutorial.
+Sources: pytorch#33148 and #38174 (the hang); the DDP `join` docs and the "Distributed
+Training with Uneven Inputs Using the Join Context Manager" tutorial.
 """
 
 from __future__ import annotations
@@ -53,9 +51,8 @@ def _ddp_steps(model, optimizer, data) -> int:
 def hang(comm, counts=COUNTS, group_timeout: float = 2.0) -> dict:
     """Step 1: plain DDP on uneven data; a rank with more batches fails after `group_timeout` s.
 
-    Returns `what` happened, `said` (Gloo's first line, without its source path)
-    and `waited` (s). Caught in the rank, so a `launch.Pool`'s ranks live on:
-    only the short-timeout group is broken.
+    Returns `what` happened, `said` (Gloo's first line, no source path) and `waited` (s);
+    caught in the rank, so a `launch.Pool`'s ranks live on (only this group breaks).
     """
     group = dist.new_group(timeout=datetime.timedelta(seconds=group_timeout))
     module, data = models.make("mlp", seed=0), batches(comm.rank, counts[comm.rank])

@@ -9,10 +9,8 @@ from syncedu.comm.ledger import ring_allreduce_elements
 from syncedu.horovod import launch as horovod_launch
 from syncedu.ui.checkers import attempt, checker, verdict
 
-# The job of the DDP script the learner converts: the digits, the MLP seeded by the rank
-# (so only a broadcast of rank 0's weights makes the ranks agree), 16 samples per rank
-# (global batch 32), lr 0.05 per rank scaled by the world size, two epochs (so a missing
-# set_epoch shows: epoch 1 would repeat epoch 0's order), DistributedSampler(seed=0).
+# The DDP script the learner converts: the MLP seeded by the rank (only a broadcast makes the
+# ranks agree), 16 samples per rank, lr 0.05 x world size, two epochs (a missing set_epoch shows).
 EPOCHS = 2
 JOB = dict(steps=EPOCHS * (1797 // 32), global_batch=32, lr=0.1, seed=0)
 
@@ -27,11 +25,8 @@ def _shortcut(fn) -> str:
 
 
 def _recorded(fn):
-    """`fn` to run in each rank, returning (its result, the `op` of every DistributedOptimizer).
-
-    The run, not the source, says which reduction the learner chose: the wrapper
-    is replaced in the rank by one that records its `op` argument, then calls it.
-    """
+    """`fn` to run in each rank, returning (its result, the `op` of every DistributedOptimizer):
+    the run, not the source, says which reduction the learner chose."""
     def ranked():
         import inspect as _inspect
 

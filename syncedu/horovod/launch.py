@@ -1,32 +1,20 @@
 """`horovod.run` with the course's safeguards: a timeout, restored signal handlers, a skip reason.
 
-`horovod.run(fn, num_proc=2, use_gloo=True)` starts Gloo ranks on this machine
-and returns what `fn` returned on each (Horovod's own launcher, documented in
-Horovod's "Horovod in Python" / `horovod.runner` API; `fn` may be defined in a
-notebook cell: it travels by value). Four things bite when it is called from a
-notebook, and `run` below handles them:
+`horovod.run(fn, num_proc=2, use_gloo=True)` (Horovod's `horovod.runner` API) starts Gloo
+ranks here and returns what `fn` returned on each; `fn` may be defined in a notebook cell.
+Called from a notebook, four things bite, and `run` handles them:
 
-1. **availability**: Horovod is built from source by `make setup`; if that
-   failed, `available()` says why (the log it recorded) and notebooks skip;
-2. **signal handlers**: `horovod.run` installs its own SIGINT/SIGTERM handlers
-   in the caller and leaves them there, so Ctrl-C no longer interrupts the
-   kernel. `run` saves the caller's handlers and puts them back, always;
-3. **no timeout**: a stalled job (e.g. tensor names that differ between
-   ranks) waits forever. `run` arms a timer; when it fires while Horovod's
-   handler is installed, it sends this process the SIGTERM that handler turns
-   into "stop every rank", and raises `TimeoutError`;
-4. **a silent stall**: Horovod's own guard, the stall inspector
-   (`HOROVOD_STALL_CHECK_TIME_SECONDS`), never names the missing ranks on a
-   Gloo-only build: `GlooController::DoInitialization` fills `global_ranks_`
-   after only `reserve(size_)` (gloo_controller.cc:92-97, v0.28.1), so the
-   vector's size stays 0 and `CheckForStalledTensors` loops over no rank
-   (stall_inspector.cc:54-55). The ranks' output is therefore kept (as
-   `.output` on the error, also when `quiet=True`), and `horovod_log` pulls
-   Horovod's own log lines out of it, without timestamps or build paths.
+1. availability: if `make setup` could not build Horovod, `available()` says why;
+2. signal handlers: `horovod.run` leaves its SIGINT/SIGTERM handlers in the caller
+   (Ctrl-C no longer interrupts the kernel): `run` puts the caller's back;
+3. no timeout: a stalled job (tensor names that differ) waits forever; `run`'s timer
+   sends this process the SIGTERM that Horovod's handler turns into "stop every rank";
+4. a silent stall: the stall inspector never names the missing ranks on a Gloo build
+   (`GlooController::DoInitialization` only `reserve`s `global_ranks_`,
+   gloo_controller.cc:92-97, v0.28.1; stall_inspector.cc:54-55 loops over none), so
+   the ranks' output is kept (`.output`) and `horovod_log` pulls Horovod's lines out.
 
-Environment variables for the ranks (`HOROVOD_FUSION_THRESHOLD`,
-`HOROVOD_CYCLE_TIME`, `HOROVOD_TIMELINE`, ...) are set inside each rank before
-`fn` runs (so before its `hvd.init()`), never in the caller.
+`env` is set inside each rank before `fn` runs (so before its `hvd.init()`).
 """
 
 from __future__ import annotations
@@ -38,6 +26,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 __all__ = ["available", "run", "horovod_log", "HorovodRunError", "FAILED_STAMP"]
@@ -46,7 +35,6 @@ __all__ = ["available", "run", "horovod_log", "HorovodRunError", "FAILED_STAMP"]
 FAILED_STAMP = Path(sys.prefix) / ".syncedu-horovod-failed"
 # Written by scripts/setup.sh (`make lab`) while Horovod builds in the background: its pid.
 BUILDING_STAMP = Path(sys.prefix) / ".syncedu-horovod-building"
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class _Tee(io.TextIOBase):
@@ -85,19 +73,12 @@ def _build_running() -> int | None:
 
 
 def wait_for_build(timeout: float = 900.0, every: float = 15.0) -> None:
-    """Wait for a background Horovod build, printing a status line every `every` seconds.
-
-    `make lab` opens the course while Horovod (which only lesson 08 needs) compiles
-    in the background; lesson 08 calls this first. Returns at once if no build runs.
-    """
-    import time
-
-    start = time.monotonic()
-    pid = _build_running()
+    """Wait for the background Horovod build of `make lab` (lesson 08 calls this first),
+    printing a status line every `every` seconds; returns at once if no build runs."""
+    start, next_line, pid = time.monotonic(), every, _build_running()
     if pid is not None:
         print(f"Horovod is still building in the background (pid {pid}; log: "
               f"{Path(sys.prefix) / 'horovod-build.log'}); waiting for it...", flush=True)
-    next_line = every
     while (pid := _build_running()) is not None:
         waited = time.monotonic() - start
         if waited > timeout:
@@ -111,10 +92,7 @@ def wait_for_build(timeout: float = 900.0, every: float = 15.0) -> None:
 
 
 def available() -> tuple[bool, str]:
-    """(True, version) if `horovod.torch` loads, else (False, why) with the build log's path.
-
-    Waits first for a background build that `make lab` started (`wait_for_build`).
-    """
+    """(True, version) if `horovod.torch` loads (after `wait_for_build`), else (False, why)."""
     wait_for_build()
     try:
         import horovod
@@ -141,35 +119,33 @@ def _with_env(fn, env: dict, args: tuple, kwargs: dict):
     return fn(*args, **kwargs)
 
 
-class _Deadline:
-    """Step 3: after `timeout` s, SIGTERM this process, but only into Horovod's handler."""
+@contextlib.contextmanager
+def _deadline(timeout: float, ours):
+    """Step 3: after `timeout` s, SIGTERM this process, but only into Horovod's handler.
 
-    def __init__(self, timeout: float, ours: dict):
-        self.timeout, self.ours = timeout, ours
-        self.fired, self.lock, self.done = False, threading.Lock(), threading.Event()
-        self.thread = threading.Thread(target=self._watch, daemon=True)
+    Yields a list that holds True once it fired; `ours`: the caller's SIGTERM handler.
+    """
+    fired, lock, done = [], threading.Lock(), threading.Event()
 
-    def _watch(self) -> None:
-        if self.done.wait(self.timeout):
+    def watch() -> None:
+        if done.wait(timeout):
             return
-        while not self.done.wait(0.2):  # wait until Horovod's handler is in place
-            with self.lock:
+        while not done.wait(0.2):  # wait until Horovod's handler is in place
+            with lock:
                 handler = signal.getsignal(signal.SIGTERM)
-                if self.done.is_set() or not callable(handler) or handler is \
-                        self.ours[signal.SIGTERM]:
-                    continue
-                self.fired = True
-                os.kill(os.getpid(), signal.SIGTERM)  # Horovod's handler: stop the ranks
-                return
+                if not done.is_set() and callable(handler) and handler is not ours:
+                    fired.append(True)
+                    os.kill(os.getpid(), signal.SIGTERM)  # Horovod's handler: stop the ranks
+                    return
 
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        with self.lock:  # after this, the timer can no longer send anything
-            self.done.set()
-        self.thread.join()
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield fired
+    finally:
+        with lock:  # after this, the timer can no longer send anything
+            done.set()
+        thread.join()
 
 
 def run(fn, world_size: int = 2, *, args: tuple = (), kwargs: dict | None = None,
@@ -177,11 +153,8 @@ def run(fn, world_size: int = 2, *, args: tuple = (), kwargs: dict | None = None
         quiet: bool = False, output: list | None = None) -> list:
     """`horovod.run(fn, ...)` on `world_size` local Gloo ranks; returns the ranks' values.
 
-    `env`: variables set in every rank before `fn` runs. `timeout`: seconds before
-    the job is stopped (`TimeoutError`). `quiet=True` keeps the ranks' output out of
-    the caller's streams; either way it is attached to the `HorovodRunError` or
-    `TimeoutError` raised (`.output`), and appended to `output` if it is a list.
-    Raises `RuntimeError` with the reason if Horovod is not available.
+    `quiet=True` keeps the ranks' output out of the caller's streams; either way it is
+    `.output` on the error raised, and appended to `output` if that is a list.
     """
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise ValueError(f"world_size={world_size!r} must be an int >= 1")
@@ -193,21 +166,18 @@ def run(fn, world_size: int = 2, *, args: tuple = (), kwargs: dict | None = None
     import horovod
 
     env = {k: str(v) for k, v in (env or {}).items()}
-    ours = {sig: signal.getsignal(sig) for sig in _SIGNALS}  # Step 2
+    ours = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}  # Step 2
     out = io.StringIO()
-    streams = (contextlib.redirect_stdout(_Tee(out, None if quiet else sys.stdout)),
-               contextlib.redirect_stderr(_Tee(out, None if quiet else sys.stderr)))
     try:
-        with contextlib.ExitStack() as stack:
-            for s in streams:
-                stack.enter_context(s)
-            deadline = stack.enter_context(_Deadline(timeout, ours))
+        with (contextlib.redirect_stdout(_Tee(out, None if quiet else sys.stdout)),
+              contextlib.redirect_stderr(_Tee(out, None if quiet else sys.stderr)),
+              _deadline(timeout, ours[signal.SIGTERM]) as fired):
             try:
                 return horovod.run(_with_env, args=(fn, env, tuple(args), dict(kwargs or {})),
                                    num_proc=world_size, use_gloo=True, start_timeout=start_timeout,
                                    network_interfaces=["lo"])
             except RuntimeError as e:
-                if not deadline.fired:
+                if not fired:
                     raise HorovodRunError(str(e).strip(), out.getvalue()) from None
         err = TimeoutError(f"horovod.run: the job was still running after timeout={timeout} s; "
                            "its ranks were stopped")
@@ -231,9 +201,8 @@ _REPORT_LINE = re.compile(r"^(Missing ranks:|\d+!?: \[.*\]|One or more rank .*)$
 def horovod_log(output: str, source: str = "") -> list[str]:
     """Horovod's own log records in the ranks' `output`, as `rank R: L file.cc:N] message`.
 
-    Timestamps and build paths are dropped, so the lines are the same on every run;
-    a stall report keeps its following lines ("Missing ranks:", one line per rank).
-    `source` keeps only records from that file (e.g. "stall_inspector").
+    Without timestamps and build paths (the same on every run); a stall report keeps its
+    following lines. `source` keeps only records from that file (e.g. "stall_inspector").
     """
     records, rank = [], None  # rank: whose record the previous line belonged to
     for line in output.splitlines():

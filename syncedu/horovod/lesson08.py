@@ -1,10 +1,4 @@
-"""Helpers for notebooks/08_horovod_vs_ddp: skip cleanly without Horovod, draw two timelines.
-
-`have_horovod()` prints why Horovod cells skip (and returns False) when the
-build failed; `timelines(spans, history)` draws a parsed Horovod timeline
-(horovod/timeline.py) beside our DDP step timeline (`History.timeline`);
-`script(fn, call)` turns a function defined in a cell into a runnable script.
-"""
+"""Helpers for notebooks/08_horovod_vs_ddp: skip cleanly without Horovod, draw two timelines."""
 
 from __future__ import annotations
 
@@ -42,7 +36,6 @@ def timelines(rows: list, ddp_segments: list, *, title: str = ""):
         left.barh(tensors.index(tensor), (e - s) * 1e3, left=s * 1e3, color=PHASES[phase],
                   height=0.7)
     left.set_yticks(range(len(tensors)), tensors, fontsize=7)
-    left.set_xlabel("time (ms)")
     left.set_title("Horovod timeline (rank 0), per tensor")
     left.legend([plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASES.values()],
                 [p.lower().replace("_", " ") for p in PHASES], fontsize=7, loc="lower right")
@@ -51,9 +44,9 @@ def timelines(rows: list, ddp_segments: list, *, title: str = ""):
         right.barh(lanes.get(kind, 0), (e - s) * 1e3, left=s * 1e3,
                    color=COLORS.get(kind, "grey"), height=0.7)
     right.set_yticks([0, 1], ["forward+backward, step", "bucket allreduce"], fontsize=8)
-    right.set_xlabel("time (ms)")
     right.set_title("DDP (counting comm hook), rank 0")
     for ax in (left, right):
+        ax.set_xlabel("time (ms)")
         ax.invert_yaxis()
     if title:
         fig.suptitle(title)

@@ -1,9 +1,9 @@
 """Which line of the Horovod recipe does what: each one left out in turn, on real Horovod ranks.
 
-The articles this course answers label `hvd.broadcast_parameters` "gradient compression" and
-call `hvd.DistributedOptimizer` optional. Run inside one Horovod rank (`horovod_launch.run`),
-`without_each` trains the digits MLP a few steps in four variants, every rank's model seeded
-by its own rank (as an unseeded model would be):
+The articles this course answers label `hvd.broadcast_parameters` "gradient compression"
+and call `hvd.DistributedOptimizer` optional. In a Horovod rank, `without_each` trains
+the digits MLP a few steps in four variants, each rank's model seeded by its rank (as
+an unseeded model would be), and returns {variant: this rank's parameters}:
 
 1. the recipe: `broadcast_parameters` (the initial state sync) + `DistributedOptimizer`
    (the gradient averaging, mandatory) with `compression=Compression.none`;
@@ -13,21 +13,21 @@ by its own rank (as an unseeded model would be):
    `opt.synchronize()` to finish the allreduces, `scaler.unscale_`, clipping, then
    `scaler.step` inside `opt.skip_synchronize()` so `step` does not synchronize again.
 
-Returns {variant: this rank's parameters}; compare the ranks' results in the caller.
 Compression is the wrapper's `compression=` argument, nothing else (Horovod 0.28.1).
 """
 
 from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from syncedu.train import data, models
 
 VARIANTS = ("recipe", "no broadcast", "no DistributedOptimizer", "amp pattern")
 
 
 def without_each(steps: int = 8, lr: float = 0.1) -> dict:
     import horovod.torch as hvd
-    import torch
-    import torch.nn.functional as F
-
-    from syncedu.train import data, models
 
     hvd.init()
     torch.set_num_threads(1)
@@ -101,11 +101,6 @@ def rank_gap(res: list[dict], variant: str) -> float:
 
 def reference(steps: int = 8, lr: float = 0.1, world_size: int = 2) -> dict:
     """One process, rank 0's initial weights, the global batch of each step (16 per rank)."""
-    import torch
-    import torch.nn.functional as F
-
-    from syncedu.train import data, models
-
     x, y = data.digits().tensors
     model = models.make("mlp", seed=0)
     opt = torch.optim.SGD(model.parameters(), lr=lr)

@@ -2,25 +2,18 @@
 
 Horovod writes a Chrome-trace JSON file (Horovod docs, "Horovod Timeline";
 `horovod/common/timeline.cc`): each tensor is a "process" (`pid`, named by a
-`process_name` metadata event), and each of its phases a `B`/`E` pair:
+`process_name` metadata event), and each of its phases a `B`/`E` pair: at top level
+`NEGOTIATE_ALLREDUCE` (the coordinator waits for every rank's request), then
+`ALLREDUCE`, whose activities are `QUEUE`, `MEMCPY_IN_FUSION_BUFFER`, `GLOO_ALLREDUCE`
+(the collective itself, on this build) and `MEMCPY_OUT_FUSION_BUFFER`.
 
-- top level: `NEGOTIATE_ALLREDUCE` (the ranks agree the tensor is ready
-  everywhere: the coordinator waits for every rank's request), then `ALLREDUCE`;
-- inside `ALLREDUCE`, activities: `QUEUE`, `MEMCPY_IN_FUSION_BUFFER`,
-  `GLOO_ALLREDUCE` (the collective itself, on this build), `MEMCPY_OUT_FUSION_BUFFER`.
-
-Steps:
-
-1. `parse(text)`: tolerate a file cut short (the writer keeps it valid JSON
-   after each event, but a killed job may leave a partial line); map pids to
-   tensor names; pair each `E` with the last open `B` of its pid -> `Span`s
-   with times in seconds from the first event;
-2. `collectives(spans)`: the activity spans of one kind (`GLOO_ALLREDUCE`)
-   that overlap in time belong to one fused buffer (the background thread runs
-   one collective at a time), so clusters of overlapping spans are the fused
-   collectives actually sent, each with its tensors;
-3. `per_step(...)`: how many collectives each training step made, steps told
-   apart by the gaps between them.
+1. `parse(text)`: tolerate a file cut short (a killed job may leave a partial line);
+   pair each `E` with the last open `B` of its pid -> `Span`s, in seconds from the
+   first event;
+2. `collectives(spans)`: the `GLOO_ALLREDUCE` spans that overlap in time belong to one
+   fused buffer (the background thread runs one collective at a time), so clusters of
+   overlapping spans are the fused collectives actually sent;
+3. `per_step(...)`: how many collectives each training step made.
 """
 
 from __future__ import annotations
@@ -55,13 +48,7 @@ class Collective:
 
 
 def _events(text: str) -> list[dict]:
-    """Step 1: the JSON events, even from a file whose end was cut off."""
-    text = text.strip()
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        pass
-    # Horovod writes several events per line at times: decode object after object.
+    """Step 1: the JSON events, object after object, even from a file whose end was cut off."""
     decoder, events, i = json.JSONDecoder(), [], 0
     while True:
         while i < len(text) and text[i] in "[], \n\r\t":
@@ -134,12 +121,10 @@ def segments(spans: list[Span], names=("NEGOTIATE_ALLREDUCE", "MEMCPY_IN_FUSION_
 def fusion_buffers(sizes: list[int], backward: float, cycle: float, threshold: int) -> list[int]:
     """Step 4 (a model): the fused buffers Horovod would send for one backward.
 
-    `sizes`: gradient bytes per tensor in the order backward produces them,
-    spread over `backward` seconds in proportion to their bytes. Every `cycle`
-    seconds the background thread takes the tensors that became ready since the
-    last cycle and packs them into buffers of at most `threshold` bytes (a
-    tensor larger than the threshold travels alone; `threshold=0`: no fusion).
-    DDP's buckets, by contrast, depend on sizes only (`timeline.bucket_sizes`).
+    `sizes`: gradient bytes per tensor in backward's order, ready over `backward` s in
+    proportion to their bytes. Every `cycle` s the background thread packs the tensors
+    ready since the last cycle into buffers of at most `threshold` bytes (a larger tensor
+    travels alone). DDP's buckets depend on sizes only (`dp.timeline.bucket_sizes`).
     """
     if not sizes or backward < 0 or cycle <= 0 or threshold < 0:
         raise ValueError("sizes must be non-empty, backward >= 0, cycle > 0 and threshold >= 0")

@@ -1,36 +1,23 @@
 """`train.run("horovod", ...)`: the same seeded job, synchronized by Horovod's DistributedOptimizer.
 
-Same data (`sampling.global_batches`, each rank its shard), same model and the
-same loop (`train_rank.Session`) as every other strategy; only the gradient
-synchronization differs. The classic Horovod recipe (Sergeev & Del Balso 2018,
-arXiv 1802.05799; Horovod's `examples/pytorch/pytorch_mnist.py`), as one rank
-runs it here:
+Same data, model and loop (`train_rank.Session`) as every other strategy. The classic
+recipe (Sergeev & Del Balso 2018, arXiv 1802.05799; Horovod's
+`examples/pytorch/pytorch_mnist.py`), as one rank runs it here:
 
-1. `hvd.init()` in a rank started by `horovod.run` (`horovod_launch.run`), with
-   `HOROVOD_FUSION_THRESHOLD` / `HOROVOD_CYCLE_TIME` / `HOROVOD_TIMELINE` set
-   before it; `cores // size` torch threads per rank;
-2. `hvd.broadcast_parameters(model.state_dict(), root_rank=0)` and
-   `hvd.broadcast_optimizer_state(opt, root_rank=0)`: every rank starts from
-   rank 0's state (our models are seeded, so this changes nothing here, as DDP's
-   construction-time broadcast does not);
-3. `hvd.DistributedOptimizer(opt, named_parameters=..., compression=...,
-   backward_passes_per_step=accumulation, op=hvd.Average)`: a hook per parameter
-   starts an asynchronous allreduce once its gradient was accumulated
-   `backward_passes_per_step` times; `step()` waits for them all, then steps;
-4. the ledger: Horovod's background thread fuses the ready gradients into one
-   buffer (up to the fusion threshold) and allreduces it, so each step is
-   charged as one fused allreduce of all gradient bytes (after compression),
-   counted as a ring sends it, like DDP's buckets (`ddp_hook`). How many fused
-   collectives the cycle really made is in the Horovod timeline
-   (`horovod_timeline`).
-
-`broadcast_optimizer_state` on a fresh optimizer runs one zero-gradient step to
-create its state: harmless for SGD, but it advances Adam's step count (its bias
-correction), so with `optimizer="adam"` it is skipped (nothing to broadcast yet).
+1. `hvd.init()` in a rank started by `horovod.run`, Horovod's variables set before it;
+2. `hvd.broadcast_parameters` / `broadcast_optimizer_state` from rank 0 (our models
+   are seeded, so this changes nothing here, as DDP's broadcast does not);
+3. `hvd.DistributedOptimizer(..., backward_passes_per_step=accumulation,
+   op=hvd.Average)`: a hook per parameter starts an asynchronous allreduce once its
+   gradient was accumulated that many times; `step()` waits for them all, then steps;
+4. the ledger: Horovod fuses the ready gradients into one buffer, so each step is
+   charged as one ring allreduce of all gradient bytes (after compression), like
+   DDP's buckets; the collectives really fused are in the Horovod timeline.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from dataclasses import dataclass
@@ -51,13 +38,10 @@ __all__ = ["HorovodSettings", "HorovodComm", "run_ranks", "run_jobs"]
 class HorovodSettings:
     """Horovod's knobs for a run; None keeps Horovod's default.
 
-    `fusion_threshold_mb`: size of the fusion buffer (default 128 MB; 0 turns
-    fusion off). `cycle_time_ms`: how often the background thread looks for
-    ready tensors (default 1 ms). `stall_check_s` / `stall_shutdown_s`: the stall
-    inspector's `HOROVOD_STALL_CHECK_TIME_SECONDS` / `..._SHUTDOWN_TIME_SECONDS`
-    (they change nothing while the ranks' tensor names match). `timeline`: a file
-    for Horovod's timeline of the training steps (rank 0's; rank r > 0 writes
-    `<timeline>.rank<r>`).
+    `fusion_threshold_mb`: the fusion buffer (default 128 MB; 0: no fusion);
+    `cycle_time_ms`: how often the background thread looks for ready tensors (default
+    1 ms); `stall_check_s` / `stall_shutdown_s`: the stall inspector's; `timeline`: a
+    file for rank 0's timeline of the training steps (rank r > 0: `<timeline>.rank<r>`).
     """
 
     fusion_threshold_mb: float | None = None
@@ -65,10 +49,6 @@ class HorovodSettings:
     stall_check_s: int | None = None
     stall_shutdown_s: int | None = None
     timeline: str | None = None
-
-    _ENV = {"cycle_time_ms": "HOROVOD_CYCLE_TIME", "stall_check_s":
-            "HOROVOD_STALL_CHECK_TIME_SECONDS", "stall_shutdown_s":
-            "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"}
 
     def __post_init__(self):
         for name in ("fusion_threshold_mb", "cycle_time_ms", "stall_check_s", "stall_shutdown_s"):
@@ -78,11 +58,12 @@ class HorovodSettings:
 
     def env(self) -> dict[str, str]:
         """The environment variables Horovod reads at `hvd.init()`."""
-        env = {var: str(getattr(self, name)) for name, var in self._ENV.items()
-               if getattr(self, name) is not None}
-        if self.fusion_threshold_mb is not None:
-            env["HOROVOD_FUSION_THRESHOLD"] = str(int(self.fusion_threshold_mb * 2**20))
-        return env
+        mb = self.fusion_threshold_mb
+        env = {"HOROVOD_FUSION_THRESHOLD": None if mb is None else int(mb * 2**20),
+               "HOROVOD_CYCLE_TIME": self.cycle_time_ms,
+               "HOROVOD_STALL_CHECK_TIME_SECONDS": self.stall_check_s,
+               "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": self.stall_shutdown_s}
+        return {k: str(v) for k, v in env.items() if v is not None}
 
 
 class HorovodComm:
@@ -124,8 +105,7 @@ class _FusedLedger:
     def submit(self, p):
         if self.start is None:
             self.start = time.perf_counter()
-        # Bytes per element on the wire: what Horovod's compressor makes of this gradient
-        # (`_allreduce_grad_async` calls the same `compress` before its allreduce).
+        # bytes per element on the wire: `_allreduce_grad_async` compresses the same way
         es = self.compression.compress(p.grad)[0].element_size() if p.grad is not None \
             else p.element_size()
         self.elements[es] = self.elements.get(es, 0) + p.numel()
@@ -151,7 +131,7 @@ def _horovod(module, comm, cfg) -> Parts:
                          "None (Compression.none) and 'fp16' (Compression.fp16)")
     opt = make_optimizer(module.parameters(), cfg)
     hvd.broadcast_parameters(module.state_dict(), root_rank=0)  # Step 2
-    if cfg.optimizer == "sgd":
+    if cfg.optimizer == "sgd":  # it makes state by a zero-gradient step: moves Adam's count
         hvd.broadcast_optimizer_state(opt, root_rank=0)
     fp16 = cfg.compression == "fp16"
     dist = hvd.DistributedOptimizer(  # Step 3
@@ -166,11 +146,7 @@ def _horovod(module, comm, cfg) -> Parts:
 
 
 def _rank(jobs) -> list:
-    """One Horovod rank (Step 1): each job in turn, under one `hvd.init()` (see `run_jobs`).
-
-    A `(cfg, settings)` job runs through the shared loop; a callable job is called
-    (its own `hvd.init()` is then a no-op) and its return value kept.
-    """
+    """One Horovod rank (Step 1): each job in turn, under one `hvd.init()` (see `run_jobs`)."""
     import horovod.torch as hvd
 
     os.environ["HOROVOD_TIMELINE"] = "DYNAMIC"  # lets a job start/stop a timeline
@@ -180,7 +156,7 @@ def _rank(jobs) -> list:
         out = []
         for cfg, settings in jobs:
             if callable(cfg):
-                out.append(cfg())
+                out.append(cfg())  # its own hvd.init() is a no-op
                 continue
             session = train_rank.Session(HorovodComm(hvd), cfg)
             if settings.timeline:  # a file per rank; rank 0's is the one to read
@@ -196,9 +172,9 @@ def _rank(jobs) -> list:
 
 
 def _check(cfg, settings) -> None:
-    if cfg.strategy != "horovod":
+    if not callable(cfg) and cfg.strategy != "horovod":
         raise ValueError(f"strategy={cfg.strategy!r}: only strategy='horovod' runs here")
-    if cfg.mistake is not None:
+    if not callable(cfg) and cfg.mistake is not None:
         raise ValueError(f"mistake={cfg.mistake!r}: Horovod accumulates with "
                          "backward_passes_per_step; the no_sync mistakes do not apply")
     if not isinstance(settings, HorovodSettings):
@@ -206,11 +182,7 @@ def _check(cfg, settings) -> None:
 
 
 def run_ranks(cfg, *, pool=None, network=None, timeout: float = 600.0) -> list[dict]:
-    """Run `cfg` (strategy "horovod") on `cfg.world_size` Horovod ranks; each rank's result.
-
-    What `train.run("horovod", ...)` calls. Horovod starts its own ranks
-    (`horovod.run`), so a syncedu `pool` or an emulated `network` cannot be used.
-    """
+    """`train.run("horovod", ...)`'s launcher: `cfg` on `cfg.world_size` Horovod ranks."""
     if pool is not None or network is not None:
         raise ValueError("strategy='horovod' starts its own ranks with horovod.run: pass no "
                          "pool and no network")
@@ -223,16 +195,12 @@ def run_ranks(cfg, *, pool=None, network=None, timeout: float = 600.0) -> list[d
 def run_jobs(jobs, *, timeout: float = 600.0, log: list | None = None) -> list:
     """Several jobs on 2+ Horovod ranks; for each, a History (or a callable's rank results).
 
-    A job is `(TrainConfig, HorovodSettings or None)`, or `(fn, HorovodSettings or
-    None)` with `fn` a function of no arguments run in every rank (its result: one
-    value per rank). Starting Horovod ranks costs seconds (Python, torch, Horovod,
-    rendezvous), so consecutive jobs whose settings set the same environment share
-    one start (a timeline is started and stopped in place). Horovod reads its knobs
-    only at `hvd.init()`, and a second `hvd.init()` after `hvd.shutdown()` in the same
-    ranks can read the first one's stale Gloo addresses from the rendezvous store, so
-    a change of environment means new ranks. All jobs need one world size (2 for a
-    callable-only list). `log`: a list that gets each start's output (the ranks'
-    lines, Horovod's log among them); the ranks' output is kept out of the caller's.
+    A job is `(TrainConfig or fn, HorovodSettings or None)`, `fn` taking no arguments.
+    Starting ranks costs seconds, so consecutive jobs with the same environment share
+    one start. Horovod reads its knobs only at `hvd.init()`, and a second `hvd.init()`
+    after `hvd.shutdown()` can read stale Gloo addresses from the rendezvous store, so
+    a new environment means new ranks. One world size (2 for callables only). `log`
+    gets each start's output, kept out of the caller's.
     """
     jobs = [(cfg, s or HorovodSettings()) for cfg, s in jobs]
     sizes = {cfg.world_size for cfg, _ in jobs if not callable(cfg)} or {2}
@@ -241,19 +209,11 @@ def run_jobs(jobs, *, timeout: float = 600.0, log: list | None = None) -> list:
         raise ValueError("jobs must be a non-empty list of (TrainConfig or function, "
                          "HorovodSettings) with one world_size")
     for cfg, s in jobs:
-        if not callable(cfg):
-            _check(cfg, s)
-        elif not isinstance(s, HorovodSettings):
-            raise ValueError(f"settings={s!r} must be a HorovodSettings")
-    groups: list[list] = []
-    for job in jobs:
-        if groups and groups[-1][0][1].env() == job[1].env():
-            groups[-1].append(job)
-        else:
-            groups.append([job])
+        _check(cfg, s)
     out = []
-    for group in groups:
-        res = horovod_launch.run(_rank, world_size, args=(group,), env=group[0][1].env(),
+    for env, group in itertools.groupby(jobs, key=lambda job: job[1].env()):
+        group = list(group)
+        res = horovod_launch.run(_rank, world_size, args=(group,), env=env,
                                  timeout=timeout, quiet=True, output=log)
         out += [[per_rank[i] for per_rank in res] if callable(cfg)
                 else _history(cfg, [per_rank[i] for per_rank in res])

@@ -21,9 +21,8 @@ On a cluster (M nodes of L ranks, f = ceil(L / nics_per_node) ranks per NIC) a
 message between nodes also queues at its NIC: a ring takes 2(N-1) max(t_intra(S/N),
 t_inter(S/N)); hierarchical 2(L-1) t_intra(S/L) + max(alpha + 2(M-1) f w, 2(M-1)
 t_inter(S/N) + (f-1) w), w = (S/N) beta_inter (the L rings share the NIC); the
-log-depth ones sum their steps, a crossing step alpha + f' n beta_inter when f'
-flows share a NIC. The simulator equals these on flat networks, and on clusters
-while no two flows meet at a NIC; else they are within 25% (tests/comm/test_cluster.py).
+log-depth ones sum their steps (a crossing one alpha + f' n beta_inter, f' flows per
+NIC). The simulator equals these while no two flows meet at a NIC, else within 25%.
 """
 
 from __future__ import annotations

@@ -101,11 +101,8 @@ def _result(replies: list) -> RunResult:
 
 
 class Pool:
-    """Live ranks with their process group, reused by every `pool.run` (a context manager).
-
-    After a failure the ranks are stopped and the next `run` starts fresh ones.
-    `output`: "live", "ordered" (rank 0's lines, then rank 1's, ...) or "quiet".
-    """
+    """Live ranks with their process group, reused by every `pool.run` (a context manager);
+    after a failure the next `run` starts fresh ones. `output`: "live", "ordered", "quiet"."""
 
     def __init__(self, world_size: int, *, backend: str = "auto",
                  timeout: float | None = DEFAULT_TIMEOUT, network: Network | None = None,
@@ -186,10 +183,9 @@ def run(fn, world_size: int, args=(), kwargs=None, *, backend: str = "auto",
         threads: int | None = None, output: str = "live") -> RunResult:
     """Start `world_size` ranks, run `fn(comm, *args, **kwargs)` on each, return the values.
 
-    1. validate; 2. start the ranks in a process group (a fresh rendezvous each
-    call); 3. run `fn` after a barrier, so `.seconds` starts together; 4. collect
-    values, ledgers and times, or the first failure (`WorkerError`, `TimeoutError`);
-    5. stop and reap every rank. Keyword arguments are as for `Pool`.
+    1. validate; 2. start the ranks in a process group (a fresh rendezvous); 3. run `fn`
+    after a barrier, so `.seconds` starts together; 4. collect values, ledgers and times,
+    or the first failure (`WorkerError`, `TimeoutError`); 5. stop and reap every rank.
     """
     check_call(fn, args, kwargs)  # before any process starts; Pool checks the rest
     pool = Pool(world_size, backend=backend, timeout=timeout, network=network,

@@ -14,9 +14,8 @@ of NCCL 2.30.7 (github.com/NVIDIA/nccl, commit 5067397c); microseconds and GB/s.
 4. Time: latency + bytes / (1000 x algBw), with the ring's plateau (Simple,
    several nodes) and the tree's per-size correction factors.
 
-So NCCL charges a ring's latency once per hop, not per message at each sender's
-port: `Network(latency_model="wire")`. Out of scope: NVLS, CollNet, PAT,
-pipelined multi-op latency and the topology search (`from_network` stands in).
+So NCCL charges a ring's latency once per hop, not per message at each sender's port
+(`Network(latency_model="wire")`). Out of scope: NVLS, CollNet, PAT, pipelined ops.
 """
 
 from __future__ import annotations

@@ -148,9 +148,8 @@ class Network:
         return dataclasses.replace(self, **changes)
 
     def describe(self) -> str:
-        bw = self.bandwidth
-        bw_s = "inf" if math.isinf(bw) else f"{bw / 1e9:g} GB/s"
-        return f"{self.name}: latency {self.latency * 1e6:g} us, bandwidth {bw_s}"
+        bw = "inf" if math.isinf(self.bandwidth) else f"{self.bandwidth / 1e9:g} GB/s"
+        return f"{self.name}: latency {self.latency * 1e6:g} us, bandwidth {bw}"
 
 
 NICS = ("per_node", "per_gpu")  # one NIC per node, shared by its GPUs; one per GPU

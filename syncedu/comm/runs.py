@@ -64,11 +64,10 @@ def check_timeout(timeout) -> None:
 
 
 def check_progress(progress) -> None:
-    if progress is None or isinstance(progress, bool) or callable(getattr(progress, "update",
-                                                                           None)):
-        return
-    raise ValueError(f"progress={progress!r} must be None or False (no bar), True (a tqdm bar "
-                     "of messages) or an object with .update(n), such as a tqdm bar")
+    if not (progress is None or isinstance(progress, bool)
+            or callable(getattr(progress, "update", None))):
+        raise ValueError(f"progress={progress!r} must be None or False (no bar), True (a tqdm "
+                         "bar of messages) or an object with .update(n), such as a tqdm bar")
 
 
 def check_output(output) -> None:

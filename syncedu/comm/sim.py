@@ -1,10 +1,9 @@
 """Simulated ranks: N ranks in one process, in-memory links, a logical clock.
 
-`run(fn, world_size)` calls `fn(comm, *args, **kwargs)` on `world_size`
-`SimComm`s and returns a `RunResult` whose `.seconds` is logical time under a
-`Network` model, with `.ledger` (every byte counted from a message) and `.trace`
-(every message). One rank runs at a time and hands over when it must wait, so
-the same call always gives the same values, ledger, trace, seconds and prints.
+`run(fn, world_size)` returns a `RunResult` whose `.seconds` is logical time under a
+`Network` model, `.ledger` counted from the messages and `.trace` every message.
+One rank runs at a time and hands over when it must wait, so the same call
+always gives the same values, ledger, trace, seconds and prints.
 
 One send, in the order of the files it passes through:
 
@@ -132,9 +131,8 @@ def run(fn, world_size: int, args=(), kwargs=None, *, network: Network | None = 
     """Run `fn(comm, *args, **kwargs)` on `world_size` simulated ranks; return a `RunResult`.
 
     Raises `WorkerError` (the lowest rank that raised), `DeadlockError` or, after
-    `timeout` real seconds, `TimeoutError`. `scheduler`: "thread", "greenlet" or "auto"
-    (sim_sched.py). `progress`: None/False, True (a tqdm bar) or anything with
-    `.update(n)`, told of the point-to-point messages.
+    `timeout` real seconds, `TimeoutError`. `scheduler`: sim_sched.py; `progress`: None,
+    True (a tqdm bar) or anything with `.update(n)` (told of point-to-point messages).
     """
     check_ranks(world_size, MAX_WORLD_SIZE, network, timeout, output)
     check_call(fn, args, kwargs)

@@ -6,9 +6,8 @@ One `World` per run (nothing at module level, so runs may nest) holds:
   (source, channel), matched first-in first-out as MPI matches by (source, tag);
 - **collective rendezvous**: built-ins matched by call number; the last rank to
   join runs the message schedule (sim_collectives.py);
-- **the baton**: one rank runs at a time, until it must wait for something not
-  there or has sent `BACKLOG` messages nobody received; then the next ready rank
-  runs. So runs repeat, and a deadlock is exact: the waiting rank finds nobody ready;
+- **the baton**: one rank runs until it must wait or has sent `BACKLOG` messages
+  nobody received, then the next ready one: runs repeat, and deadlocks are exact;
 - **the watch**: a failure, deadlock or timeout wakes every parked rank with `Cancelled`.
 """
 

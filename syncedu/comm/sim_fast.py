@@ -36,11 +36,8 @@ def combine(acc: torch.Tensor, data: torch.Tensor, op: str) -> None:
 
 
 def ring_values(rows: torch.Tensor, op: str, sizes: list[int]) -> torch.Tensor:
-    """Step 1: reduce rows (one per rank) as the ring does: chunk k from rank k+1 on, k last.
-
-    With chunks padded as X[rank, chunk, :], pass j combines X[(k + j) mod N, k] into
-    chunk k for every k at once: N passes, whatever the size.
-    """
+    """Step 1: reduce rows (one per rank) as the ring does: chunk k from rank k+1 on, k last;
+    with chunks padded as X[rank, chunk, :], pass j combines X[(k + j) mod N, k] into k."""
     n, length = rows.shape
     width = max(sizes)
     if length == 0:

@@ -1,11 +1,10 @@
 """Step 2 of a simulated message: the links and the clocks (ports, NICs, latency model).
 
-A message leaves when its sender's port is free and holds it latency + n /
-bandwidth ("port": Hockney 1994; Thakur, Rabenseifner & Gropp 2005) or n /
-bandwidth ("wire": LogGP), plus seeded jitter and loss; it comes in at the
-receiver's port at the first free slot from its start. Each side is booked by
-its own rank in program order, so logical time never depends on which rank the
-scheduler runs first. Between nodes a message also books both nodes' NICs.
+A message leaves when its sender's port is free and holds it latency + n / bandwidth
+("port": Hockney 1994; Thakur, Rabenseifner & Gropp 2005) or n / bandwidth ("wire":
+LogGP), plus seeded jitter and loss; it comes in at the receiver's port at the first
+free slot from its start (and books both nodes' NICs between nodes). Each side is
+booked by its own rank in program order, so the scheduler's order never matters.
 """
 
 from __future__ import annotations

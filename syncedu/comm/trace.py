@@ -2,10 +2,9 @@
 
 Every message on simulated ranks; the point-to-point ones on real ranks. A record
 has `src`, `dst`, `nbytes`, `tag` (-1 for a built-in's), `op` (the ledger op),
-`start` (left the sender), `end` (in at the receiver; on real ranks: the send
-completed) and `chunk` (the collective's chunk, -1 if none). `trace.src` (etc.)
-is a numpy column. At most `limit` records are kept; later ones are counted in
-`dropped`, so a checker can tell a cut trace (`complete` False) from a quiet run.
+`start` (left the sender), `end` (in at the receiver; real ranks: the send
+completed) and `chunk` (-1 if none); `trace.src` (etc.) is a numpy column. Past
+`limit` records, later ones are only counted (`dropped`; `complete` turns False).
 """
 
 from __future__ import annotations
@@ -156,9 +155,8 @@ class Trace:
             keep &= cols[0] == src
         if dst is not None:
             keep &= cols[1] == dst
-        out = Trace(self.limit)
-        out._blocks = [tuple(c[keep] for c in cols)]
-        out._room -= int(keep.sum())
+        out = Trace.__new__(Trace)
+        out.__setstate__({"cols": tuple(c[keep] for c in cols), "limit": self.limit, "dropped": 0})
         return out
 
     def pairs(self) -> Counter:

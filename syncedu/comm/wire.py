@@ -1,15 +1,15 @@
 """The wire witness: bytes the loopback interface really carried around a call.
 
-The ledger charges a built-in on real ranks by formula (Gloo hides its
-messages), but ranks on one host talk over `lo`, whose byte counter anyone may
-read. `measure(comm, lambda: comm.all_reduce(t))` on every rank gives a
-`WireReading`, a witness that can disagree with the ledger. `rounds` times:
+The ledger charges a built-in on real ranks by formula (Gloo hides its messages),
+but ranks on one host talk over `lo`, whose byte counter anyone may read:
+`measure(comm, lambda: comm.all_reduce(t))` on every rank gives a `WireReading`,
+a witness that can disagree with the ledger. `rounds` times:
 
 1. barrier, read the counter, barrier (nobody sends before the reading);
 2. run the call, barrier (everyone has sent all its bytes), read again;
 3. the same three barriers with no call, for the baseline they cost.
 
-Other programs' bytes only add, so the quietest round is kept. Readings include
+The quietest round is kept (other programs' bytes only add); readings include
 TCP/IP headers (about 0.1% at loopback's 64 KiB MTU).
 """
 

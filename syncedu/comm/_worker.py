@@ -1,19 +1,16 @@
 """Entry point of one real rank started by `syncedu.launch` (python -m syncedu.comm._worker).
 
-The rank talks to the launcher over a socket pair inherited as a file
-descriptor (no port, nothing listening):
-
-1. receive the set-up (rank, world size, backend, rendezvous file, timeout);
+1. receive the set-up over an inherited socket pair (no port);
 2. join the process group and build a `TorchComm`;
-3. loop: receive a pickled `fn` and its arguments, barrier, run
-   `fn(comm, *args, **kwargs)`, print an end-of-run marker (so the launcher
-   knows this rank's output is complete), send back the value, the ledger and
-   the time (or the traceback);
+3. loop: receive a pickled `fn` and its arguments, barrier, run it, print an
+   end-of-run marker (this rank's output is complete), send back the value,
+   ledger, time and trace (or the traceback);
 4. on "stop", or if the launcher goes away, leave the process group and exit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import sys
@@ -102,10 +99,8 @@ def main() -> None:
 def _shutdown() -> None:
     import torch.distributed as dist
 
-    try:
+    with contextlib.suppress(Exception):
         dist.destroy_process_group()
-    except Exception:
-        pass
     sys.stdout.flush()
     # Skip interpreter teardown: Gloo/NCCL threads sometimes abort at exit
     # ("terminate called without an active exception") after all work is done.

@@ -1,9 +1,8 @@
 """The alpha-beta formulas, in one place: what each collective costs on a `Network`.
 
 One message of n bytes takes t(n) = alpha + n beta (Hockney 1994). With N ranks
-and S bytes per rank, on a flat network (Thakur, Rabenseifner & Gropp, IJHPCA
-2005; Patarasuk & Yuan, JPDC 2009), p = 2^floor(log2 N) (the ranks beyond p are
-folded in first: each hands its vector to a partner and gets the result back):
+and S bytes per rank on a flat network (Thakur, Rabenseifner & Gropp, IJHPCA
+2005; Patarasuk & Yuan, JPDC 2009), p = 2^floor(log2 N) (the other ranks fold in):
 
 | algorithm | time |
 |---|---|
@@ -14,46 +13,28 @@ folded in first: each hands its vector to a partner and gets the result back):
 | halving_doubling | 2 sum_k t(S/2^k), k = 1..log2 p; plus 2 t(S) if N != p |
 | recursive_doubling | log2 p t(S); plus 2 t(S) if N != p |
 
-`Comm`'s built-ins are charged as a ring (reduce_scatter and all_gather: (N-1)
-t(S/N)), broadcast and reduce as a chain of N-1 whole messages, barrier as
-ceil(log2 N) empty messages. Bus bandwidth: nccl-tests' PERFORMANCE.md (`BUS_FACTOR`).
+`Comm`'s built-ins: a ring (reduce_scatter, all_gather: (N-1) t(S/N)), broadcast
+and reduce a chain of N-1 whole messages, barrier ceil(log2 N) empty messages.
+Bus bandwidth: nccl-tests' PERFORMANCE.md (`BUS_FACTOR`).
 
 On a cluster (M nodes of L ranks, f = ceil(L / nics_per_node) ranks per NIC) a
-message between nodes also queues at its node's NIC, one message's bytes at a time:
-
-- ring (node order: one flow per NIC per step): 2(N-1) max(t_intra(S/N), t_inter(S/N));
-- hierarchical (ring reduce-scatter inside, ring allreduce across nodes on the
-  S/L shard, ring all-gather inside): 2(L-1) t_intra(S/L) + max(alpha + 2(M-1) f w,
-  2(M-1) t_inter(S/N) + (f-1) w), w = (S/N) beta_inter: the L rings share the NIC,
-  so it is either always busy or each ring waits for its own latency;
-- tree, halving_doubling, recursive_doubling: their steps summed, a crossing
-  step costing alpha + f' n beta_inter when f' flows share a NIC.
-
-The simulator's logical time equals these on flat networks, and on clusters
-while no two flows meet at a NIC; where they do (halving-doubling, recursive
-doubling, hierarchical with large messages) ranks drift apart and these are the
-lockstep model, within 25% of the simulator (tests/comm/test_cluster.py).
+message between nodes also queues at its NIC: a ring takes 2(N-1) max(t_intra(S/N),
+t_inter(S/N)); hierarchical 2(L-1) t_intra(S/L) + max(alpha + 2(M-1) f w, 2(M-1)
+t_inter(S/N) + (f-1) w), w = (S/N) beta_inter (the L rings share the NIC); the
+log-depth ones sum their steps (a crossing one alpha + f' n beta_inter, f' flows per
+NIC). The simulator equals these while no two flows meet at a NIC, else within 25%.
 """
 
 from __future__ import annotations
 
 import math
 
-BUS_FACTOR = {  # nccl-tests: busbw = algbw * factor(N)
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-}
+BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n,  # nccl-tests: busbw = algbw * factor(N)
+              "reduce_scatter": lambda n: (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+              "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0}
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "barrier")
 ALLREDUCE = ("naive", "ring", "ring_pipelined", "tree", "halving_doubling",
              "recursive_doubling", "hierarchical")
-
-
-def transfer_time(nbytes: float, link) -> float:
-    """alpha + n * beta: seconds one message of `nbytes` takes on `link` (a flat Network)."""
-    return link.latency + nbytes / link.bandwidth
 
 
 def _links(network):
@@ -73,45 +54,36 @@ def _check(nbytes, world_size) -> None:
 
 def ring_time(nbytes: float, n: int, network, segments: int = 1) -> float:
     """2(N-1) G t(S/(N G)); on a cluster the slower of the intra/inter link per step."""
-    intra, inter, per_node, nodes, _ = _links(network)
+    intra, inter, _, nodes, _ = _links(network)
     if n == 1:
         return 0.0
     piece = nbytes / n / segments
-    slow = transfer_time(piece, inter if nodes > 1 else intra)
-    return 2 * (n - 1) * segments * max(transfer_time(piece, intra), slow)
+    slow = (inter if nodes > 1 else intra).transfer_time(piece)
+    return 2 * (n - 1) * segments * max(intra.transfer_time(piece), slow)
 
 
 def chain_time(nbytes: float, n: int, network) -> float:
-    """N-1 whole messages one after the other (broadcast, reduce; naive's root port).
-
-    On a cluster M-1 of them cross nodes (the chain runs in node order; naive's
-    root takes the N-L messages from other nodes on its port, one at a time).
-    """
+    """N-1 whole messages one after the other (broadcast, reduce), M-1 of them across nodes."""
     intra, inter, _, nodes, _ = _links(network)
     crossing = nodes - 1
     inside = n - 1 - crossing
-    return crossing * transfer_time(nbytes, inter) + inside * transfer_time(nbytes, intra)
+    return crossing * inter.transfer_time(nbytes) + inside * intra.transfer_time(nbytes)
 
 
 def naive_time(nbytes: float, n: int, network) -> float:
     """Everyone to rank 0 and back: its port takes N-1 whole messages each way."""
     intra, inter, per_node, nodes, _ = _links(network)
     crossing = n - per_node if nodes > 1 else 0
-    return 2 * (crossing * transfer_time(nbytes, inter)
-                + (n - 1 - crossing) * transfer_time(nbytes, intra))
-
-
-def _crossing(n: int, mask: int, per_node) -> bool:
-    """Does a step between ranks `mask` apart cross nodes (nodes of `per_node` ranks)?"""
-    return per_node is not None and mask >= per_node
+    return 2 * (crossing * inter.transfer_time(nbytes)
+                + (n - 1 - crossing) * intra.transfer_time(nbytes))
 
 
 def _step(nbytes: float, n: int, mask: int, network, flows_per_nic: int) -> float:
-    """One step of a log-depth algorithm between ranks `mask` apart."""
+    """One step of a log-depth algorithm between ranks `mask` apart (crossing nodes or not)."""
     intra, inter, per_node, nodes, f = _links(network)
-    if nodes > 1 and _crossing(n, mask, per_node):
+    if nodes > 1 and mask >= per_node:
         return inter.latency + min(flows_per_nic, f) * nbytes / inter.bandwidth
-    return transfer_time(nbytes, intra)
+    return intra.transfer_time(nbytes)
 
 
 def tree_time(nbytes: float, n: int, network) -> float:
@@ -128,8 +100,6 @@ def _fold(nbytes: float, n: int, network) -> tuple[int, float]:
 
 def halving_doubling_time(nbytes: float, n: int, network) -> float:
     """Rabenseifner: halving with distance p/2..1 on S/2..S/p, then doubling back."""
-    if n == 1:
-        return 0.0
     p, fold = _fold(nbytes, n, network)
     steps, d, size = 0.0, p // 2, nbytes / 2
     while d:  # every rank of a node sends at once in a crossing step: f flows per NIC
@@ -140,8 +110,6 @@ def halving_doubling_time(nbytes: float, n: int, network) -> float:
 
 def recursive_doubling_time(nbytes: float, n: int, network) -> float:
     """Thakur et al. 2005 (short messages): log2 p swaps of the whole vector."""
-    if n == 1:
-        return 0.0
     p, fold = _fold(nbytes, n, network)
     return fold + sum(_step(nbytes, n, 1 << i, network, 1 << 30)
                       for i in range(p.bit_length() - 1))
@@ -152,9 +120,7 @@ def hierarchical_time(nbytes: float, n: int, network) -> float:
     intra, inter, per_node, nodes, f = _links(network)
     if per_node is None or nodes == 1:
         return ring_time(nbytes, n, intra)
-    inside = 2 * (per_node - 1) * transfer_time(nbytes / per_node, intra)
-    if nodes == 1:
-        return inside
+    inside = 2 * (per_node - 1) * intra.transfer_time(nbytes / per_node)
     w = nbytes / n / inter.bandwidth
     steps = 2 * (nodes - 1)
     across = max(inter.latency + steps * f * w, steps * (inter.latency + w) + (f - 1) * w)
@@ -181,11 +147,8 @@ def allreduce_time(algorithm: str, nbytes: float, world_size: int, network,
 
 
 def collective_time(kind: str, nbytes: float, world_size: int, network) -> float:
-    """Seconds of a built-in collective as `Comm` charges it (a ring, a chain, dissemination).
-
-    `nbytes`: the whole tensor (the input of reduce_scatter, the output of all_gather).
-    The ring's step is set by its largest chunk, ceil(S / N) bytes.
-    """
+    """Seconds of a built-in collective as `Comm` charges it; `nbytes`: the whole tensor (a
+    ring step is set by its largest chunk, ceil(S / N) bytes)."""
     _check(nbytes, world_size)
     n = world_size
     if kind not in COLLECTIVES:

@@ -1,20 +1,12 @@
 """`Comm`: the one interface every algorithm in syncedu is written against.
 
-One rank's view of `world_size` ranks: point-to-point (`send`/`recv`, and
-`isend`/`irecv` returning a handle with `.wait()`) and the collectives
-(`broadcast`, `reduce`, `all_reduce`, `reduce_scatter`, `all_gather`, `barrier`;
-`async_op=True` returns a handle, as torch.distributed's do). Implementations:
-`TorchComm` (real processes), `SimComm` (simulated ranks), `LocalComm` (one rank).
+One rank's view of `world_size` ranks (`TorchComm`, `SimComm` or `LocalComm`).
 This base class does what they share, so they cannot drift apart:
 
 1. validate arguments (`ValueError`/`TypeError` naming the parameter);
 2. charge the ledger: point-to-point by payload bytes ("counted"), built-ins
-   as a ring would send them ("modeled"; the simulator counts their messages
-   instead; ledger.py);
+   as a ring would send them ("modeled"; the simulator counts their messages);
 3. call the backend's `_isend`, `_irecv`, `_all_reduce`, ... to move the data.
-
-Each comm also knows where its rank sits: `node`, `local_rank`,
-`local_world_size` (from a cluster `Network`, or torchrun's environment).
 """
 
 from __future__ import annotations
@@ -28,17 +20,16 @@ import torch
 
 from .ledger import RankLedger, ring_allreduce_elements
 from .network import Network
-from .work import CollectiveWork, ThreadWork, Work  # noqa: F401 - re-exported: Comm's handles
+from .work import CollectiveWork, Work
 
 REDUCE_OPS = ("sum", "prod", "max", "min", "avg")
 
 
-def _check_tensor(t, name: str) -> torch.Tensor:
+def _check_tensor(t, name: str) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if not t.is_contiguous():
         raise ValueError(f"{name} must be contiguous (call .contiguous() first)")
-    return t
 
 
 class Comm(ABC):
@@ -62,24 +53,15 @@ class Comm(ABC):
         self.node, self.local_rank = net.node_of(rank), net.local_rank_of(rank)
         self.local_world_size = net.local_world_size_of(rank, world_size)
 
-    def _peer(self, peer: int, name: str) -> int:
-        if not isinstance(peer, int) or isinstance(peer, bool):
-            raise TypeError(f"{name} must be an int rank, got {type(peer).__name__}")
-        if not 0 <= peer < self.world_size or peer == self.rank:
-            raise ValueError(f"{name}={peer} must be another rank in 0..{self.world_size - 1} "
-                             f"(this is rank {self.rank})")
-        return peer
-
-    def _root(self, root: int, name: str) -> int:
+    def _root(self, root: int, name: str) -> None:
         if not isinstance(root, int) or not 0 <= root < self.world_size:
             raise ValueError(f"{name}={root!r} must be a rank in 0..{self.world_size - 1}")
-        return root
 
-    @staticmethod
-    def _op(op: str) -> str:
+    def _op(self, op: str, tensor: torch.Tensor):
+        """(the op the backend runs, what is left after it): "avg" is a sum, then / N."""
         if op not in REDUCE_OPS:
             raise ValueError(f"op={op!r} is not supported; choose one of {REDUCE_OPS}")
-        return op
+        return ("sum", lambda: tensor.div_(self.world_size)) if op == "avg" else (op, None)
 
     def _charge(self, op: str, sent: int = 0, received: int = 0, msgs_sent: int = 0,
                 msgs_received: int = 0, kind: str = "counted") -> None:
@@ -90,6 +72,14 @@ class Comm(ABC):
                         msgs_received: int = 0) -> None:
         """A built-in by formula, "modeled" (the simulator counts its messages instead)."""
         self._charge(op, sent, received, msgs_sent, msgs_received, kind="modeled")
+
+    def _charge_chain(self, op: str, nbytes: int, first: int) -> None:
+        """A chain first -> first+1 -> ... -> first-1: all send but the last, receive but first."""
+        n = self.world_size
+        sends = int(n > 1 and self.rank != (first - 1) % n)
+        recvs = int(n > 1 and self.rank != first)
+        self._charge_builtin(op, sent=sends * nbytes, received=recvs * nbytes,
+                             msgs_sent=sends, msgs_received=recvs)
 
     @contextlib.contextmanager
     def scope(self, name: str) -> Iterator[None]:
@@ -112,30 +102,29 @@ class Comm(ABC):
     def isend(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> Work:
         """Start sending `tensor` to `dst`; do not modify it before `.wait()`."""
         self._check_p2p(tensor, dst, "dst")
-        self.ledger.record(self._scopes[-1] if self._scopes else "send", tensor.nbytes, 0, 1, 0,
-                           kind="counted")
+        self._charge("send", tensor.nbytes, 0, 1, 0)
         return self._isend(tensor, dst, tag)
 
     def irecv(self, tensor: torch.Tensor, src: int, tag: int = 0) -> Work:
         """Start receiving from `src` into `tensor`; valid after `.wait()`."""
         self._check_p2p(tensor, src, "src")
-        self.ledger.record(self._scopes[-1] if self._scopes else "recv", 0, tensor.nbytes, 0, 1,
-                           kind="counted")
+        self._charge("recv", 0, tensor.nbytes, 0, 1)
         return self._irecv(tensor, src, tag)
 
     def _check_p2p(self, tensor, peer, name: str) -> None:
         # The cheap test first: simulated rings send millions of messages.
         if type(peer) is not int or not 0 <= peer < self.world_size or peer == self.rank:
-            self._peer(peer, name)
+            if not isinstance(peer, int) or isinstance(peer, bool):
+                raise TypeError(f"{name} must be an int rank, got {type(peer).__name__}")
+            if not 0 <= peer < self.world_size or peer == self.rank:
+                raise ValueError(f"{name}={peer} must be another rank in "
+                                 f"0..{self.world_size - 1} (this is rank {self.rank})")
         if not isinstance(tensor, torch.Tensor) or not tensor.is_contiguous():
             _check_tensor(tensor, "tensor")
 
     def recv_any(self, tensor: torch.Tensor, tag: int = 0) -> int:
-        """Receive the next `tag` message from any rank; return that rank (a server's loop).
-
-        Real ranks take the first to arrive (Gloo's any-source receive); simulated
-        ranks the earliest in logical time, so runs repeat exactly.
-        """
+        """Receive the next `tag` message from any rank (the first to arrive; simulated: the
+        earliest in logical time); return that rank."""
         _check_tensor(tensor, "tensor")
         self._charge("recv", received=tensor.nbytes, msgs_received=1)
         return self._recv_any(tensor, tag)
@@ -157,13 +146,8 @@ class Comm(ABC):
         """Copy `src`'s tensor into every rank's `tensor` (charged as a chain)."""
         _check_tensor(tensor, "tensor")
         self._root(src, "src")
-        n, b = self.world_size, tensor.nbytes
-        last = (src - 1) % n  # the end of the chain src -> src+1 -> ... -> src-1
-        sends = int(n > 1 and self.rank != last)
-        recvs = int(n > 1 and self.rank != src)
-        self._charge_builtin("broadcast", sent=sends * b, received=recvs * b,
-                             msgs_sent=sends, msgs_received=recvs)
-        work = self._broadcast(tensor, src, async_op) if n > 1 else None
+        self._charge_chain("broadcast", tensor.nbytes, src)
+        work = self._broadcast(tensor, src, async_op) if self.world_size > 1 else None
         return self._done(work, async_op, tensor)
 
     def reduce(self, tensor: torch.Tensor, dst: int = 0, op: str = "sum",
@@ -171,21 +155,15 @@ class Comm(ABC):
         """Reduce every rank's `tensor` into `dst`'s (a chain ending at `dst`)."""
         _check_tensor(tensor, "tensor")
         self._root(dst, "dst")
-        self._op(op)
-        n, b = self.world_size, tensor.nbytes
-        first = (dst + 1) % n  # the chain dst+1 -> dst+2 -> ... -> dst
-        sends = int(n > 1 and self.rank != dst)
-        recvs = int(n > 1 and self.rank != first)
-        self._charge_builtin("reduce", sent=sends * b, received=recvs * b,
-                             msgs_sent=sends, msgs_received=recvs)
-        work = self._reduce(tensor, dst, "sum" if op == "avg" else op, async_op) if n > 1 else None
-        avg = op == "avg" and self.rank == dst
-        return self._done(work, async_op, tensor, (lambda: tensor.div_(n)) if avg else None)
+        op, then = self._op(op, tensor)
+        self._charge_chain("reduce", tensor.nbytes, (dst + 1) % self.world_size)
+        work = self._reduce(tensor, dst, op, async_op) if self.world_size > 1 else None
+        return self._done(work, async_op, tensor, then if self.rank == dst else None)
 
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum", async_op: bool = False):
         """Reduce `tensor` over all ranks, in place (charged as a ring allreduce)."""
         _check_tensor(tensor, "tensor")
-        self._op(op)
+        op, then = self._op(op, tensor)
         n = self.world_size
         if self.counts_builtins:  # (its messages will be counted: skip the formula)
             self._charge_builtin("all_reduce")
@@ -194,16 +172,15 @@ class Comm(ABC):
             es = tensor.element_size()
             self._charge_builtin("all_reduce", sent=sent * es, received=recv * es,
                                  msgs_sent=2 * (n - 1), msgs_received=2 * (n - 1))
-        work = self._all_reduce(tensor, "sum" if op == "avg" else op, async_op) if n > 1 else None
-        return self._done(work, async_op, tensor,
-                          (lambda: tensor.div_(n)) if op == "avg" else None)
+        work = self._all_reduce(tensor, op, async_op) if n > 1 else None
+        return self._done(work, async_op, tensor, then)
 
     def reduce_scatter(self, output: torch.Tensor, input_list: list[torch.Tensor],
                        op: str = "sum", async_op: bool = False):
         """Rank r gets the reduction of every rank's `input_list[r]` in `output`."""
         _check_tensor(output, "output")
         self._check_list(input_list, "input_list", output)
-        self._op(op)
+        op, then = self._op(op, output)
         n = self.world_size
         # A ring in which rank r ends up owning chunk r: r sends all chunks but
         # its own and receives all but r - 1's (all the size of `output`).
@@ -211,13 +188,11 @@ class Comm(ABC):
         self._charge_builtin("reduce_scatter", sent=(n - 1) * part, received=(n - 1) * part,
                              msgs_sent=n - 1, msgs_received=n - 1)
         if n > 1:
-            work = self._reduce_scatter(output, input_list, "sum" if op == "avg" else op,
-                                        async_op)
+            work = self._reduce_scatter(output, input_list, op, async_op)
         else:
             work = None
             output.copy_(input_list[0])
-        return self._done(work, async_op, output,
-                          (lambda: output.div_(n)) if op == "avg" else None)
+        return self._done(work, async_op, output, then)
 
     def all_gather(self, tensor_list: list[torch.Tensor], tensor: torch.Tensor,
                    async_op: bool = False):
@@ -237,8 +212,7 @@ class Comm(ABC):
         return self._done(work, async_op, tensor_list)
 
     def barrier(self, async_op: bool = False):
-        """Wait until every rank has reached the barrier (charged as a dissemination
-        barrier: ceil(log2 N) empty messages each way, Hensgen et al. 1988)."""
+        """Wait for every rank (charged as dissemination, Hensgen et al. 1988: log2 N rounds)."""
         rounds = (self.world_size - 1).bit_length()
         self._charge_builtin("barrier", msgs_sent=rounds, msgs_received=rounds)
         work = self._barrier(async_op) if self.world_size > 1 else None
@@ -279,8 +253,7 @@ class Comm(ABC):
     def _compute(self, seconds: float) -> None:
         time.sleep(seconds)
 
-    # Backend hooks: collective hooks get `async_op` and return a `Work` still to wait for, or None
-    # once done; point-to-point hooks return a `Work`.
+    # Backend hooks: each returns a `Work` still to wait for (collectives: or None, once done).
     @abstractmethod
     def _isend(self, tensor: torch.Tensor, dst: int, tag: int) -> Work: ...
 

@@ -1,14 +1,10 @@
-"""Network emulation on real processes: each rank waits as the `Network` model says.
+"""Network emulation on real processes: each rank delays its own traffic (no root, no `tc`).
 
-No root, no `tc`: each rank delays its own traffic.
-
-1. Point-to-point: as in the simulator, one send port per rank; a message leaves
-   when the port is free, holds it latency + n / bandwidth (+ seeded jitter and
-   loss; on a cluster the `inter` or `intra` link) and is handed to torch at
-   departure + that by a sender thread per peer, so messages out of one rank take
-   turns. Not emulated: the receive port and NIC sharing between ranks.
+1. Point-to-point: one send port per rank, as in the simulator; a message holds
+   it latency + n / bandwidth (+ jitter and loss) and is handed to torch then by
+   a sender thread per peer. Not emulated: receive ports and NIC sharing.
 2. Collectives: torch's built-in, then a wait until `alphabeta.collective_time`
-   (a ring or chain) has passed since the call.
+   has passed since the call.
 3. Compute: `comm.compute(seconds)` sleeps seconds x the rank's slowdown (base.Comm).
 """
 
@@ -19,13 +15,10 @@ import threading
 import time
 
 from . import alphabeta
-from .base import ThreadWork, Work
 from .network import Network
+from .work import ThreadWork, Work
 
-
-def ring_seconds(kind: str, nbytes: int, world_size: int, network: Network) -> float:
-    """Modeled time of a built-in collective (`alphabeta.collective_time`)."""
-    return alphabeta.collective_time(kind, nbytes, world_size, network)
+ring_seconds = alphabeta.collective_time  # modeled seconds of a built-in (dp's name)
 
 
 class Emulator:

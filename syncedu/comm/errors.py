@@ -21,10 +21,7 @@ class WorkerError(RuntimeError):
 
 
 class TimeoutError(builtins.TimeoutError):  # noqa: A001 - deliberately shadows the builtin
-    """A run went past its timeout. `.ranks` lists the ranks still running.
-
-    Subclasses the built-in `TimeoutError`, so `except TimeoutError` catches it.
-    """
+    """A run went past its timeout; `.ranks` lists the ranks still running (a built-in too)."""
 
     def __init__(self, message: str, ranks: list[int]):
         self.ranks = list(ranks)
@@ -32,10 +29,7 @@ class TimeoutError(builtins.TimeoutError):  # noqa: A001 - deliberately shadows 
 
 
 class DeadlockError(RuntimeError):
-    """Every simulated rank is waiting and none can proceed.
-
-    `.waiting` maps each blocked rank to a description of what it waits for.
-    """
+    """Every simulated rank is waiting and none can proceed; `.waiting`: rank -> what for."""
 
     def __init__(self, waiting: dict[int, str]):
         self.waiting = dict(waiting)

@@ -9,13 +9,8 @@
     res[0], res.ledger.sent, res.seconds
 
 `fn` is serialized by value (cloudpickle), so a function written in a notebook
-cell works in fresh processes. Each rank's prints come back to the caller's
-stdout marked `[rank r]`. A rank that raises gives `WorkerError` with its
-traceback; a rank that dies gives `WorkerError` within seconds; a run past
-`timeout` gives `TimeoutError` with `.ranks`. Every rank is reaped in every case.
-`Pool` keeps the ranks (and their process group) alive between runs, so a
-widget re-runs a worker in milliseconds; `from_env()` gives the same `comm` to a
-script started by `torchrun`.
+cell works in fresh processes. `Pool` keeps the ranks alive between runs (a
+widget re-runs a worker in milliseconds); `from_env()` serves `torchrun`.
 """
 
 from __future__ import annotations
@@ -33,14 +28,7 @@ from .errors import TimeoutError, WorkerError
 from .ledger import Ledger
 from .network import Network
 from .procs import Ranks, default_threads
-from .runs import (
-    RunResult,
-    check_call,
-    check_network,
-    check_output,
-    check_timeout,
-    check_world_size,
-)
+from .runs import RunResult, check_call, check_ranks, check_timeout
 from .trace import Trace
 
 __all__ = ["run", "Pool", "from_env", "resolve_backend", "WorkerError", "TimeoutError",
@@ -66,25 +54,9 @@ def resolve_backend(backend: str, world_size: int) -> str:
     return backend
 
 
-def _check(world_size, timeout, network, threads, output) -> None:
-    check_world_size(world_size, MAX_WORLD_SIZE, " (for more ranks use syncedu.sim.run)")
-    check_timeout(timeout)
-    check_network(network, world_size)
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads={threads!r} must be an int >= 1 (or None for a fair share)")
-    check_output(output)
-
-
 def _remember_submodule_scans(scan):
-    """cloudpickle's `_find_imported_submodules`, remembered until `sys.modules` changes.
-
-    For every module a cell-defined function uses (e.g. `torch`), cloudpickle scans
-    all of `sys.modules` (thousands of names once torch is in) for submodules it
-    must import on the other side: 1.5-4 ms, most of a warm `Pool.run`. Its answer
-    depends only on the code, those modules and `sys.modules`, so it is kept per
-    (code, modules, number of loaded modules): the function's globals and
-    arguments are still pickled afresh every run.
-    """
+    """cloudpickle's `_find_imported_submodules` (1.5-4 ms, most of a warm `Pool.run`), kept
+    per (code, modules, number of loaded modules): all its answer depends on."""
     seen: dict = {}
 
     def cached(code, deps):
@@ -124,28 +96,21 @@ def _result(replies: list) -> RunResult:
     ledger = Ledger([rep[2] for rep in replies])
     trace = Trace()
     for rep in replies:  # each rank's point-to-point sends, rank by rank
-        if len(rep) > 4:
-            trace.extend(rep[4])
+        trace.extend(rep[4])
     return RunResult(values, ledger, max(rep[3] for rep in replies), trace)
 
 
 class Pool:
-    """Live ranks with their process group, reused by every `pool.run`.
-
-    A context manager (`with launch.Pool(4) as pool: pool.run(fn)`). After a
-    failure (a rank raised, died or timed out) the ranks are stopped and the next
-    `run` starts fresh ones, so a widget keeps working. `backend`: "auto" (NCCL
-    with one GPU per rank, else Gloo), "gloo" or "nccl"; `timeout`: default
-    seconds of each `run` (None: none; the process group's own is set above it);
-    `network`: a `Network` to emulate; `threads`: per rank (default: cores /
-    world_size); `output`: "live", "ordered" (rank 0's lines, then rank 1's, ...)
-    or "quiet".
-    """
+    """Live ranks with their process group, reused by every `pool.run` (a context manager);
+    after a failure the next `run` starts fresh ones. `output`: "live", "ordered", "quiet"."""
 
     def __init__(self, world_size: int, *, backend: str = "auto",
                  timeout: float | None = DEFAULT_TIMEOUT, network: Network | None = None,
                  threads: int | None = None, output: str = "live"):
-        _check(world_size, timeout, network, threads, output)
+        check_ranks(world_size, MAX_WORLD_SIZE, network, timeout, output,
+                    " (for more ranks use syncedu.sim.run)")
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads={threads!r} must be an int >= 1 (or None for a fair share)")
         self.world_size = world_size
         self.backend = resolve_backend(backend, world_size)
         self.timeout = timeout
@@ -158,11 +123,10 @@ class Pool:
         _live_pools.add(self)
 
     def _start(self) -> None:
-        pg_timeout = max(self.timeout or 0, DEFAULT_TIMEOUT) + 30
-        start_timeout = max(60.0, 10.0 * self.world_size)
         self._ranks = Ranks(self.world_size, backend=self.backend, threads=self.threads,
-                            network=self.network, pg_timeout=pg_timeout,
-                            start_timeout=start_timeout, output=self.output)
+                            network=self.network, output=self.output,
+                            pg_timeout=max(self.timeout or 0, DEFAULT_TIMEOUT) + 30,
+                            start_timeout=max(60.0, 10.0 * self.world_size))
 
     def run(self, fn, args=(), kwargs=None, timeout: float | None = ...) -> RunResult:
         """Run `fn(comm, *args, **kwargs)` on every rank; see `launch.run`."""
@@ -206,7 +170,7 @@ class Pool:
         try:
             if self._ranks is not None:
                 self._ranks.kill()
-        except Exception:
+        except Exception:  # (at interpreter exit even `contextlib` may be gone)
             pass
 
 
@@ -219,13 +183,9 @@ def run(fn, world_size: int, args=(), kwargs=None, *, backend: str = "auto",
         threads: int | None = None, output: str = "live") -> RunResult:
     """Start `world_size` ranks, run `fn(comm, *args, **kwargs)` on each, return the values.
 
-    1. validate; 2. start the ranks in a process group (a fresh rendezvous each
-    call); 3. run `fn` after a barrier, so `.seconds` starts together; 4. collect
-    values, ledgers and times, or the first failure; 5. stop and reap every rank.
-    Returns a `RunResult`: `res[r]`, `.ledger` (point-to-point `.counted`,
-    built-ins `.modeled`), `.trace` (point-to-point sends, wall clock) and
-    `.seconds` (the slowest rank's `fn`). Raises `WorkerError`, `TimeoutError`
-    (`.ranks`) or `ValueError`. Keyword arguments are as for `Pool`.
+    1. validate; 2. start the ranks in a process group (a fresh rendezvous); 3. run `fn`
+    after a barrier, so `.seconds` starts together; 4. collect values, ledgers and times,
+    or the first failure (`WorkerError`, `TimeoutError`); 5. stop and reap every rank.
     """
     check_call(fn, args, kwargs)  # before any process starts; Pool checks the rest
     pool = Pool(world_size, backend=backend, timeout=timeout, network=network,
@@ -237,8 +197,7 @@ def run(fn, world_size: int, args=(), kwargs=None, *, backend: str = "auto",
 
 
 def from_env(backend: str = "auto", *, network: Network | None = None, timeout: float = 300.0):
-    """A `TorchComm` for a script started by torchrun: joins the default process group from
-    MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE unless done, so `fn(launch.from_env())` runs."""
+    """A `TorchComm` for a script started by torchrun (joins the default group if not yet)."""
     import datetime
 
     import torch.distributed as dist

@@ -1,19 +1,10 @@
 """The ledger: who sent how many payload bytes and messages, per rank and per op.
 
-Every `Comm` keeps a `RankLedger` of its own calls; at the end of a run they are
-merged into one `Ledger`, `res.ledger`: `sent[r]`, `received[r]` (payload bytes
-of rank r), `ops["all_reduce"].sent[r]` (one op only). Each entry is one of two
-kinds, kept apart as `res.ledger.counted` and `res.ledger.modeled` (same fields;
-`res.ledger.sent` is their sum):
-
-- **counted**: a message the engine moved: every point-to-point message, and
-  every message of a built-in collective on simulated ranks (sim_collectives.py);
-- **modeled**: a built-in collective on real ranks, charged by formula as a
-  ring would send it (`ring_allreduce_elements`), because Gloo and NCCL hide
-  their messages; `syncedu.comm.wire` measures what such a call really put on
-  the loopback wire, a witness that can disagree.
-
-A `RankLedger`'s default kind is "counted" (simulated ranks) or "modeled" (`TorchComm`).
+Every `Comm` keeps a `RankLedger`, merged at the end of a run into `res.ledger`:
+`sent[r]`, `received[r]`, `ops["all_reduce"].sent[r]`, and the same split as
+`.counted` (messages the engine moved) and `.modeled` (built-ins on real ranks,
+charged by formula as a ring would send them: Gloo and NCCL hide their messages;
+wire.py measures what they put on the loopback wire, a witness that can disagree).
 """
 
 from __future__ import annotations
@@ -22,19 +13,15 @@ from dataclasses import dataclass, field
 
 
 def ring_chunks(numel: int, world_size: int) -> list[int]:
-    """`world_size` contiguous chunk sizes of `numel`, the first `numel % world_size` one
-    larger: the ring algorithms' split, so the ledger's charge and the algorithm agree."""
+    """The rings' split of `numel` into `world_size` chunks, the first `numel % world_size`
+    one larger (so the ledger's charge and the algorithms agree)."""
     base, extra = divmod(numel, world_size)
     return [base + (1 if i < extra else 0) for i in range(world_size)]
 
 
 def ring_allreduce_elements(numel: int, world_size: int, rank: int) -> tuple[int, int]:
-    """Elements rank `rank` sends and receives in a ring allreduce of `numel` elements.
-
-    Patarasuk & Yuan (2009): reduce-scatter then all-gather, N-1 steps each, rank r
-    owning chunk r in between. Rank r forwards every chunk but r in the first,
-    every chunk but (r + 1) mod N in the second; it receives what rank r - 1 sends.
-    """
+    """Elements rank `rank` sends and receives in a ring allreduce (Patarasuk & Yuan 2009):
+    every chunk but r, then every chunk but r + 1; it receives what r - 1 sends."""
     n = world_size
     if n == 1:
         return 0, 0
@@ -74,8 +61,7 @@ def _add(ops: dict, op: str, sent: int, received: int, msgs_sent: int, msgs_rece
 
 @dataclass
 class RankLedger:
-    """One rank's calls: `ops` per op, split by `kinds["counted"]`/`["modeled"]`; `kind`
-    is `record`'s default."""
+    """One rank's calls: `ops` per op, `kinds[kind]` the same per kind (`kind`: the default)."""
 
     rank: int
     ops: dict[str, OpCount] = field(default_factory=dict)
@@ -97,18 +83,17 @@ class RankLedger:
         _add(self.ops, op, sent, received, msgs_sent, msgs_received, calls)
         _add(self.kinds[kind], op, sent, received, msgs_sent, msgs_received, calls)
 
-    def merge(self, other: RankLedger) -> None:
-        """Add every entry of `other` to this ledger, each under its own kind."""
-        for kind, ops in other.kinds.items():
-            for name, c in ops.items():
+    def merge(self, other: RankLedger, kinds: tuple[str, ...] = KINDS) -> None:
+        """Add `other`'s entries (of `kinds`) to this ledger, each under its own kind."""
+        for kind in kinds:
+            for name, c in other.kinds[kind].items():
                 self.record(name, c.sent, c.received, c.msgs_sent, c.msgs_received, c.calls,
                             kind=kind)
 
     def only(self, kind: str) -> RankLedger:
         """A ledger of this rank's `kind` entries alone."""
         out = RankLedger(self.rank, kind=kind)
-        for name, c in self.kinds[kind].items():
-            out.record(name, c.sent, c.received, c.msgs_sent, c.msgs_received, c.calls)
+        out.merge(self, (kind,))
         return out
 
     def reset(self) -> None:
@@ -137,8 +122,8 @@ class OpLedger:
 
 
 class Ledger:
-    """Merged ledger of a run: `sent`, `received`, `msgs_sent`, `msgs_received` (lists of
-    length `world_size`), `ops[name]` (the same for one op), `counted` and `modeled`."""
+    """A run's merged ledger: per-rank lists `sent`, `received`, ...; `ops[name]`, `counted`
+    and `modeled` the same for one op or kind."""
 
     def __init__(self, rank_ledgers: list[RankLedger], _names: list[str] | None = None):
         self.world_size = len(rank_ledgers)

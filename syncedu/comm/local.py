@@ -1,9 +1,4 @@
-"""`LocalComm`: a `Comm` of world size 1, in this process (the one-process reference).
-
-`train.run("single", 1, ...)` runs the same code as the distributed ranks on a
-real `Comm`: `Comm` makes every collective of one rank the identity and rejects
-any peer, so nothing here moves data; `compute(seconds)` sleeps, as on real ranks.
-"""
+"""`LocalComm`: a `Comm` of world size 1 in this process; `compute` sleeps, as on real ranks."""
 
 from __future__ import annotations
 
@@ -21,9 +16,7 @@ class LocalComm(Comm):
         super().__init__(0, 1, network)
         self.device = torch.device(device)
 
-    def _no_peer(self, *_args):
-        # `Comm` never gets here with world size 1: it answers collectives itself
-        # and rejects any peer rank first.
+    def _no_peer(self, *_args):  # never reached: `Comm` answers or rejects first
         raise RuntimeError("LocalComm has world size 1: there is no other rank")
 
     _isend = _irecv = _broadcast = _reduce = _all_reduce = _no_peer

@@ -1,31 +1,21 @@
 """NCCL's own prediction of an all-reduce's time: a port of its tuning model.
 
 NCCL picks an algorithm (ring, tree) and a protocol (LL, LL128, Simple) per call
-by predicting each one's time, `ncclTopoTuneModel` and `ncclTopoGetAlgoTime` in
-`src/graph/tuning.cc`. This is that model for all-reduce, written from the
-source (not copied) of NCCL 2.30.7 (github.com/NVIDIA/nccl, commit 5067397c),
-constants from `ncclTunerConstantsDefaults`; microseconds and GB/s, as there.
+by predicting each one's time (`ncclTopoTuneModel`, `ncclTopoGetAlgoTime` in
+`src/graph/tuning.cc`). This is that model for all-reduce, written from the source
+of NCCL 2.30.7 (github.com/NVIDIA/nccl, commit 5067397c); microseconds and GB/s.
 
-1. Bus bandwidth: `n_channels` x the per-channel bandwidth of the topology
-   search (`bw_intra` up to 2 nodes, `bw_inter` beyond), capped per protocol
-   (LL: half, at most llMaxBw; LL128: 0.92, at most n_channels x
-   perChMaxRingLL128Bw; tree: 0.92, at most n_channels x perChMaxTreeBw, ...).
+1. Bus bandwidth: `n_channels` x the per-channel bandwidth (`bw_intra` up to 2
+   nodes, `bw_inter` beyond), capped per protocol and algorithm.
 2. Algorithm bandwidth: a ring's busBw x nRanks / (2 (nRanks - 1)); a tree's half.
-3. Latency: a base latency plus one hardware latency per hop: a ring makes
-   2 (nRanks - 1) hops, 2 (nNodes - 1) of them across the network (hwLatencies[NET]
-   plus latencyInter, twice for Simple), the rest inside a node (hwLatencies
-   [NVLINK or PCI], at least the network post overhead, 1 us Intel, 2 AMD, x3 for
-   Simple); a tree 2 ((nRanks / nNodes - 1) + log2(nNodes)) hops.
+3. Latency: a base latency plus a hardware latency per hop: a ring makes
+   2 (nRanks - 1) hops, 2 (nNodes - 1) of them across the network; a tree
+   2 ((nRanks / nNodes - 1) + log2(nNodes)).
 4. Time: latency + bytes / (1000 x algBw), with the ring's plateau (Simple,
-   several nodes, >= 64 bytes per channel and rank: latency x 1.4 from Ampere,
-   1.9 before) and the tree's per-size correction factors.
+   several nodes) and the tree's per-size correction factors.
 
-So NCCL charges a ring's latency once per hop along the path, not per message
-at each sender's port: `Network(latency_model="wire")`, which lesson 02 shows.
-Out of scope: NVLS (NVSwitch multicast), CollNet, PAT (all-gather and
-reduce-scatter only), pipelined multi-op latency (numPipeOps = 1) and the
-topology search itself: `bw_intra`, `bw_inter`, `n_channels` are inputs
-(`from_network` derives them from a simulator `Network`).
+So NCCL charges a ring's latency once per hop, not per message at each sender's port
+(`Network(latency_model="wire")`). Out of scope: NVLS, CollNet, PAT, pipelined ops.
 """
 
 from __future__ import annotations
@@ -175,12 +165,8 @@ def best(sys: NcclSystem, nbytes: int) -> tuple[str, str, float]:
 
 
 def from_network(network, n_channels: int | None = None, **changes) -> NcclSystem:
-    """An `NcclSystem` for a `Network.cluster` (our mapping, not NCCL's topology search).
-
-    Channels: `n_channels` or max(2, nics_per_node); each gets intra bandwidth /
-    channels inside a node and nics_per_node x inter bandwidth / channels between
-    nodes (GB/s). A flat `Network` has no nodes to map: build an `NcclSystem` directly.
-    """
+    """An `NcclSystem` for a `Network.cluster` (our mapping, not NCCL's topology search):
+    `n_channels` (default max(2, nics_per_node)) share the intra and the NICs' bandwidth."""
     if not network.is_cluster:
         raise ValueError("from_network needs a Network.cluster(...) (a flat Network has no "
                          "nodes to map onto NCCL's); build an NcclSystem directly")

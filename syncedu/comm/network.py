@@ -1,41 +1,26 @@
 """`Network`: a small, validated model of the wires between ranks.
 
-The alpha-beta model (Hockney 1994; Thakur, Rabenseifner & Gropp 2005): one
-message of n bytes takes t(n) = alpha + n / bandwidth (alpha = latency); the
-formulas for every collective are in alphabeta.py. On top of it: per-rank
-`slowdown` factors on compute time (stragglers), seeded `jitter` (uniform in
-[0, jitter) s per message) and `loss` (resent after `retransmit` s). The
-simulator runs its logical clock on it; real ranks wait as it says (emulation.py).
+The alpha-beta model (Hockney 1994; Thakur, Rabenseifner & Gropp 2005): a message
+of n bytes takes latency + n / bandwidth (alphabeta.py has every collective's
+formula), plus per-rank `slowdown` of compute, seeded `jitter` and `loss`. The
+simulator runs its clock on it; real ranks wait as it says (emulation.py).
 
-`Network.cluster(nodes, gpus_per_node, intra="nvlink4", inter="infiniband_ndr",
-nics_per_node=1)` is a `Cluster`: consecutive ranks share a node (as torchrun
-numbers them); a message inside a node uses `intra`, one between nodes `inter`
-and also a NIC of each node (rank r uses NIC local_rank mod `nics_per_node`).
-A NIC carries one message's bytes at a time, so eight ranks sending S bytes out
-of one node at once take latency + 8 S / bandwidth. `nics_per_node=gpus_per_node`
-(`nics="per_gpu"`) is a rail-optimized server (DGX H100: eight 400 Gb/s NICs).
+`Network.cluster(...)`: consecutive ranks share a node (as torchrun numbers them);
+a message between nodes uses `inter` and a NIC of each node, which carries one
+message's bytes at a time (`nics="per_gpu"`: a rail-optimized DGX H100).
 
-The simulator's assumptions are named fields (they change simulated runs only):
+The simulator's assumptions are named fields:
 
-- `latency_model`: "port" (default) holds the sender's port for latency + n /
-  bandwidth per message, the lockstep accounting of Hockney and Thakur et al.
-  (k messages in a row cost k (alpha + n beta)); "wire" makes latency a delay
-  that does not hold the port (k messages cost alpha + k n beta), as in LogGP
-  (Alexandrov et al. 1995) and NCCL's tuning model (nccl_model.py).
-- `eager_limit` (bytes, default 64 KiB, Open MPI's `btl_tcp_eager_limit`): a
-  larger send is rendezvous: its `wait()` returns once the receiver has posted
-  the matching receive, so "both send a large message, then both receive"
-  raises `sim.DeadlockError`, as it hangs on a real system. `math.inf`: all eager.
-- `builtin_algorithm`: "ring" (default): the built-in collectives as rings
-  (Patarasuk & Yuan 2009), broadcast and reduce as a chain along the ring;
-  "binomial": broadcast and reduce as binomial trees (ceil(log2 N) rounds,
-  MPICH's choice for short messages, Thakur et al. 2005).
+- `latency_model`: "port" holds the sender's port for latency + n / bandwidth (k
+  messages cost k (alpha + n beta)); "wire" makes latency a delay off the port
+  (alpha + k n beta), as in LogGP (Alexandrov et al. 1995) and NCCL (nccl_model.py);
+- `eager_limit` (Open MPI's `btl_tcp_eager_limit`): a larger send's `wait()`
+  returns once the matching receive is posted, so an unsafe exchange deadlocks;
+- `builtin_algorithm`: broadcast and reduce as a "ring" chain or "binomial"
+  trees (MPICH's choice for short messages, Thakur et al. 2005).
 
-Presets (`PRESETS`, `Network.preset(name)`): one link, one direction, from
-public specifications: nvlink4 (H100 SXM, 900 GB/s both ways -> 450 GB/s),
-infiniband_ndr (400 Gb/s -> 50 GB/s, ~2 us), ethernet_100g (12.5 GB/s, ~10 us),
-ethernet_10g (1.25 GB/s, ~50 us), ethernet_1g (125 MB/s, ~100 us), wan (~1 Gb/s,
-~40 ms one way), loopback (Gloo on a laptop, ~1 GB/s, ~50 us).
+`PRESETS`: one link, one direction, from public specifications (nvlink4: H100
+SXM, 900 GB/s both ways; infiniband_ndr: 400 Gb/s; wan: ~40 ms one way).
 """
 
 from __future__ import annotations
@@ -52,11 +37,7 @@ EAGER_LIMIT = 64 * 1024  # bytes: Open MPI's btl_tcp_eager_limit (module docstri
 
 @dataclass(frozen=True)
 class Network:
-    """Latency (s), bandwidth (bytes/s), stragglers, jitter and loss of a network.
-
-    Example: `Network(latency=50e-6, bandwidth=1.25e9, slowdown=[1, 1, 1, 3])`
-    is a 10 GbE cluster of four ranks whose rank 3 computes three times slower.
-    """
+    """Latency (s), bandwidth (bytes/s), stragglers, jitter and loss of a network."""
 
     latency: float = 0.0
     bandwidth: float = math.inf
@@ -71,8 +52,7 @@ class Network:
     builtin_algorithm: str = "ring"
 
     def __post_init__(self) -> None:
-        # Accept any sequence for slowdown, store a tuple so the object stays hashable.
-        if self.slowdown is not None:
+        if self.slowdown is not None:  # any sequence, stored as a tuple (hashable)
             try:
                 object.__setattr__(self, "slowdown", tuple(float(s) for s in self.slowdown))
             except TypeError:
@@ -118,12 +98,10 @@ class Network:
     @classmethod
     def cluster(cls, nodes: int, gpus_per_node: int, intra="nvlink4", inter="infiniband_ndr",
                 nics_per_node: int = 1, nics: str | None = None, **changes) -> Network:
-        """A hierarchical network (module docstring): `intra`/`inter` are `Network`s or
-        preset names; `nics`: None, "per_node" or "per_gpu"; `changes`: other fields."""
+        """A `Cluster`; `intra`/`inter`: `Network`s or preset names; `nics`: per_node/per_gpu."""
         if nics is not None:
-            if nics not in NIC_PRESETS:
-                raise ValueError(f"Network.cluster: nics={nics!r} must be one of "
-                                 f"{tuple(NIC_PRESETS)} or None")
+            if nics not in NICS:
+                raise ValueError(f"Network.cluster: nics={nics!r} must be one of {NICS} or None")
             nics_per_node = gpus_per_node if nics == "per_gpu" else 1
         return Cluster(nodes=nodes, gpus_per_node=gpus_per_node, intra=intra, inter=inter,
                            nics_per_node=nics_per_node, **changes)
@@ -170,13 +148,11 @@ class Network:
         return dataclasses.replace(self, **changes)
 
     def describe(self) -> str:
-        bw = self.bandwidth
-        bw_s = "inf" if math.isinf(bw) else f"{bw / 1e9:g} GB/s"
-        return f"{self.name}: latency {self.latency * 1e6:g} us, bandwidth {bw_s}"
+        bw = "inf" if math.isinf(self.bandwidth) else f"{self.bandwidth / 1e9:g} GB/s"
+        return f"{self.name}: latency {self.latency * 1e6:g} us, bandwidth {bw}"
 
 
-NIC_PRESETS = {"per_node": "one NIC per node, shared by its GPUs",
-               "per_gpu": "one NIC per GPU (rail-optimized, e.g. DGX H100)"}
+NICS = ("per_node", "per_gpu")  # one NIC per node, shared by its GPUs; one per GPU
 
 
 def _check(ok: bool, field: str, value, allowed: str) -> None:

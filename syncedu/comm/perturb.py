@@ -1,14 +1,10 @@
 """Test-only perturbation of real ranks: other thread counts, other arrival orders.
 
-A notebook's checked output must not depend on the order in which messages
-arrive, nor on each rank's BLAS thread count: both change from machine to
-machine. To catch that here, the test run sets `SYNCEDU_PERTURB=<seed>`, and
-every real rank started by `syncedu.launch` then:
+A notebook's checked output must not depend on either: both change from machine
+to machine. With `SYNCEDU_PERTURB=<seed>` (the test run) every real rank:
 
 1. uses 1 or 2 torch threads, chosen per rank from the seed;
 2. sleeps a seeded random 0-3 ms before each send and each built-in collective.
-
-Nothing happens when the variable is unset: learners never pay for it.
 """
 
 from __future__ import annotations

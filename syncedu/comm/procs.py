@@ -1,16 +1,12 @@
-"""`Ranks`: a set of live rank processes, their pipes and their output.
+"""`Ranks`: a set of live rank processes, their pipes and their output (behind `launch`).
 
-The mechanics behind `launch.run` and `launch.Pool`:
-
-1. start `world_size` Python processes (`python -m syncedu.comm._worker`), each in
-   its own session so that a kill reaches anything it started; each gets one end
-   of a socket pair (no port) and a share of the CPU threads;
-2. rendezvous through a file store in a fresh temporary folder (nothing listens
-   on the network for it; Gloo's own sockets are bound to the loopback device);
-3. pump every rank's stdout+stderr line by line into a queue that the calling
-   thread drains into its own `sys.stdout`, each line marked `[rank r]`;
-4. wait for replies with a deadline, noticing a rank that raised (its traceback
-   comes back), died (its pipe closes) or is too slow;
+1. start `world_size` processes (`python -m syncedu.comm._worker`), each in its own
+   session (a kill reaches anything it started), with one end of a socket pair
+   and a share of the CPU threads;
+2. rendezvous through a file store in a fresh temporary folder (nothing listens);
+3. pump every rank's output line by line into the caller's `sys.stdout`, marked `[rank r]`;
+4. wait for replies with a deadline, noticing a rank that raised, died (its pipe
+   closes) or is too slow;
 5. on any failure or interrupt kill every rank's process group and reap it.
 """
 
@@ -33,6 +29,7 @@ from multiprocessing.connection import Pipe, wait
 
 from ._worker import END_MARK
 from .errors import TimeoutError, WorkerError
+from .rank_output import RankSink
 
 
 def default_threads(world_size: int) -> int:
@@ -138,18 +135,11 @@ class Ranks:
     def _pump(self, rank: int, stream) -> None:
         for raw in iter(stream.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
-            if line == END_MARK:
-                self._lines.put((rank, None))
-            else:
-                self._lines.put((rank, line))
+            self._lines.put((rank, None if line == END_MARK else line))  # None: end of a run
         stream.close()
 
-    def _drain(self, held: list | None, block: float = 0.0) -> None:
-        """Write waiting output lines (or hold them, in "ordered" mode).
-
-        `block` > 0 waits up to that long for the first line (woken by its arrival,
-        not by polling: a warm `Pool.run` is a few milliseconds in all).
-        """
+    def _drain(self, sink: RankSink, block: float = 0.0) -> None:
+        """Pass waiting output lines to `sink`; `block` > 0: wait that long for the first."""
         while True:
             try:
                 rank, line = (self._lines.get(timeout=block) if block > 0
@@ -161,33 +151,29 @@ class Ranks:
                 self._ends[rank] += 1
                 continue
             self._recent[rank].append(line)
-            if self.output == "live":
-                sys.stdout.write(f"[rank {rank}] {line}\n")
-            elif self.output == "ordered" and held is not None:
-                held.append((rank, line))
+            sink.write(rank, line + "\n")
 
-    def _finish_output(self, held: list, ranks, grace: float = 2.0) -> None:
+    def _finish_output(self, sink: RankSink, grace: float) -> None:
         # Wait (briefly) for each rank's end-of-run marker, so no line is lost.
         deadline = time.monotonic() + grace
-        while any(self._ends[r] < self._runs for r in ranks) and time.monotonic() < deadline:
-            self._drain(held, block=max(1e-3, deadline - time.monotonic()))
-        self._drain(held)
-        for rank, line in sorted(held, key=lambda x: x[0]):  # stable: keeps each rank's order
-            sys.stdout.write(f"[rank {rank}] {line}\n")
-        held.clear()
+        while min(self._ends) < self._runs and time.monotonic() < deadline:
+            self._drain(sink, block=max(1e-3, deadline - time.monotonic()))
+        self._drain(sink)
+        sink.close()  # "ordered": rank 0's lines, then rank 1's, ...
         sys.stdout.flush()
 
     def _collect(self, timeout: float | None, what: str) -> list:
         """Wait for one reply per rank; raise on the first failure."""
-        pending, replies, held = set(range(self.world_size)), {}, []
+        pending, replies = set(range(self.world_size)), {}
+        sink = RankSink(self.output, sys.stdout)  # ("start": never closed, "ordered" dropped)
         deadline = None if timeout is None else time.monotonic() + timeout
         index = {id(c): r for r, c in enumerate(self.conns)}
         try:
             while pending:
-                self._drain(held)
+                self._drain(sink)
                 for conn in wait([self.conns[r] for r in sorted(pending)], timeout=0.02):
                     r = index[id(conn)]
-                    replies[r] = self._receive(r, held)
+                    replies[r] = self._receive(r, sink)
                     pending.discard(r)
                 if pending and deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(
@@ -195,12 +181,12 @@ class Ranks:
                         f"{sorted(pending)} (all ranks were stopped)", sorted(pending))
         finally:
             if what == "start":
-                self._drain(held)
+                self._drain(sink)
             else:  # all output of the run, even when it failed
-                self._finish_output(held, range(self.world_size), grace=0.5 if pending else 2.0)
+                self._finish_output(sink, grace=0.5 if pending else 2.0)
         return [replies[r] for r in range(self.world_size)]
 
-    def _receive(self, r: int, held: list):
+    def _receive(self, r: int, sink: RankSink):
         try:
             msg = pickle.loads(self.conns[r].recv_bytes())
         except (EOFError, OSError):
@@ -208,7 +194,7 @@ class Ranks:
                 code = self.procs[r].wait(timeout=2)
             except subprocess.TimeoutExpired:
                 code = None
-            self._drain(held)
+            self._drain(sink)
             tail = "\n".join(self._recent[r])
             raise WorkerError(r, f"the process {_exit_reason(code)} before returning a result",
                               f"last output of rank {r}:\n{tail}" if tail else "") from None
@@ -230,16 +216,12 @@ class Ranks:
     def stop(self, grace: float = 3.0) -> None:
         """Ask every rank to leave the process group and exit; kill what stays."""
         for conn in self.conns:
-            try:
+            with contextlib.suppress(OSError):
                 conn.send_bytes(pickle.dumps(("stop",)))
-            except OSError:
-                pass
         deadline = time.monotonic() + grace
         for p in self.procs:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
         self.kill()
 
     def kill(self) -> None:
@@ -251,10 +233,8 @@ class Ranks:
                 except (ProcessLookupError, PermissionError):
                     p.kill()
         for p in self.procs:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
         for conn in self.conns:
             conn.close()
         self.conns = []

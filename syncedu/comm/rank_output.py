@@ -1,10 +1,8 @@
 """Mark what simulated ranks print with their rank, as real ranks' lines are.
 
-Simulated ranks print to the caller's `sys.stdout` directly. While a `sim.run`
-is active, `capture` puts a dispatcher in front of it: a write from a thread or
-greenlet bound to a rank goes to that run's `RankSink`, which marks each line
-`[rank r]` and passes it on ("live"), holds it for rank order at the end
-("ordered") or drops it ("quiet"). Other writes pass through.
+While a `sim.run` is active, `capture` puts a dispatcher in front of `sys.stdout`: a write
+from a thread or greenlet bound to a rank goes to that run's `RankSink`, which passes each
+line on marked `[rank r]` ("live"), holds it for rank order ("ordered") or drops it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""What `launch.run`/`Pool.run` and `sim.run` share: the `RunResult` and the argument checks.
-
-Each check raises `ValueError` naming the parameter and what is allowed, so real
-and simulated runs reject bad input with the same words.
-"""
+"""What `launch` and `sim` runs share: `RunResult` and argument checks (`ValueError`s alike)."""
 
 from __future__ import annotations
 
@@ -13,14 +9,8 @@ from .trace import Trace
 
 
 class RunResult(list):
-    """Per-rank return values in rank order (`res[r]`), plus the run's record.
-
-    - `.ledger`: a `Ledger` of the bytes and messages each rank sent through its comm;
-    - `.seconds`: how long `fn` ran: wall-clock seconds of the slowest rank on real
-      ranks, logical seconds (the network model's clock) on simulated ones;
-    - `.trace`: a `Trace`, one record per message (every message on simulated
-      ranks; the point-to-point ones on real ranks).
-    """
+    """Per-rank return values in rank order (`res[r]`), plus `.ledger`, `.trace` and
+    `.seconds` (wall-clock of the slowest rank on real ranks, logical on simulated ones)."""
 
     def __init__(self, values, ledger: Ledger, seconds: float, trace: Trace | None = None):
         super().__init__(values)
@@ -41,6 +31,14 @@ def check_call(fn, args, kwargs) -> None:
         raise ValueError(f"args must be a tuple, got {type(args).__name__}")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise ValueError(f"kwargs must be a dict or None, got {type(kwargs).__name__}")
+
+
+def check_ranks(world_size, limit: int, network, timeout, output, hint: str = "") -> None:
+    """What every run checks: world size (1..`limit`), network, timeout and output mode."""
+    check_world_size(world_size, limit, hint)
+    check_network(network, world_size)
+    check_timeout(timeout)
+    check_output(output)
 
 
 def check_world_size(world_size, limit: int, hint: str = "") -> None:
@@ -66,11 +64,10 @@ def check_timeout(timeout) -> None:
 
 
 def check_progress(progress) -> None:
-    if progress is None or isinstance(progress, bool) or callable(getattr(progress, "update",
-                                                                           None)):
-        return
-    raise ValueError(f"progress={progress!r} must be None or False (no bar), True (a tqdm bar "
-                     "of messages) or an object with .update(n), such as a tqdm bar")
+    if not (progress is None or isinstance(progress, bool)
+            or callable(getattr(progress, "update", None))):
+        raise ValueError(f"progress={progress!r} must be None or False (no bar), True (a tqdm "
+                         "bar of messages) or an object with .update(n), such as a tqdm bar")
 
 
 def check_output(output) -> None:

@@ -1,22 +1,16 @@
 """The simulator's built-in collectives, run as message schedules when the last rank joins.
 
-Each rank's `comm.all_reduce(...)` (broadcast, reduce, reduce_scatter,
-all_gather, barrier) joins a rendezvous (sim_delivery.py); when the last rank
-joins, `resolve` runs the schedule `Network.builtin_algorithm` names:
-
 1. check that every rank called the same collective with the same sizes;
-2. build rounds of messages (src, dst, bytes, chunk), e.g. a ring's 2(N-1)
-   steps in which rank r sends chunk (r - 1 - s) mod N to r + 1;
-3. move each message as a point-to-point one moves (`Wires.depart`/`arrive`:
-   ports, NICs, the latency model) with a copy of the sender's chunk, which the
-   receiver combines (reduce) or stores (gather, broadcast); count it in both
-   ledgers and trace it. So bytes, messages, time and the order of every sum
-   come from the messages.
+2. build rounds of messages (src, dst, bytes, chunk): all_reduce a ring
+   reduce-scatter then all-gather (Patarasuk & Yuan 2009), rank r owning chunk
+   r in between; broadcast and reduce a chain or a binomial tree (Thakur et al.
+   2005); barrier dissemination (Hensgen et al. 1988);
+3. move each message as a point-to-point one moves (`Wires.depart`/`arrive`)
+   with a copy of the sender's chunk, which the receiver combines or stores;
+   count it in both ledgers and trace it.
 
-A ring takes a fast path (sim_fast.py) with the same values, ledger, clocks and
-trace (tested; `FAST = False` turns it off). A rank that joined with
-`async_op=True` computed on meanwhile: the messages leave from its clock when it
-joined, and `wait()` moves its clock to max(now, completion).
+The messages leave from each rank's clock when it joined (an `async_op=True`
+caller computes meanwhile). A ring takes a fast path (sim_fast.py) unless `FAST = False`.
 """
 
 from __future__ import annotations
@@ -104,8 +98,10 @@ def resolve(calls: list[Call], wires, ledgers: list, trace) -> None:
     mover = Mover(calls, wires, ledgers, trace)
     if kind in ("all_reduce", "reduce_scatter", "all_gather"):
         _ring(mover)
-    else:
-        _SCHEDULES[kind, wires.net.builtin_algorithm](mover)
+    elif kind == "barrier":
+        _barrier(mover)
+    else:  # broadcast, reduce
+        (_chain if wires.net.builtin_algorithm == "ring" else _binomial)(mover)
     mover.charge()
     for call, c, t in zip(calls, clocks, live):
         call.end, c.now = c.now, t
@@ -122,13 +118,8 @@ class Mover:
         self.msgs_sent, self.msgs_received = np.zeros(n, np.int64), np.zeros(n, np.int64)
 
     def round(self, msgs: list[tuple], bufs=None, reduce: bool = False) -> None:
-        """Move `msgs`, (src, dst, nbytes, chunk, slice or None) each, sent at once.
-
-        All depart (in the senders' rank order), then all arrive (in the order
-        given: the receivers' ports and NICs are booked so); with `bufs` (one flat
-        tensor per rank), each carries a copy of bufs[src][slice], which the
-        receiver combines into (`reduce`) or copies into bufs[dst][slice].
-        """
+        """Move `msgs` (src, dst, nbytes, chunk, slice or None), sent at once: all depart in
+        rank order, then arrive in the order given, carrying bufs[src][slice] if any."""
         wires, clocks, calls = self.wires, self.wires.clocks, self.calls
         out: list = [None] * len(msgs)
         for i in sorted(range(len(msgs)), key=lambda i: msgs[i][0]):
@@ -163,8 +154,8 @@ def _ring(mover: Mover) -> None:
     """Ring reduce-scatter and/or all-gather (Patarasuk & Yuan 2009), rank r owning chunk r."""
     calls, n, kind = mover.calls, mover.n, mover.calls[0].kind
     nbytes, steps, sizes = sim_fast.ring_layout(calls[0], n)
-    if FAST and _fast(mover, nbytes, steps, sizes):
-        return
+    if FAST:
+        return _fast(mover, nbytes, steps, sizes)
     bufs = _ring_buffers(calls, kind)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
     ranks = np.arange(n)
@@ -199,9 +190,8 @@ def _ring_results(calls, kind: str, bufs, offsets) -> None:
                 flat_view(p).copy_(b[offsets[k]:offsets[k + 1]])
 
 
-def _fast(mover: Mover, nbytes, steps, sizes) -> bool:
-    """The ring's values at once (sim_fast.py); its clock at once too where that applies,
-    else message by message (any network: clusters, jitter, busy ports)."""
+def _fast(mover: Mover, nbytes, steps, sizes) -> None:
+    """The ring's values at once (sim_fast.py); its clock too, else message by message."""
     calls, n = mover.calls, mover.n
     timed = sim_fast.ring_clock(mover.wires, nbytes, steps)
     if timed is None:
@@ -229,14 +219,10 @@ def _fast(mover: Mover, nbytes, steps, sizes) -> bool:
     mover.msgs_received += count
     dst = np.broadcast_to(np.arange(n), np.shape(deps))
     mover.trace.add_block((dst - 1) % n, dst, nbytes[chunks], -1, kind, deps, ends, chunks)
-    return True
 
 
 def _replay(mover: Mover, nbytes, steps):
-    """The ring's clock message by message, as `Mover.round` times it, without the data.
-
-    Returns (departures, arrivals, chunks) per step, indexed by the receiver.
-    """
+    """(departures, arrivals, chunks) per step and receiver, timed as `Mover.round` does."""
     wires, clocks, n = mover.wires, mover.wires.clocks, mover.n
     depart, arrive = wires.depart, wires.arrive
     ranks = np.arange(n)
@@ -265,12 +251,8 @@ def _replay(mover: Mover, nbytes, steps):
 
 def _chain(mover: Mover) -> None:
     """broadcast: src -> src+1 -> ... ; reduce: dst+1 -> ... -> dst. One whole message a hop."""
-    calls, n = mover.calls, mover.n
-    root, bcast = calls[0].root, calls[0].kind == "broadcast"
-    nb = calls[0].tensor.nbytes
-    bufs = _rooted_buffers(calls, bcast)
-    first = root if bcast else (root + 1) % n
-    whole = slice(None)
+    n, root, bcast, nb, bufs = _rooted(mover)
+    first, whole = (root if bcast else (root + 1) % n), slice(None)
     for i in range(n - 1):
         r, nxt = (first + i) % n, (first + i + 1) % n
         mover.round([(r, nxt, nb, -1, whole)], bufs, reduce=not bcast)
@@ -278,10 +260,8 @@ def _chain(mover: Mover) -> None:
 
 def _binomial(mover: Mover) -> None:
     """Binomial tree: broadcast doubles the ranks that have it each round; reduce halves."""
-    calls, n = mover.calls, mover.n
-    root, bcast = calls[0].root, calls[0].kind == "broadcast"
-    nb, whole = calls[0].tensor.nbytes, slice(None)
-    bufs = _rooted_buffers(calls, bcast)
+    n, root, bcast, nb, bufs = _rooted(mover)
+    whole = slice(None)
     for mask in [1 << k for k in range((n - 1).bit_length())]:
         pairs = [(v, v + mask) for v in range(0, n, 2 * mask) if v + mask < n] if not bcast \
             else [(v, v + mask) for v in range(mask) if v + mask < n]
@@ -290,12 +270,13 @@ def _binomial(mover: Mover) -> None:
         mover.round(msgs, bufs, reduce=not bcast)
 
 
-def _rooted_buffers(calls, bcast: bool) -> list[torch.Tensor]:
-    """broadcast: the ranks' own tensors (written in place); reduce: scratch copies,
-    but dst's own tensor, into which the last hop combines (only dst's is set)."""
-    root = calls[0].root
-    return [flat_view(c.tensor) if bcast or r == root else flat_view(c.tensor).clone()
+def _rooted(mover: Mover):
+    """(n, root, is broadcast, bytes, buffers: own tensors, for a reduce copies but at dst)."""
+    calls, n = mover.calls, mover.n
+    root, bcast = calls[0].root, calls[0].kind == "broadcast"
+    bufs = [flat_view(c.tensor) if bcast or r == root else flat_view(c.tensor).clone()
             for r, c in enumerate(calls)]
+    return n, root, bcast, calls[0].tensor.nbytes, bufs
 
 
 def _barrier(mover: Mover) -> None:
@@ -304,8 +285,3 @@ def _barrier(mover: Mover) -> None:
     while dist < n:
         mover.round([((r - dist) % n, r, 0, -1, None) for r in range(n)])
         dist *= 2
-
-
-_SCHEDULES = {("broadcast", "ring"): _chain, ("reduce", "ring"): _chain,
-              ("broadcast", "binomial"): _binomial, ("reduce", "binomial"): _binomial,
-              ("barrier", "ring"): _barrier, ("barrier", "binomial"): _barrier}

@@ -1,21 +1,14 @@
 """Step 3 of a simulated message: delivery, and what the ranks of one run share.
 
-A message that left its sender (sim_links.py) is matched here to a posted
-receive or queued in the receiver's mailbox, and a receiver parked for it is
-made ready. One `World` per run (nothing at module level, so runs may nest) holds:
+One `World` per run (nothing at module level, so runs may nest) holds:
 
 - **mailboxes**: per receiver, unmatched messages and receives keyed by
-  (source, channel), matched first-in first-out as MPI matches by (source,
-  tag); a rendezvous send is told here when a receive matches it (`_matched`);
+  (source, channel), matched first-in first-out as MPI matches by (source, tag);
 - **collective rendezvous**: built-ins matched by call number; the last rank to
-  join runs the message schedule (sim_collectives.py), counting its messages in
-  every rank's ledger and the trace;
-- **the baton**: one rank runs at a time, until it must wait for something not
-  there (then the next ready rank runs, first come first served) or has sent
-  `BACKLOG` messages nobody received. The run order (and the order of prints)
-  repeats, and a deadlock is exact: a rank that must wait finds nobody ready;
-- **the watch**: when a rank raises, or a deadlock or timeout stops the run,
-  every parked rank is woken and `Cancelled` is raised inside it.
+  join runs the message schedule (sim_collectives.py);
+- **the baton**: one rank runs until it must wait or has sent `BACKLOG` messages
+  nobody received, then the next ready one: runs repeat, and deadlocks are exact;
+- **the watch**: a failure, deadlock or timeout wakes every parked rank with `Cancelled`.
 """
 
 from __future__ import annotations
@@ -38,9 +31,7 @@ PROGRESS_EVERY = 4096  # messages between two updates of a progress bar
 class World:
     """The shared state of one run of `world_size` simulated ranks."""
 
-    Cancelled = Cancelled
-
-    def __init__(self, world_size: int, sink, sched, wires):
+    def __init__(self, world_size: int, sink, sched, wires, progress=None):
         self.n = world_size
         self.sink = sink  # where the ranks' prints go (rank_output.RankSink)
         self.sched = sched  # sim_sched: threads or greenlets
@@ -56,7 +47,7 @@ class World:
         self.timeout_error = None  # made by sim.run: the error a timeout stops the run with
         self.n_done = 0
         self.all_done = threading.Event()
-        self.progress = None  # a tqdm bar (.update(n)), told every PROGRESS_EVERY messages
+        self.progress = progress  # a tqdm bar (.update(n)), told every PROGRESS_EVERY messages
         self.sent = 0  # messages delivered so far (counted only with a progress bar)
         self.trace = Trace()  # every message, as it comes in (res.trace)
         self.ledgers: list = []  # the ranks' RankLedgers (set by sim.run)
@@ -70,8 +61,7 @@ class World:
         """Hand `msg` to rank `dst`: to a posted receive if one waits, else queue it."""
         key = (msg.src, msg.chan)
         with self.lock:
-            if self.error is not None:
-                raise Cancelled()
+            self.check()
             if self.progress is not None:
                 self.sent += 1
                 if self.sent % PROGRESS_EVERY == 0:
@@ -79,9 +69,7 @@ class World:
             st = self.ranks[dst]
             posted = st.posted.get(key)
             if not posted:
-                queue = st.unmatched.get(key)
-                if queue is None:
-                    queue = st.unmatched[key] = deque()
+                queue = st.unmatched.setdefault(key, deque())
                 queue.append(msg)
                 far_ahead = len(queue) % BACKLOG == 0
                 if st.any_chan == msg.chan and st.parked and dst not in self.idle:
@@ -100,8 +88,12 @@ class World:
 
     def pause(self, rank: int) -> None:
         """Let the ready ranks run before `rank` goes on (it is far ahead of a receiver)."""
-        if not self.ready or not self._may_park(rank):
+        if not self.ready:
             return
+        try:
+            self.sched.check_can_park(rank)
+        except RuntimeError:
+            return  # inside autograd on a greenlet: keep running instead
         with self.lock:
             self.check()
             self.ranks[rank].parked = True
@@ -109,18 +101,11 @@ class World:
             self._pass_baton()
         self._turn(rank)
 
-    def _may_park(self, rank: int) -> bool:
-        try:
-            return self.sched.check_can_park(rank)
-        except RuntimeError:
-            return False  # inside autograd on a greenlet: keep running instead
-
     def post(self, rank: int, handle) -> None:
         """Match receive `handle` (fields src, chan) to a queued message or post it."""
         key = (handle.src, handle.chan)
         with self.lock:
-            if self.error is not None:
-                raise Cancelled()
+            self.check()
             st = self.ranks[rank]
             queued = st.unmatched.get(key)
             if queued:
@@ -128,10 +113,7 @@ class World:
                 if handle.msg.rdv is not None:
                     self._matched(handle.msg.rdv, handle.at)
             else:
-                waiting = st.posted.get(key)
-                if waiting is None:
-                    waiting = st.posted[key] = deque()
-                waiting.append(handle)
+                st.posted.setdefault(key, deque()).append(handle)
 
     def wait(self, rank: int, handle) -> Message:
         """Park rank `rank` until `handle` has its message (`.msg`); return it."""
@@ -142,8 +124,7 @@ class World:
             self.check()
             st = self.ranks[rank]
             st.waiting, st.parked = handle, True
-            if not self._pass_baton():  # nobody can run: every unfinished rank waits
-                self._stop(DeadlockError(self._waiting()))
+            self._pass_or_deadlock()
         self._turn(rank)
         return handle.msg
 
@@ -171,13 +152,8 @@ class World:
         return handle
 
     def recv_any(self, rank: int, chan) -> Message:
-        """Park `rank` until no other rank can run; take its earliest message on `chan`.
-
-        Any rank that can still run might send a message that arrives earlier in
-        logical time, so the choice waits until every other rank is parked; then
-        among the ranks in `recv_any`, the one whose earliest message arrives
-        first goes on (`_pass_baton`). The choice never depends on thread timing.
-        """
+        """Park `rank` until no other rank can run (any might still send an earlier
+        message); then take its earliest message on `chan`."""
         self.sched.check_can_park(rank)
         with self.lock:
             self.check()
@@ -185,8 +161,7 @@ class World:
             st.any_chan, st.parked = chan, True
             if self._earliest(rank) is not None:
                 self.idle.append(rank)
-            if not self._pass_baton():
-                self._stop(DeadlockError(self._waiting()))
+            self._pass_or_deadlock()
         self._turn(rank)
         with self.lock:
             key = self._earliest(rank)
@@ -198,7 +173,7 @@ class World:
 
     def _matched(self, rdv, posted: float) -> None:
         """A receive matched rendezvous send `rdv` (posted at `posted`): its sender may go on."""
-        rdv.matched(posted)
+        rdv.msg, rdv.posted = True, posted
         st = self.ranks[rdv.rank]
         if st.waiting is rdv:
             st.waiting = None
@@ -221,7 +196,7 @@ class World:
             self.sched.start(comms, lambda comm: self._main(comm, body))
         except RuntimeError as exc:  # the operating system refused another thread
             self.stop(exc)
-            self.sched.join(Cancelled)
+            self.sched.join()
             raise RuntimeError(f"sim.run could not start {len(comms)} ranks: {exc}") from None
         with self.lock:
             self._pass_baton()
@@ -253,21 +228,16 @@ class World:
         """Rank `rank` returned `result`: pass the baton on."""
         with self.lock:
             self.results[rank] = result
-            self._mark_done(rank)
-            if self.n_done == self.n:
-                self.all_done.set()
-            elif not self._pass_baton() and self.error is None:
+            if not self._mark_done(rank) and not self._pass_baton() and self.error is None:
                 self._stop(DeadlockError(self._waiting()))
 
     def fail(self, rank: int, exc: BaseException | None, tb: str) -> None:
         """Rank `rank` raised `exc` (None: it was cancelled); stop the run."""
         with self.lock:
-            self._mark_done(rank)
             if exc is not None:
                 self.failures[rank] = (exc, tb)
                 self._stop(WorkerError(rank, _one_line(exc), tb))
-            if self.n_done == self.n:
-                self.all_done.set()
+            self._mark_done(rank)
 
     def stop(self, error: BaseException) -> None:
         """Stop the run with `error` (kept only if it is the first reason)."""
@@ -275,10 +245,7 @@ class World:
             self._stop(error)
 
     def stop_for_timeout(self) -> None:
-        self.stop(self.timeout_error(self.unfinished()))
-
-    def unfinished(self) -> list[int]:
-        return [r for r, st in enumerate(self.ranks) if not st.done]
+        self.stop(self.timeout_error([r for r, st in enumerate(self.ranks) if not st.done]))
 
     def outcome(self) -> BaseException | None:
         """The error to raise: the lowest failed rank's, else deadlock or timeout."""
@@ -305,11 +272,20 @@ class World:
         msg = self.ranks[rank].unmatched[self._earliest(rank)][0]
         return msg.start + msg.dur
 
-    def _mark_done(self, rank: int) -> None:
+    def _pass_or_deadlock(self) -> None:
+        if not self._pass_baton():  # nobody can run: every unfinished rank waits
+            self._stop(DeadlockError(self._waiting()))
+
+    def _mark_done(self, rank: int) -> bool:
+        """Count `rank` as done; True (and `all_done` set) if it was the last."""
         st = self.ranks[rank]
         if not st.done:
             st.done = True
             self.n_done += 1
+        if self.n_done == self.n:
+            self.all_done.set()
+            return True
+        return False
 
     def _stop(self, error: BaseException) -> None:
         if self.error is None:

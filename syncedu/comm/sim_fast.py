@@ -1,20 +1,13 @@
 """The ring's fast path: the same messages as sim_collectives.py's, a step at a time.
 
-A ring collective on N ranks is 2(N-1) (or N-1) steps in which every rank sends
-one chunk to the next: two million messages per all-reduce at 1024 ranks. This
-does each step at once for all ranks, with numpy and torch, bit for bit the same
-(tests/comm/test_counted.py compares values, ledger, clocks and trace with the
-message-by-message path, `sim_collectives.FAST = False`):
+A ring on N ranks is 2(N-1) (or N-1) steps of one chunk per rank: two million
+messages per all-reduce at 1024 ranks. This does each step for all ranks at
+once, bit for bit as the message-by-message path (tests/comm/test_counted.py):
 
-1. values (`ring_values`): chunk k is reduced in the ring's order, from rank k+1
-   to rank k, each rank combining what it received with its own chunk (IEEE
-   addition is commutative: "mine + yours" and "yours + mine" are the same bits);
-2. clocks (`ring_clock`): on a flat, noiseless network whose receive ports are
-   free from the first step on, every message of a step departs when its
-   sender's port is free and arrives latency + n / bandwidth later ("port"), or
-   holds the port n / bandwidth and arrives latency after that ("wire");
-3. ledger and trace (`ring_counts`, and `ring_clock`'s arrays), from the same
-   `chunk_sent` as the messages.
+1. values (`ring_values`): chunk k reduced in the ring's order, rank k+1 to rank k
+   (IEEE addition commutes: "mine + yours" is "yours + mine");
+2. clocks (`ring_clock`): on a flat, noiseless network with free receive ports;
+3. ledger and trace (`ring_counts`, `ring_clock`'s arrays), from `chunk_sent`.
 """
 
 from __future__ import annotations
@@ -43,12 +36,8 @@ def combine(acc: torch.Tensor, data: torch.Tensor, op: str) -> None:
 
 
 def ring_values(rows: torch.Tensor, op: str, sizes: list[int]) -> torch.Tensor:
-    """Step 1: reduce rows (one per rank) as the ring does: chunk k from rank k+1 on, k last.
-
-    Chunks are laid out (padded to the largest) as X[rank, chunk, :], so pass j
-    combines X[(k + j) mod N, k] into chunk k for every k at once: N passes of
-    contiguous copies, whatever the size.
-    """
+    """Step 1: reduce rows (one per rank) as the ring does: chunk k from rank k+1 on, k last;
+    with chunks padded as X[rank, chunk, :], pass j combines X[(k + j) mod N, k] into k."""
     n, length = rows.shape
     width = max(sizes)
     if length == 0:
@@ -86,11 +75,8 @@ def ring_counts(nbytes: np.ndarray, steps: list[int], n: int):
 
 
 def ring_clock(wires, nbytes: np.ndarray, steps: list[int]):
-    """Step 2: the ring's steps on all ranks at once, or None if this does not apply.
-
-    Returns (departures, arrivals, chunks), each of shape (steps, N), indexed by
-    the receiving rank: row i column r is the message rank r got from r - 1.
-    """
+    """Step 2: (departures, arrivals, chunks) of the ring's steps, shape (steps, N), column
+    r the message rank r got from r - 1; None if this does not apply."""
     net, clocks, n = wires.net, wires.clocks, len(wires.clocks)
     if wires.cluster or not net.deterministic:
         return None

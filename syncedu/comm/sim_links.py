@@ -1,10 +1,10 @@
 """Step 2 of a simulated message: the links and the clocks (ports, NICs, latency model).
 
-A message's send-side times are fixed by its sender in the sender's program
-order, its receive port booked by the receiver in its own program order, so
-logical time never depends on which rank the scheduler runs first. Between the
-nodes of a cluster a message also books its node's NIC on the way out (sender)
-and the other node's on the way in (receiver). See sim.py for the time model.
+A message leaves when its sender's port is free and holds it latency + n / bandwidth
+("port": Hockney 1994; Thakur, Rabenseifner & Gropp 2005) or n / bandwidth ("wire":
+LogGP), plus seeded jitter and loss; it comes in at the receiver's port at the first
+free slot from its start (and books both nodes' NICs between nodes). Each side is
+booked by its own rank in program order, so the scheduler's order never matters.
 """
 
 from __future__ import annotations
@@ -18,22 +18,17 @@ class Message:
     __slots__ = ("data", "src", "chan", "start", "dur", "what", "nbytes", "left", "rdv")
 
     def __init__(self, data, src: int, chan, start: float, dur: float, what: str,
-                 nbytes: int = 0, left: float | None = None, rdv=None):
-        self.data, self.src, self.chan, self.what = data, src, chan, what
+                 nbytes: int, left: float, rdv):
+        self.data, self.src, self.chan, self.what, self.nbytes = data, src, chan, what, nbytes
         self.start = start  # from when it may come in at the receiver's port (and NIC)
         self.dur = dur  # how long it holds that port: latency + bytes / bandwidth (+ noise)
-        self.nbytes = nbytes
-        self.left = start if left is None else left  # when it left the sender (the trace's)
+        self.left = left  # when it left the sender (the trace's start)
         self.rdv = rdv  # a rendezvous send's handle, told when a receive matches it
 
 
 class RecvPort:
-    """A port (a rank's receive side, or a NIC): sorted, disjoint busy intervals, first-fit.
-
-    The booker reserves a slot in its program order. First-fit lets a message
-    that left early but is waited for late (after a straggler's) still come in
-    early, in a gap.
-    """
+    """A port (a rank's receive side, or a NIC): sorted, disjoint busy intervals, first-fit
+    (so a message that left early but is waited for late still comes in early, in a gap)."""
 
     __slots__ = ("starts", "ends")
 
@@ -117,14 +112,8 @@ class Wires:
         self.nic_in = [self._nic(r, "in") for r in range(world_size)] if self.cluster else []
 
     def depart(self, src: int, dst: int, nbytes: int) -> tuple[float, float, float]:
-        """Step 1: book the sender's port (and NIC); return (start, dur, send end).
-
-        "port" latency model: the port is held latency + n / B (+ noise) from the
-        departure `start`, and the message may come in from `start` on, for as long.
-        "wire": the port is held n / B only; the message may come in latency
-        (+ noise) later and holds the receiver's port n / B. Its departure time is
-        kept in `self.left` until the next call.
-        """
+        """Book the sender's port (and NIC); return (start, dur, send end) of the message at
+        the receiver ("wire": latency later, n / B long); its departure goes in `self.left`."""
         c, net = self.clocks[src], self.net
         start = c.send_free if c.send_free > c.now else c.now
         across = self.cluster and self.node[src] != self.node[dst]
@@ -144,15 +133,11 @@ class Wires:
         return start, dur, end
 
     def arrive(self, dst: int, src: int, start: float, dur: float, nbytes: int) -> float:
-        """Step 2: book the receiver's port (and NIC) from `start`; return the arrival."""
+        """Book the receiver's port (and NIC) from `start`; return the arrival."""
         t = start
         if self.cluster and self.node[src] != self.node[dst]:
             t = self.nic_in[dst].reserve(start, nbytes / self.net.inter.bandwidth)
         return self.clocks[dst].port.reserve(t, dur) + dur
 
     def _nic(self, rank: int, way: str) -> RecvPort:
-        key = (self.node[rank], self.net.nic_of(rank), way)
-        port = self.nics.get(key)
-        if port is None:
-            port = self.nics[key] = RecvPort()
-        return port
+        return self.nics.setdefault((self.node[rank], self.net.nic_of(rank), way), RecvPort())

@@ -1,18 +1,11 @@
 """Where simulated ranks run: one thread each, or one greenlet each on the caller's thread.
 
-Either way one rank runs at a time and hands over (sim_delivery.py picks who is
-next), so runs repeat exactly. `pick("auto", n)`: threads up to `THREAD_LIMIT`
-ranks, greenlets above.
-
 - `ThreadScheduler`: a thread per rank, parked on its own lock; a hand-over is an
-  OS context switch (~10-20 us), and each rank has its own thread-local torch
-  state (grad mode, autocast, the autograd engine), so it may wait anywhere,
-  even inside a backward (SyncBN, DDP-style hooks).
-- `GreenletScheduler`: a greenlet per rank, switched on the caller's thread; a
-  hand-over costs about a microsecond (1024 ranks, two million messages: seconds).
-  Grad mode and autocast are saved and restored per rank at every switch, and a
-  rank may not wait inside the C++ autograd engine (its per-thread state would
-  be trampled): that raises an error naming the fix, `scheduler="thread"`.
+  OS context switch (~10-20 us); each rank has its own thread-local torch state,
+  so it may wait anywhere, even inside a backward (SyncBN, DDP hooks).
+- `GreenletScheduler`: a hand-over costs about a microsecond. Grad mode and
+  autocast are saved and restored at every switch; a rank may not wait inside
+  the C++ autograd engine (its per-thread state would be trampled).
 """
 
 from __future__ import annotations
@@ -31,10 +24,7 @@ _AUTOCAST_DEVICES = ("cpu", "cuda")
 
 
 class Cancelled(BaseException):
-    """Raised inside a rank when the run is being stopped.
-
-    A `BaseException`, so a worker's `except Exception:` does not swallow it.
-    """
+    """Raised inside a rank when the run is being stopped (`except Exception:` misses it)."""
 
 
 class RankState:
@@ -52,18 +42,8 @@ class RankState:
         self.calls = 0  # built-in collectives called so far
 
 
-def pick(scheduler: str, world_size: int) -> str:
-    if scheduler not in SCHEDULERS:
-        raise ValueError(f"scheduler={scheduler!r} must be one of {SCHEDULERS}")
-    if scheduler == "auto":
-        return "thread" if world_size <= THREAD_LIMIT else "greenlet"
-    return scheduler
-
-
 class ThreadScheduler:
     """Rank r runs in its own thread and sleeps on lock r while parked."""
-
-    kind = "thread"
 
     def __init__(self, n: int):
         self.batons = [threading.Lock() for _ in range(n)]
@@ -78,14 +58,13 @@ class ThreadScheduler:
             t.start()  # a RuntimeError here means the OS refused another thread
             self.threads.append(t)
 
-    def first_turn(self, rank: int) -> None:
-        self.batons[rank].acquire()
-
-    def check_can_park(self, rank: int) -> bool:
-        return True
+    def check_can_park(self, rank: int) -> None:
+        return None  # a thread may wait anywhere
 
     def park(self, rank: int) -> None:
         self.batons[rank].acquire()
+
+    first_turn = park
 
     def wake(self, rank: int) -> None:
         self.batons[rank].release()
@@ -98,15 +77,15 @@ class ThreadScheduler:
         """Wait for the ranks' threads; False on timeout."""
         return world.all_done.wait(timeout)
 
-    def join(self, cancelled, grace: float = 0.5) -> None:
-        """Join every thread; one stuck outside the comm gets `cancelled` raised in it."""
+    def join(self, grace: float = 0.5) -> None:
+        """Join every thread; one stuck outside the comm gets `Cancelled` raised in it."""
         deadline = time.monotonic() + grace
         for t in self.threads:
             t.join(max(0.0, deadline - time.monotonic()))
         stuck = [t for t in self.threads if t.is_alive()]
         for t in stuck:  # e.g. a pure-Python loop that never calls the comm again
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(t.ident),
-                                                       ctypes.py_object(cancelled))
+                                                       ctypes.py_object(Cancelled))
         deadline = time.monotonic() + grace
         for t in stuck:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -114,8 +93,6 @@ class ThreadScheduler:
 
 class GreenletScheduler:
     """Rank r is greenlet r; the hub (the caller of sim.run) switches to the next one."""
-
-    kind = "greenlet"
 
     def __init__(self, n: int):
         self.glets: list = [None] * n
@@ -130,8 +107,8 @@ class GreenletScheduler:
     def first_turn(self, rank: int) -> None:
         _restore((True, None))  # what a new thread starts with: grad on, no autocast
 
-    def check_can_park(self, rank: int) -> bool:
-        """Raise if this rank may not switch away here (inside autograd); False: go on."""
+    def check_can_park(self, rank: int) -> None:
+        """Raise if this rank may not switch away here (inside autograd)."""
         if torch._C._current_graph_task_id() != -1:
             raise RuntimeError(
                 f"simulated rank {rank} must wait for another rank inside autograd's backward "
@@ -142,7 +119,6 @@ class GreenletScheduler:
             raise RuntimeError(f"simulated rank {rank} must wait inside torch.inference_mode(), "
                                "which greenlet ranks cannot keep apart; use torch.no_grad() "
                                "or sim.run(..., scheduler='thread')")
-        return True
 
     def park(self, rank: int) -> None:
         state = _save()
@@ -175,7 +151,7 @@ class GreenletScheduler:
                 fired.append(True)
                 world.stop_for_timeout()
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
-                                                           ctypes.py_object(world.Cancelled))
+                                                           ctypes.py_object(Cancelled))
 
         timer = threading.Timer(timeout, fire)
         timer.daemon = True
@@ -203,15 +179,20 @@ class GreenletScheduler:
                     if world.error is not None and not g.dead:
                         g.switch()
                 return
-            except world.Cancelled:  # the timer fired while the hub itself ran
+            except Cancelled:  # the timer fired while the hub itself ran
                 continue
 
-    def join(self, cancelled, grace: float = 0.5) -> None:
+    def join(self, grace: float = 0.5) -> None:
         return None
 
 
-def make(kind: str, n: int):
-    return ThreadScheduler(n) if kind == "thread" else GreenletScheduler(n)
+def make(scheduler: str, n: int):
+    """The scheduler for `n` ranks: "thread", "greenlet" or "auto" (threads up to 64 ranks)."""
+    if scheduler not in SCHEDULERS:
+        raise ValueError(f"scheduler={scheduler!r} must be one of {SCHEDULERS}")
+    if scheduler == "thread" or (scheduler == "auto" and n <= THREAD_LIMIT):
+        return ThreadScheduler(n)
+    return GreenletScheduler(n)
 
 
 def _save() -> tuple:

@@ -1,12 +1,8 @@
 """`TorchComm`: the `Comm` interface on real processes, over torch.distributed.
 
-Gloo on CPU, NCCL when each rank has a GPU: the algorithm code is the same. Each
-call is charged to the rank's ledger by `Comm` before it reaches torch. When a
-`Network` is given, messages are delayed as the model says (emulation.py), so a
-slow or straggling cluster can be felt on one laptop.
-
-`TorchComm()` with no arguments wraps the default process group of a script
-that called `torch.distributed.init_process_group` itself (e.g. under torchrun)."""
+Gloo on CPU, NCCL when each rank has a GPU: the algorithm code is the same. With
+a `Network`, messages are delayed as the model says (emulation.py). `TorchComm()`
+wraps the default process group of a script that called `init_process_group`."""
 
 from __future__ import annotations
 
@@ -21,12 +17,8 @@ from .base import Comm, Work
 from .emulation import Emulator
 from .trace import Trace
 
-_OPS = {
-    "sum": dist.ReduceOp.SUM,
-    "prod": dist.ReduceOp.PRODUCT,
-    "max": dist.ReduceOp.MAX,
-    "min": dist.ReduceOp.MIN,
-}
+_OPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX,
+        "min": dist.ReduceOp.MIN}
 
 
 class TorchWork(Work):
@@ -49,11 +41,7 @@ class TorchWork(Work):
 
 
 class TracedSend(Work):
-    """A send's handle that adds the message to its comm's trace when `wait()` returns.
-
-    On real ranks the trace's `end` is when the send completed on the sender
-    (torch.distributed tells us no more); a send never waited for is not traced.
-    """
+    """A send's handle that traces the message (`end`: the send completed) once waited for."""
 
     def __init__(self, work, comm, dst: int, nbytes: int, tag: int, op: str, start: float):
         self._work, self._comm, self._msg = work, comm, (dst, nbytes, tag, op, start)
@@ -66,14 +54,8 @@ class TracedSend(Work):
 
 
 class TorchComm(Comm):
-    """One real rank: torch.distributed point-to-point and collectives.
-
-    Args:
-        group: a torch.distributed process group (default: the default group).
-        device: where this rank's tensors live (default: the current CUDA device
-            for NCCL, else the CPU).
-        network: optional `Network` to emulate (latency, bandwidth, stragglers).
-    """
+    """One real rank on `group` (default: the default group); `device` defaults to the
+    current CUDA device for NCCL, else the CPU; `network`: a `Network` to emulate."""
 
     def __init__(self, group=None, *, device: torch.device | str | None = None, network=None):
         if not dist.is_available() or not dist.is_initialized():
@@ -118,8 +100,7 @@ class TorchComm(Comm):
         return dist.isend(tensor, self._global(dst), group=self.group, tag=tag)
 
     def _irecv(self, tensor, src, tag):
-        work = dist.irecv(tensor, self._global(src), group=self.group, tag=tag)
-        return TorchWork(work)
+        return TorchWork(dist.irecv(tensor, self._global(src), group=self.group, tag=tag))
 
     def _recv_any(self, tensor, tag):
         if self.backend == "nccl":
@@ -127,17 +108,13 @@ class TorchComm(Comm):
         src = dist.recv(tensor, None, group=self.group, tag=tag)  # a global rank
         return src if self.group is None else dist.get_group_rank(self.group, src)
 
-    # Each runs torch's built-in (async_op as given); with emulation the rank then
-    # waits until the modeled time since the call has passed (Emulator.hold).
-    def _timed(self, kind: str, nbytes: int, call, async_op: bool):
+    # Each runs torch's built-in; with emulation, waiting on it then also waits until the
+    # modeled time since the call has passed (Emulator.hold).
+    def _timed(self, kind: str, nbytes: int, call, async_op: bool) -> Work:
         t0 = time.perf_counter()
         work = call(async_op)
-        after = None if self._emu is None else (lambda: self._emu.hold(kind, nbytes, t0))
-        handle = TorchWork(work, after)
-        if async_op:
-            return handle
-        handle.wait()
-        return None
+        return TorchWork(work, None if self._emu is None else
+                         (lambda: self._emu.hold(kind, nbytes, t0)))
 
     def _broadcast(self, tensor, src, async_op):
         return self._timed("broadcast", tensor.nbytes, lambda a: dist.broadcast(

@@ -1,19 +1,10 @@
 """`Trace`: one record per message a run moved, stored column-wise.
 
-On simulated ranks every message (built-in collectives' too); on real ranks the
-point-to-point ones (the backend hides a built-in's). Each record has `src`,
-`dst`, `nbytes`, `tag` (-1 for a built-in's message), `op` (the ledger op:
-"send", a `comm.scope` name, "all_reduce", ...), `start` (left the sender) and
-`end` (in at the receiver; on real ranks: the send completed), logical seconds
-(wall seconds on real ranks), and `chunk` (the collective's chunk, -1 if none).
-
-Columns are plain lists appended per message, or numpy blocks from a fast path,
-so millions of messages stay cheap; `trace.src` (etc.) is a numpy column,
-iterating gives `Record` namedtuples. At most `limit` records are kept (default
-four million, about 200 MB); later ones are counted in `dropped` and `complete`
-turns False, so a checker can tell a cut trace from a quiet run. For checkers:
-`pairs()`, `only(op=, src=, dst=)`, `neighbours_only(n)`, `ops_in_order()`,
-`busiest_receiver()`.
+Every message on simulated ranks; the point-to-point ones on real ranks. A record
+has `src`, `dst`, `nbytes`, `tag` (-1 for a built-in's), `op` (the ledger op),
+`start` (left the sender), `end` (in at the receiver; real ranks: the send
+completed) and `chunk` (-1 if none); `trace.src` (etc.) is a numpy column. Past
+`limit` records, later ones are only counted (`dropped`; `complete` turns False).
 """
 
 from __future__ import annotations
@@ -24,7 +15,7 @@ import numpy as np
 
 FIELDS = ("src", "dst", "nbytes", "tag", "op", "start", "end", "chunk")
 Record = namedtuple("Record", FIELDS)
-LIMIT = 4_000_000  # records kept per trace (module docstring)
+LIMIT = 4_000_000  # records kept per trace
 _DTYPES = (np.int64, np.int64, np.int64, np.int64, object, np.float64, np.float64, np.int64)
 
 
@@ -62,13 +53,18 @@ class Trace:
         c[7].append(chunk)
         self._cache = None
 
-    def add_block(self, src, dst, nbytes, tag: int, op: str, start, end, chunk) -> None:
-        """Record many messages at once (array-likes of equal length; tag and op shared)."""
+    def _keep(self, n: int) -> int:
+        """How many of `n` new records fit; the rest are dropped."""
         self._flush()
-        n = int(np.size(src))
+        self._cache = None
         keep = min(n, max(self._room, 0))
         self.dropped += n - keep
         self._room -= keep
+        return keep
+
+    def add_block(self, src, dst, nbytes, tag: int, op: str, start, end, chunk) -> None:
+        """Record many messages at once (array-likes of equal length; tag and op shared)."""
+        keep = self._keep(int(np.size(src)))
         if keep == 0:
             return
 
@@ -79,19 +75,14 @@ class Trace:
         self._blocks.append((col(src, np.int64), col(dst, np.int64), col(nbytes, np.int64),
                              int(tag), str(op), col(start, np.float64), col(end, np.float64),
                              col(chunk, np.int64)))
-        self._cache = None
 
     def extend(self, other: Trace) -> None:
         """Append every record of `other` (e.g. another rank's, on real ranks)."""
-        self._flush()
         if len(other):
             cols = other._columns()
-            keep = min(len(cols[0]), max(self._room, 0))
+            keep = self._keep(len(cols[0]))
             self._blocks.append(tuple(c[:keep] for c in cols))
-            self._room -= keep
-            self.dropped += len(cols[0]) - keep
         self.dropped += other.dropped
-        self._cache = None
 
     def _flush(self) -> None:
         if self._cols[0]:
@@ -164,9 +155,8 @@ class Trace:
             keep &= cols[0] == src
         if dst is not None:
             keep &= cols[1] == dst
-        out = Trace(self.limit)
-        out._blocks = [tuple(c[keep] for c in cols)]
-        out._room -= int(keep.sum())
+        out = Trace.__new__(Trace)
+        out.__setstate__({"cols": tuple(c[keep] for c in cols), "limit": self.limit, "dropped": 0})
         return out
 
     def pairs(self) -> Counter:
@@ -187,11 +177,8 @@ class Trace:
         return sorted(firsts, key=lambda op: (firsts[op], op))
 
     def busiest_receiver(self) -> tuple[int, int]:
-        """(rank, number of distinct senders) of the rank that hears from most ranks.
-
-        A root-based scheme (reduce to rank 0, then broadcast) shows one rank that
-        hears from everybody; a ring or ZeRO's reduce-scatter hears from one or two.
-        """
+        """(rank, number of distinct senders) of the rank that hears from most ranks (a root
+        hears from everybody, a ring's ranks from one or two)."""
         senders: dict[int, set] = {}
         for s, d in zip(self.src.tolist(), self.dst.tolist()):
             senders.setdefault(d, set()).add(s)

@@ -1,26 +1,21 @@
 """The wire witness: bytes the loopback interface really carried around a call.
 
-The ledger charges a built-in collective on real ranks by formula ("modeled",
-ledger.py), because Gloo hides its messages. The Linux kernel counts every byte
-that leaves each interface, and ranks on one host talk over `lo`, whose counter
-(`/sys/class/net/lo/statistics/tx_bytes`, or `/proc/net/dev`) anyone may read:
-
-    res = launch.run(lambda comm: wire.measure(comm, lambda: comm.all_reduce(t)), 3)
-
-gives each rank a `WireReading` of what `lo` carried during the call, a witness
-that can disagree with the ledger (lesson 00 compares them). `rounds` times:
+The ledger charges a built-in on real ranks by formula (Gloo hides its messages),
+but ranks on one host talk over `lo`, whose byte counter anyone may read:
+`measure(comm, lambda: comm.all_reduce(t))` on every rank gives a `WireReading`,
+a witness that can disagree with the ledger. `rounds` times:
 
 1. barrier, read the counter, barrier (nobody sends before the reading);
 2. run the call, barrier (everyone has sent all its bytes), read again;
 3. the same three barriers with no call, for the baseline they cost.
 
-Other programs' loopback bytes can only add, so the quietest round (the
-minimum) is kept. Readings include TCP/IP headers (about 0.1% at loopback's
-64 KiB MTU) and the barriers' few bytes (`baseline`).
+The quietest round is kept (other programs' bytes only add); readings include
+TCP/IP headers (about 0.1% at loopback's 64 KiB MTU).
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,23 +44,18 @@ def available() -> bool:
 
 def loopback_tx_bytes() -> int | None:
     """Bytes sent through `lo` since boot, or None where there is no such counter."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         return int(SYS_COUNTER.read_text())
-    except (OSError, ValueError):
-        pass
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
         for line in PROC_NET_DEV.read_text().splitlines():
             name, _, fields = line.partition(":")
             if name.strip() == "lo":
                 return int(fields.split()[8])  # receive: 8 fields, then transmit bytes
-    except (OSError, ValueError, IndexError):
-        pass
     return None
 
 
 def measure(comm, call, rounds: int = 5) -> WireReading:
-    """What `lo` carried around `call()` (no arguments), called by every real rank with the
-    same `rounds`; `RuntimeError` where there is no loopback counter (not Linux)."""
+    """What `lo` carried around `call()`; every real rank calls it with the same `rounds`."""
     if not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds={rounds!r} must be an int >= 1")
     if not callable(call):

@@ -1,9 +1,4 @@
-"""Handles of operations in flight: `Work`, and the two that several backends share.
-
-`ThreadWork`: an operation another thread carries out (emulated sends, DP
-buckets); `CollectiveWork`: an asynchronous built-in collective, the backend's
-handle then what is left to do (e.g. divide by N for op="avg").
-"""
+"""Handles of operations in flight: `Work`, and the two that several backends share."""
 
 from __future__ import annotations
 
@@ -19,10 +14,7 @@ class Work(ABC):
 
 
 class ThreadWork(Work):
-    """An operation another thread carries out; it calls `finish(error)` when done.
-
-    `wait()` blocks until then and re-raises the error, if any, in the caller.
-    """
+    """An operation another thread carries out and `finish`es; `wait()` re-raises its error."""
 
     def __init__(self, what: str = "operation"):
         self.what = what
@@ -41,11 +33,7 @@ class ThreadWork(Work):
 
 
 class CollectiveWork(Work):
-    """Handle of an asynchronous built-in collective: the backend's handle, then a finish.
-
-    `inner` may be None (nothing left to wait for, e.g. one rank); `then` runs once
-    after it (e.g. dividing by N for op="avg").
-    """
+    """An asynchronous built-in: the backend's handle `inner` (or None), then `then()` once."""
 
     def __init__(self, inner: Work | None, then=None):
         self._inner, self._then = inner, then

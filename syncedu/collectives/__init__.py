@@ -5,6 +5,8 @@ notebook helpers (`lesson01`, `lesson02`, `plots`, `exercises01`, `exercises02`)
 matplotlib and ipywidgets, so they are imported by name.
 """
 
+from __future__ import annotations
+
 import torch
 
 from syncedu.collectives.algorithms import (

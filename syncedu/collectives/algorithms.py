@@ -4,6 +4,8 @@ Each algorithm `(comm, tensor)` sums in place (any N and length, the dtypes in `
 and charges a ledger op of its own name; the naive one is the oracle.
 """
 
+from __future__ import annotations
+
 import itertools
 
 import torch

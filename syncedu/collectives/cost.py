@@ -5,6 +5,8 @@ here: the coefficients of time = a alpha + b beta + c gamma on a flat network (`
 Thakur, Rabenseifner & Gropp, IJHPCA 2005), the winner per size, and `calibrate`.
 """
 
+from __future__ import annotations
+
 import math
 import statistics
 

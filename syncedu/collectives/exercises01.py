@@ -3,6 +3,8 @@
 Wrong answers each rejects: tests/collectives/test_exercises01.py.
 """
 
+from __future__ import annotations
+
 import torch
 
 from syncedu.collectives import cost

@@ -3,6 +3,8 @@
 Wrong answers each rejects: tests/collectives/test_exercises02.py.
 """
 
+from __future__ import annotations
+
 import itertools
 import math
 

@@ -5,6 +5,8 @@ says whose inputs it holds. A slot the API leaves undefined (a non-root rank's b
 after `reduce`) is reported as `UNDEFINED` (-1), drawn as "?", and never read.
 """
 
+from __future__ import annotations
+
 import ipywidgets as w
 import torch
 

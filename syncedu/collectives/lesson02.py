@@ -4,6 +4,8 @@ Times are `cost.allreduce_time`: the simulator's clock exactly on flat networks,
 approximation of it on the clusters of 8-rank nodes.
 """
 
+from __future__ import annotations
+
 import ipywidgets as w
 import torch
 

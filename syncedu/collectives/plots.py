@@ -1,5 +1,7 @@
 """Figures for notebooks 01 and 02: who holds what, bytes per rank, time vs size, winners."""
 
+from __future__ import annotations
+
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import to_rgb

@@ -15,6 +15,8 @@ It hides reduction time and bandwidth, not latency: 2(N-1)G latencies in all.
 4. Wait for every send: the tensor is the caller's again.
 """
 
+from __future__ import annotations
+
 import math
 
 import torch

@@ -162,3 +162,13 @@ def test_imports_run_one_way():
             elif area in TOPICS and d_area == "ui" and not helper:
                 bad.append(f"{m} -> {d} (an algorithm imports no notebook helper)")
     assert not bad, "\n".join(bad)
+
+
+def test_no_two_public_classes_share_a_name():
+    """Issue 21: one meaning per class name, so a learner's grep or IDE finds one thing."""
+    homes: dict[str, list[str]] = {}
+    for path in sorted(PKG.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                homes.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    assert {k: v for k, v in homes.items() if len(v) > 1} == {}

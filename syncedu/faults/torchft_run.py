@@ -34,11 +34,11 @@ import torch
 
 from .tft_procs import _start_replicas, _stderr_to, _wait, _write, listening
 
-__all__ = ["Config", "available", "replica_main", "run", "listening", "verdicts"]
+__all__ = ["TorchftConfig", "available", "replica_main", "run", "listening", "verdicts"]
 
 
 @dataclass(frozen=True)
-class Config:
+class TorchftConfig:
     kill_after: int = 3  # replica 1 dies in its 4th step with both replicas in the quorum
     extra_steps: int = 5  # steps both train after the restarted replica healed
     heartbeat_ms: int = 2000
@@ -98,7 +98,7 @@ def _batch(replica: int, step: int):
     return torch.randn(16, 8, generator=g), torch.randn(16, 4, generator=g)
 
 
-def _setup(index: int, lighthouse: str, cfg: Config):
+def _setup(index: int, lighthouse: str, cfg: TorchftConfig):
     from torchft import Manager, ProcessGroupGloo
     from torchft.checkpointing.http_transport import HTTPTransport
     from torchft.optim import OptimizerWrapper
@@ -142,14 +142,14 @@ def replica_step(manager, model, opt, index: int, kill) -> dict:
                 unchanged=unchanged, participants=manager.num_participants())
 
 
-def replica_main(index: int, lighthouse: str, folder: str, cfg: Config, kill: bool,
+def replica_main(index: int, lighthouse: str, folder: str, cfg: TorchftConfig, kill: bool,
                  standby: bool = False) -> None:
     """One replica group (one rank): train until the stop file's step, log, save.
 
     A `standby` replica imports torchft, then waits for the `go` file: a replacement
     ready without the seconds an import takes (a scheduler would start it on failure).
     """
-    out, cfg = Path(folder), (Config(**cfg) if isinstance(cfg, dict) else cfg)
+    out, cfg = Path(folder), (TorchftConfig(**cfg) if isinstance(cfg, dict) else cfg)
     log_fd = os.open(out / f"replica_{index}_{os.getpid()}.log", os.O_WRONLY | os.O_CREAT)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)  # torchft's own logs go to a file, not the notebook
@@ -184,7 +184,7 @@ def _progress(folder: Path, index: int, pid: int):
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def run(cfg: Config = Config(), folder: str | None = None) -> dict:
+def run(cfg: TorchftConfig = TorchftConfig(), folder: str | None = None) -> dict:
     """Steps 1-5 (the parent); returns both replicas' logs, weights, sockets and timings."""
     import tempfile
 

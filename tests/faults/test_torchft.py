@@ -32,7 +32,7 @@ def test_kill_discard_continue_recover_on_loopback_only(tmp_path):
 
 def test_config_rejects_bad_values():
     with pytest.raises(ValueError, match="kill_after"):
-        torchft_run.Config(kill_after=-1)
+        torchft_run.TorchftConfig(kill_after=-1)
 
 
 class _Manager:

@@ -69,33 +69,25 @@ def _grads_worker(comm, sync, batch=6):
     return [p.grad.clone() if p.grad is not None else None for p in model.parameters()], (x, y)
 
 
-def matches_whole_batch(res, atol: float = 1e-6) -> bool:
-    """Does every rank's (gradients, (x, y)) hold those of one model on all ranks' data?"""
+def matches_whole_batch(res, factor: float = 1.0) -> bool:
+    """Does every rank's (gradients, (x, y)), times `factor`, equal one model's on all data?"""
     model = _model()
     x = torch.cat([r[1][0] for r in res])
     y = torch.cat([r[1][1] for r in res])
     F.cross_entropy(model(x), y).backward()
-    for grads, _ in res:
-        for g, p in zip(grads, model.parameters()):
-            if (p.grad is None) != (g is None):
-                return False
-            if g is not None and not torch.allclose(g, p.grad, atol=atol):
-                return False
-    return True
-
-
-def _scaled(pairs, factor):
-    return [([g * factor if g is not None else None for g in grads], xy) for grads, xy in pairs]
+    pairs = [(g, p.grad) for grads, _ in res for g, p in zip(grads, model.parameters())]
+    return all((g is None) == (want is None)
+               and (g is None or torch.allclose(g * factor, want, atol=1e-6)) for g, want in pairs)
 
 
 def _grads_mistake(pairs, n: int) -> str | None:
     """What is wrong with the ranks' gradients `pairs` [(grads, (x, y))] on `n` ranks."""
     if matches_whole_batch(pairs):
         return None
-    if matches_whole_batch(_scaled(pairs, 1 / n)):
+    if matches_whole_batch(pairs, 1 / n):
         return f"the gradients are the sum over the {n} ranks: divide by the world size"
     for wrong in (1, 2, 3, 4, 8):
-        if wrong != n and matches_whole_batch(_scaled(pairs, wrong / n)):
+        if wrong != n and matches_whole_batch(pairs, wrong / n):
             return (f"the gradients were divided by {wrong} on {n} ranks: a hard-coded world "
                     f"size; divide by comm.world_size")
     if all(matches_whole_batch([pair]) for pair in pairs):

@@ -1,23 +1,18 @@
-"""Gradient buckets: the unit that travels while backward goes on.
+"""Gradient buckets, DDP's unit of overlap (Li et al., VLDB 2020, section 3.2.3).
 
-PyTorch DDP (Li et al., VLDB 2020, section 3.2.3) does not allreduce each
-gradient alone (one latency per tensor) nor all of them at the end (no overlap):
-it packs gradients into buckets of about `bucket_cap_mb` (default 25 MB) in
-*reverse* registration order, which is roughly the order backward produces
-them, and starts a bucket's allreduce as soon as its last gradient is ready.
-
-1. `build_buckets(params, cap_bytes)`: walk the parameters from last to first,
-   add each to the open bucket and close the bucket once it holds `cap_bytes`
-   or more (DDP's rule: the cap is crossed, then the bucket closes, so a layer's
-   bias and weight stay together); a dtype or device change also starts a new
-   bucket. Each bucket has one flat buffer and each parameter an offset in it.
-2. during backward, `BucketedSync` (data_parallel.py) copies each gradient into
-   its slice and, once a bucket is full, keeps its async allreduce in `bucket.work`.
+1. `build_buckets(params, cap_bytes)`: walk the parameters from last to first (roughly
+   the order backward produces their gradients), add each to the open bucket and close
+   it once it holds `cap_bytes` or more (DDP's rule: the cap is crossed, then the bucket
+   closes, so a layer's bias and weight stay together); a dtype or device change also
+   starts a new bucket. Each bucket has one flat buffer, each parameter an offset in it.
+2. during backward, `BucketedSync` (data_parallel.py) fills the slices and starts a full
+   bucket's allreduce, kept in `bucket.work`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import torch
 from torch import nn
@@ -51,12 +46,7 @@ class Bucket:
 
 def trainable_parameters(module: nn.Module) -> list[nn.Parameter]:
     """Parameters that need gradients, each shared parameter once, in module order."""
-    seen, out = set(), []
-    for p in module.parameters():  # parameters() already skips repeats of a tied tensor
-        if p.requires_grad and id(p) not in seen:
-            seen.add(id(p))
-            out.append(p)
-    return out
+    return [p for p in module.parameters() if p.requires_grad]  # parameters() skips repeats
 
 
 def build_buckets(params: list[nn.Parameter], cap_bytes: int) -> list[Bucket]:
@@ -77,9 +67,6 @@ def build_buckets(params: list[nn.Parameter], cap_bytes: int) -> list[Bucket]:
 
 
 def _bucket(index: int, params: list[nn.Parameter]) -> Bucket:
-    offsets, total = [], 0
-    for p in params:
-        offsets.append(total)
-        total += p.numel()
-    buffer = torch.zeros(total, dtype=params[0].dtype, device=params[0].device)
-    return Bucket(index, params, offsets, buffer)
+    offsets = [0, *accumulate(p.numel() for p in params)]
+    buffer = torch.zeros(offsets[-1], dtype=params[0].dtype, device=params[0].device)
+    return Bucket(index, params, offsets[:-1], buffer)

@@ -1,18 +1,15 @@
 """Data parallelism from scratch: `DataParallel(module, comm, strategy=...)`, like DDP.
 
-Every rank trains a full copy of the model on its shard of the global batch and
-the ranks average their gradients, so every copy takes the same optimizer step
-(Li et al., "PyTorch Distributed", VLDB 2020). The strategies (`STRATEGIES`):
-`naive` (one allreduce per parameter), `flat` (one buffer), `bucketed` (each
-bucket's allreduce started during backward: DDP's overlap).
+Every rank trains a full copy of the model on its shard of the global batch and the
+ranks average their gradients, so every copy takes the same optimizer step (Li et al.,
+"PyTorch Distributed", VLDB 2020). `STRATEGIES`: naive, flat, bucketed.
 
 1. at construction, broadcast rank 0's parameters and buffers (as DDP does);
 2. collect the parameters to synchronize: trainable ones, each tied one once;
-3. `forward` decides whether the coming backward synchronizes (not inside
-   `no_sync()`), at forward time as DDP does: wrapping only `backward()` in
-   `no_sync()` still synchronizes (the partial-`no_sync` pitfall);
-4. `finish_gradient_synchronization()` waits for the last backward's traffic
-   and leaves averaged gradients in `.grad`; call it before the step.
+3. `forward` decides whether the coming backward synchronizes (not inside `no_sync()`),
+   as DDP does: wrapping only `backward()` in `no_sync()` still synchronizes;
+4. `finish_gradient_synchronization()` waits for the last backward's traffic and
+   leaves averaged gradients in `.grad`; call it before the step.
 """
 
 from __future__ import annotations
@@ -26,25 +23,9 @@ from torch import nn
 from syncedu.dp.buckets import MB, Bucket, build_buckets, trainable_parameters
 from syncedu.train.compression import resolve
 
-__all__ = ["DataParallel", "STRATEGIES", "register", "GradSync", "NaiveSync", "FlatSync",
-           "BucketedSync", "CompressedSync", "trainable_parameters"]
-
-STRATEGIES: dict[str, type] = {}
-
-
-def register(name: str):
-    """Class decorator: make a `GradSync` available as `DataParallel(strategy=name)`."""
-    def add(cls):
-        cls.name = name
-        STRATEGIES[name] = cls
-        return cls
-    return add
-
 
 class GradSync:
     """One way to average gradients: `arm(on)` at forward, `finish()` after backward."""
-
-    name = "?"
 
     def __init__(self, params: list[nn.Parameter], comm, *, timeout: float = 300.0):
         self.params, self.comm, self.timeout = params, comm, timeout
@@ -73,7 +54,6 @@ def _grad(p: nn.Parameter) -> torch.Tensor:
     return p.grad
 
 
-@register("naive")
 class NaiveSync(GradSync):
     """One allreduce per parameter, after backward."""
 
@@ -86,7 +66,6 @@ class NaiveSync(GradSync):
                 g.copy_(tmp)
 
 
-@register("flat")
 class FlatSync(GradSync):
     """Copy every gradient into one flat buffer, one allreduce, copy back."""
 
@@ -100,18 +79,8 @@ class FlatSync(GradSync):
             offset += g.numel()
 
 
-@register("bucketed")
 class BucketedSync(GradSync):
-    """Buckets allreduced asynchronously as backward fills them: DDP's overlap.
-
-    The hook that copies in a bucket's last gradient starts the bucket's
-    `comm.all_reduce(buffer, async_op=True)` and returns at once, so backward
-    goes on computing the earlier layers while the bytes travel (Li et al.,
-    VLDB 2020, sec. 3.2.3). Buckets start in index order only, so every rank
-    issues the same collectives in the same order. `finish()` waits for the
-    handles. No thread: the backend moves the data (Gloo/NCCL's own threads,
-    the simulator's logical clock).
-    """
+    """Buckets allreduced asynchronously as backward fills them: DDP's overlap."""
 
     def __init__(self, params, comm, *, bucket_cap_mb: float = 25.0, timeout: float = 300.0):
         super().__init__(params, comm, timeout=timeout)
@@ -141,6 +110,7 @@ class BucketedSync(GradSync):
         self._launch_ready()
 
     def _launch_ready(self, force: bool = False) -> None:
+        # In bucket order only: every rank must issue the same collectives in the same order.
         while self._next < len(self.buckets):
             b = self.buckets[self._next]
             if b.ready < len(b.params):
@@ -173,13 +143,8 @@ class BucketedSync(GradSync):
 
 
 class CompressedSync(GradSync):
-    """Any strategy with a compressor (lesson 07): each group averaged by the compressor.
-
-    The groups are the strategy's units (naive: each parameter, flat: all of
-    them, bucketed: each bucket); after backward, `compressor.average_(comm,
-    grads, key=...)` averages each in place, blocking, so the ledger counts the
-    compressed bytes and nothing overlaps.
-    """
+    """Any strategy with a compressor (lesson 07): each of the strategy's groups (parameter,
+    all, bucket) averaged by it after backward, blocking; the ledger counts compressed bytes."""
 
     def __init__(self, params, comm, *, strategy: str, compressor, bucket_cap_mb: float = 25.0,
                  timeout: float = 300.0):
@@ -203,6 +168,9 @@ class CompressedSync(GradSync):
             self.events.append((t0, time.perf_counter(), nbytes))
 
 
+STRATEGIES = {"naive": NaiveSync, "flat": FlatSync, "bucketed": BucketedSync}
+
+
 @contextlib.contextmanager
 def sync_paused(wrapper):
     """`wrapper.require_sync` off inside the block, as it was after (every `no_sync`)."""
@@ -216,12 +184,8 @@ def sync_paused(wrapper):
 class DataParallel(nn.Module):
     """Wrap `module` so that training on every rank's shard averages the gradients.
 
-    `comm`: this rank's `Comm`; `strategy`: a key of `STRATEGIES`; `bucket_cap_mb`
-    for "bucketed" (DDP's default 25); `broadcast_buffers`: re-broadcast rank 0's
-    buffers (BatchNorm statistics) at every synchronizing forward, as DDP does;
-    `timeout`: seconds to wait for the gradient traffic; `compression`: None,
-    "fp16", "bf16" or a compressor (`syncedu.compress`), averaged by
-    `CompressedSync` after backward, so the ledger counts the compressed bytes.
+    `broadcast_buffers`: re-broadcast rank 0's buffers (BatchNorm statistics) at every
+    synchronizing forward, as DDP does; `compression`: None, "fp16", "bf16" or a compressor.
     """
 
     def __init__(self, module: nn.Module, comm, strategy: str = "bucketed", *,
@@ -235,23 +199,20 @@ class DataParallel(nn.Module):
             raise ValueError(f"timeout={timeout!r} must be > 0 seconds")
         self.module, self.comm, self.strategy = module, comm, strategy
         self.broadcast_buffers, self.require_sync = broadcast_buffers, True
-        self._broadcast_state()  # Step 1
-        compressor = None if compression is None else resolve(compression)
+        with torch.no_grad():  # Step 1
+            for p in module.parameters():  # each tied parameter once
+                comm.broadcast(p.data, src=0)
+            self._broadcast_buffers()
+        compressor = resolve(compression)
         params = trainable_parameters(module)  # Step 2
         if compressor is not None:
             compressor.check(comm)  # e.g. bf16 needs a backend that can send it
             self.sync: GradSync = CompressedSync(params, comm, strategy=strategy, timeout=timeout,
-                                                 compressor=compressor,
-                                                 bucket_cap_mb=bucket_cap_mb)
+                                                 compressor=compressor, bucket_cap_mb=bucket_cap_mb)
         else:
             cap = {"bucket_cap_mb": bucket_cap_mb} if strategy == "bucketed" else {}
             self.sync = STRATEGIES[strategy](params, comm, timeout=timeout, **cap)
-
-    def _broadcast_state(self) -> None:
-        with torch.no_grad():
-            for p in {id(p): p for p in self.module.parameters()}.values():
-                self.comm.broadcast(p.data, src=0)
-            self._broadcast_buffers()
+        self.comm_events = self.sync.events  # (start, end, bytes) per allreduce, perf_counter s
 
     def _broadcast_buffers(self) -> None:
         for b in self.module.buffers():
@@ -275,11 +236,6 @@ class DataParallel(nn.Module):
         if self.sync.armed:
             self.sync.finish()
             self.sync.arm(False)
-
-    @property
-    def comm_events(self) -> list[tuple[float, float, int]]:
-        """(start, end, bytes) of every gradient allreduce so far, perf_counter seconds."""
-        return self.sync.events
 
     def close(self) -> None:
         """Remove the hooks (the module stays usable)."""

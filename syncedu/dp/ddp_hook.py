@@ -1,19 +1,15 @@
 """`torch.nn.parallel.DistributedDataParallel` with its gradient traffic in our ledger.
 
-DDP allreduces its buckets itself, bypassing any `Comm`, so a comm hook
-(`ddp.register_comm_hook`, the protocol of torch's `ddp_comm_hooks`) does the
-allreduce instead and:
+DDP allreduces its buckets itself, bypassing any `Comm`, so a comm hook (the
+protocol of torch's `ddp_comm_hooks`) does the allreduce instead and:
 
-1. charges the bucket to `comm.ledger` as op "all_reduce", counted as a ring
-   would send it (as `Comm.all_reduce` does, so DDP's bytes and ours compare);
+1. charges the bucket to `comm.ledger` as a ring would send it (as `Comm.all_reduce`);
 2. starts `dist.all_reduce(bucket, async_op=True)` on the comm's process group;
-3. when it completes, divides by the world size (DDP averages), records
-   `(start, end, bytes)` for the timeline and, if the comm emulates a
-   `Network`, first waits until the modeled ring time has passed (buckets
-   queue behind each other on one emulated link).
+3. when it completes, divides by the world size (DDP averages), records `(start, end,
+   bytes)` for the timeline and, if the comm emulates a `Network`, first waits until
+   the modeled ring time has passed (buckets queue behind each other on one link).
 
-With a compressor, its own DDP hook averages the bucket through `comm` (whose
-ledger then counts the compressed bytes), timed the same way.
+With a compressor, its own DDP hook averages the bucket through `comm` instead.
 """
 
 from __future__ import annotations
@@ -26,14 +22,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from syncedu.comm.emulation import ring_seconds
 from syncedu.comm.ledger import ring_allreduce_elements
+from syncedu.train.compression import resolve
 
 
 def charge_ring_allreduce(comm, numel: int, element_size: int) -> None:
-    """Charge `comm`'s ledger one allreduce of `numel` elements as a ring sends it.
-
-    The same charge as `Comm.all_reduce` (comm/base.py), for traffic that
-    bypasses `comm` (DDP's buckets here, Horovod's fused buffers).
-    """
+    """Charge `comm`'s ledger one ring allreduce, for traffic that bypasses `comm`."""
     n = comm.world_size
     sent, recv = ring_allreduce_elements(numel, n, comm.rank)
     comm.ledger.record("all_reduce", sent=sent * element_size, received=recv * element_size,
@@ -63,8 +56,8 @@ class CountingHookState:
 def counting_hook(state: CountingHookState, bucket):
     """DDP comm hook: allreduce-average the bucket, charged to the ledger.
 
-    Returns a `torch.futures.Future` of the averaged bucket (no annotation: DDP
-    checks it and `from __future__ import annotations` would make it a string).
+    No return annotation: DDP checks it, and `from __future__ import annotations` would
+    make it a string.
     """
     buf = bucket.buffer()
     charge_ring_allreduce(state.comm, buf.numel(), buf.element_size())  # Step 1
@@ -99,15 +92,14 @@ def wrap_ddp(module, comm, bucket_cap_mb: float = 25.0, hook: bool = True, compr
     """DDP around `module` on the comm's group, with the counting hook; returns (ddp, events).
 
     `hook=False` leaves DDP's own allreduce (faster by a Python call per bucket,
-    but its traffic then reaches neither the ledger nor the timeline);
-    `compression`: a compressor (`syncedu.compress`) whose `ddp_hook(comm)`
-    averages the buckets instead.
+    but its traffic then reaches neither the ledger nor the timeline).
     """
     device_ids = [comm.device.index] if comm.device.type == "cuda" else None
     ddp = DistributedDataParallel(module, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb,
                                   process_group=getattr(comm, "group", None))
-    state = CountingHookState(comm, None if compression is None else compression.ddp_hook(comm))
-    if compression is not None:
+    compressor = resolve(compression)
+    state = CountingHookState(comm, None if compressor is None else compressor.ddp_hook(comm))
+    if compressor is not None:
         ddp.register_comm_hook(state, compressed_hook)
     elif hook:
         ddp.register_comm_hook(state, counting_hook)

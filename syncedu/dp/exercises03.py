@@ -1,18 +1,15 @@
-"""Checkers for notebooks/03_data_parallel's exercises.
+"""Checkers for notebooks/03_data_parallel's exercises: two syncs and two quick checks.
 
-`flat_sync` (one allreduce of a flat buffer) and the build-it exercise
-`bucketed_overlap` (`bucketed_sync(comm, params, cap_bytes) -> finish`: hooks that
-start each bucket's `comm.all_reduce(buffer, async_op=True)` as soon as backward
-has filled it). Both run on 2 and 3 simulated ranks (two caps), on a model of odd
-sizes with a frozen layer and a tied weight, each rank on its own data. The checker
-watches each allreduce (when it started against the checker's own gradient-ready
-hooks, whether it was waited on inside backward, how many elements it carried) and
-the ledger (no other collective doing the work), then the gradients (summed, a
-hard-coded world size, never copied back), and names the first mistake. Then two
-quick checks (numbers).
+Each sync runs on 2 and 3 simulated ranks, on a model with odd sizes, a frozen layer and
+a tied weight; the checker watches every allreduce (when it started, whether it was
+waited on inside backward, what it carried) and the ledger, then the gradients, and
+names the first mistake.
 """
 
 from __future__ import annotations
+
+import contextlib
+from itertools import accumulate
 
 import torch
 import torch.nn.functional as F
@@ -50,8 +47,16 @@ def _data(rank: int, batch: int):
     return torch.rand(batch, 64, generator=g), torch.randint(0, 10, (batch,), generator=g)
 
 
-_FROZEN_HINT = ("a frozen parameter (requires_grad=False) has no gradient: skip it "
-                "(p.requires_grad / p.grad is None), as DDP does")
+@contextlib.contextmanager
+def _frozen_hint(errors, *words):
+    """Name the frozen-parameter mistake behind an error of type `errors` saying `words`."""
+    try:
+        yield
+    except errors as e:
+        if all(w in str(e) for w in words):
+            raise RuntimeError("a frozen parameter (requires_grad=False) has no gradient: skip "
+                               "it (p.requires_grad / p.grad is None), as DDP does") from e
+        raise
 
 
 def _grads_worker(comm, sync, batch=6):
@@ -59,46 +64,30 @@ def _grads_worker(comm, sync, batch=6):
     x, y = _data(comm.rank, batch)
     F.cross_entropy(model(x), y).backward()
     comm.ledger.reset()
-    try:
+    with _frozen_hint((AttributeError, TypeError), "NoneType"):
         sync(comm, list(model.parameters()))
-    except (AttributeError, TypeError) as e:
-        if "NoneType" in str(e):
-            raise RuntimeError(_FROZEN_HINT) from e
-        raise
     return [p.grad.clone() if p.grad is not None else None for p in model.parameters()], (x, y)
 
 
-def matches_whole_batch(res, atol: float = 1e-6) -> bool:
-    """Does every rank hold the gradients of one model on all ranks' data together?
-
-    `res[r]` is (gradients, (x, y)) from a worker built on `_model()`; a frozen
-    parameter's gradient must stay None.
-    """
+def matches_whole_batch(res, factor: float = 1.0) -> bool:
+    """Does every rank's (gradients, (x, y)), times `factor`, equal one model's on all data?"""
     model = _model()
     x = torch.cat([r[1][0] for r in res])
     y = torch.cat([r[1][1] for r in res])
     F.cross_entropy(model(x), y).backward()
-    for grads, _ in res:
-        for g, p in zip(grads, model.parameters()):
-            if (p.grad is None) != (g is None):
-                return False
-            if g is not None and not torch.allclose(g, p.grad, atol=atol):
-                return False
-    return True
-
-
-def _scaled(pairs, factor):
-    return [([g * factor if g is not None else None for g in grads], xy) for grads, xy in pairs]
+    pairs = [(g, p.grad) for grads, _ in res for g, p in zip(grads, model.parameters())]
+    return all((g is None) == (want is None)
+               and (g is None or torch.allclose(g * factor, want, atol=1e-6)) for g, want in pairs)
 
 
 def _grads_mistake(pairs, n: int) -> str | None:
     """What is wrong with the ranks' gradients `pairs` [(grads, (x, y))] on `n` ranks."""
     if matches_whole_batch(pairs):
         return None
-    if matches_whole_batch(_scaled(pairs, 1 / n)):
+    if matches_whole_batch(pairs, 1 / n):
         return f"the gradients are the sum over the {n} ranks: divide by the world size"
     for wrong in (1, 2, 3, 4, 8):
-        if wrong != n and matches_whole_batch(_scaled(pairs, wrong / n)):
+        if wrong != n and matches_whole_batch(pairs, wrong / n):
             return (f"the gradients were divided by {wrong} on {n} ranks: a hard-coded world "
                     f"size; divide by comm.world_size")
     if all(matches_whole_batch([pair]) for pair in pairs):
@@ -124,15 +113,10 @@ def flat_sync(sync, world_sizes=(2, 3)) -> bool:
         ok, res = attempt(name, lambda n=n: sim.run(_grads_worker, n, args=(sync,)))
         if not ok:
             return False
-        why = _grads_mistake(list(res), n)
-        if why:
-            return verdict(name, False, f"with {n} ranks: {why}")
-        calls = res.ledger.ops.get("all_reduce")
-        if calls is None or calls.calls != [1] * n:
-            got = 0 if calls is None else calls.calls[0]
-            return verdict(name, False, f"with {n} ranks: {got} comm.all_reduce calls per "
-                           f"rank; use exactly one, on the flat buffer")
-        why = _other_ops(res)
+        calls = res.ledger.ops["all_reduce"].calls if "all_reduce" in res.ledger.ops else [0] * n
+        many = None if calls == [1] * n else (f"{calls[0]} comm.all_reduce calls per rank; use "
+                                               f"exactly one, on the flat buffer")
+        why = _grads_mistake(list(res), n) or many or _other_ops(res)
         if why:
             return verdict(name, False, f"with {n} ranks: {why}")
     return verdict(name, True, f"one allreduce, averaged gradients on "
@@ -146,11 +130,7 @@ BUCKET_CAPS = (300, 700)  # bytes: 3 and 2 buckets of the checker's model under 
 def ready_points(cap: int) -> list[int]:
     """How many gradients backward has produced when each DDP bucket is complete."""
     buckets = build_buckets(trainable_parameters(_model()), cap)
-    points, total = [], 0
-    for b in buckets:
-        total += len(b.params)
-        points.append(total)
-    return points
+    return list(accumulate(len(b.params) for b in buckets))
 
 
 class _Watched:
@@ -181,24 +161,16 @@ def _overlap_worker(comm, bucketed_sync, cap, batch=5):
         return _Watched(work, phase, waits) if async_op else work
 
     comm.all_reduce = spy
-    try:
+    with _frozen_hint(RuntimeError, "require", "grad"):
         finish = bucketed_sync(comm, list(model.parameters()), cap)
-    except RuntimeError as e:
-        if "require" in str(e) and "grad" in str(e):
-            raise RuntimeError(_FROZEN_HINT) from e
-        raise
     x, y = _data(comm.rank, batch)
     phase[0] = "backward"
     F.cross_entropy(model(x), y).backward()
     phase[0] = "finish"
     if not callable(finish):
         raise TypeError(f"bucketed_sync must return a function finish(), got {finish!r}")
-    try:
+    with _frozen_hint((AttributeError, TypeError), "NoneType"):
         finish()
-    except (AttributeError, TypeError) as e:
-        if "NoneType" in str(e):
-            raise RuntimeError(_FROZEN_HINT) from e
-        raise
     grads = [p.grad.clone() if p.grad is not None else None for p in model.parameters()]
     return grads, (x, y), calls, waits
 

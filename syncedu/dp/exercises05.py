@@ -1,15 +1,9 @@
-"""Checker for notebooks/05_gradient_accumulation's build-it exercise.
+"""Checker for notebooks/05_gradient_accumulation's build-it exercise, `accumulate`.
 
-The learner writes one optimizer step of gradient accumulation,
-`train_step(model, optimizer, micro)`, with `model` a bucketed `DataParallel` and
-`micro` K equal micro-batches. The checker calls it for two consecutive steps on 2
-and 3 simulated ranks (odd sizes, a frozen layer, a tied weight, each rank's copy
-seeded differently) and names the first mistake: the number of `optimizer.step()`
-calls; the ledger's gradient bytes against one synchronization per step, with
-where `no_sync()` was active at each forward and backward (the forward decides);
-the parameters against two SGD steps on the whole batches and against the usual
-wrong answers (loss not divided by K, only the last micro-batch kept, `zero_grad`
-forgotten, ranks left unsynchronized).
+Two steps of the learner's `train_step` on 2 and 3 simulated ranks; the checker counts
+`optimizer.step()` calls, compares the ledger with one synchronization per step (and
+where `no_sync()` was active at each forward and backward), then the parameters with two
+SGD steps on the whole batches and with the usual wrong answers.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Widgets for notebooks/03_data_parallel: what overlap and bucket size buy, on a network you pick.
-
-`bucket_explorer()` builds this lesson's `Explorer` (ui/widgets.py) on the
-alpha-beta timeline model (dp/timeline.py).
-"""
+"""Widgets for notebooks/03_data_parallel: what overlap and bucket size buy, on the model
+in dp/timeline.py, on a network you pick."""
 
 from __future__ import annotations
 
@@ -11,18 +8,16 @@ import ipywidgets as w
 from syncedu.comm.network import Network
 from syncedu.dp import plots as dplots
 from syncedu.dp import timeline
+from syncedu.dp.buckets import MB
 from syncedu.ui.widgets import Explorer
 
-MB = 2**20
 
-
-def _bucket_view(gbit: float, bucket_mb: float, world_size: int, overlap: bool,
-                 grad_mb: float = 100.0, backward_ms: float = 120.0, forward_ms: float = 60.0,
-                 latency_us: float = 20.0):
-    net = Network(latency=latency_us * 1e-6, bandwidth=gbit * 1e9 / 8)
-    buckets = timeline.bucket_sizes(int(grad_mb * MB), int(bucket_mb * MB))
-    s = timeline.schedule(buckets, world_size, net, forward=forward_ms / 1e3,
-                          backward=backward_ms / 1e3, overlap=overlap)
+def _bucket_view(gbit: float, bucket_mb: float, world_size: int, overlap: bool):
+    """A ResNet-50-like step: 100 MB of gradients, 60 ms forward, 120 ms backward, 20 us."""
+    net = Network(latency=20 * 1e-6, bandwidth=gbit * 1e9 / 8)
+    buckets = timeline.bucket_sizes(100 * MB, int(bucket_mb * MB))
+    s = timeline.schedule(buckets, world_size, net, forward=0.060, backward=0.120,
+                          overlap=overlap)
     text = (f"{len(buckets)} bucket(s), step {s.seconds * 1e3:.1f} ms = compute "
             f"{s.compute * 1e3:.1f} ms + exposed communication {s.exposed_comm * 1e3:.1f} ms "
             f"(allreduce busy {s.comm * 1e3:.1f} ms)")
@@ -31,7 +26,7 @@ def _bucket_view(gbit: float, bucket_mb: float, world_size: int, overlap: bool,
     return text, fig, s
 
 
-def bucket_explorer(**fixed) -> Explorer:
+def bucket_explorer() -> Explorer:
     """Bandwidth, bucket size, world size and overlap on/off for a ResNet-50-like step."""
     controls = {
         "gbit": w.FloatLogSlider(value=10, base=10, min=0, max=2.5, step=0.1,
@@ -42,4 +37,4 @@ def bucket_explorer(**fixed) -> Explorer:
                                   continuous_update=False),
         "overlap": w.Checkbox(value=True, description="overlap with backward"),
     }
-    return Explorer(controls, lambda **v: _bucket_view(**v, **fixed))
+    return Explorer(controls, _bucket_view)

@@ -1,9 +1,5 @@
-"""Widget for notebooks/05_gradient_accumulation: step time and bytes vs K on a network you pick.
-
-Built on `Explorer` (widgets.py) and the model in dp/timeline.py: K
-micro-batches of compute, then one allreduce (`no_sync` done right) or K of
-them (synchronizing every micro-batch, or the partial-`no_sync` pitfall).
-"""
+"""Widget for notebooks/05_gradient_accumulation: step time vs K on a network you pick,
+with one allreduce per step (`no_sync`) or one per micro-batch (dp/timeline.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Figures for data parallelism and accumulation: timelines, curves, sampler orders.
-"""
+"""Figures for data parallelism and accumulation: timelines, curves, sampler orders."""
 
 from __future__ import annotations
 
@@ -8,13 +7,11 @@ import matplotlib.pyplot as plt
 from syncedu.ui.plots import COLORS
 
 
-def timeline(rows: dict, *, title: str = "one step: compute vs communication",
-             unit: float = 1e3, unit_name: str = "ms"):
-    """Gantt chart: `rows` maps a row label to segments `(kind, start, end)` in seconds.
+def timeline(rows: dict, *, title: str = "one step: compute vs communication"):
+    """Gantt chart (ms): `rows` maps a row label to segments `(kind, start, end)` in seconds.
 
-    Forward, backward, the exposed wait and the step go on one lane, "comm" on a
-    lane below, so overlap shows; a "compute" span is drawn only in a row that
-    has no finer forward/backward segments.
+    "comm" goes on a lane below the rest, so overlap shows; a "compute" span is drawn
+    only in a row that has no finer forward/backward segments.
     """
     fig, ax = plt.subplots(figsize=(9, 0.9 + 0.8 * len(rows)))
     labels = []
@@ -24,12 +21,12 @@ def timeline(rows: dict, *, title: str = "one step: compute vs communication",
             if kind == "compute" and fine:
                 continue
             lane = 2 * i + (1 if kind == "comm" else 0)
-            ax.barh(lane, (e - s) * unit, left=s * unit, color=COLORS.get(kind, "grey"),
+            ax.barh(lane, (e - s) * 1e3, left=s * 1e3, color=COLORS.get(kind, "grey"),
                     edgecolor="white", linewidth=0.5, height=0.8)
         labels += [f"{name}: compute", f"{name}: comm"]
     ax.set_yticks(range(len(labels)), labels)
     ax.invert_yaxis()
-    ax.set_xlabel(f"time ({unit_name})")
+    ax.set_xlabel("time (ms)")
     ax.set_title(title)
     kinds = {"forward": "forward", "backward": "backward", "wait": "waiting for gradients",
              "comm": "allreduce in flight", "step": "optimizer step"}
@@ -39,23 +36,22 @@ def timeline(rows: dict, *, title: str = "one step: compute vs communication",
     return fig
 
 
-def curves(x, series: dict, *, xlabel: str, ylabel: str, title: str = "",
-           logx: bool = False, logy: bool = False, marker: str = "o"):
-    """Line plot of several named series over the same `x`."""
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    for name, ys in series.items():
-        ax.plot(x, ys, marker=marker, label=name)
-    if logx:
-        ax.set_xscale("log", base=2)
-    if logy:
-        ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
+def _finish(fig, ax, xlabel: str, ylabel: str, title: str):
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def curves(x, series: dict, *, xlabel: str, ylabel: str, title: str = "", logx: bool = False):
+    """Line plot of several named series over the same `x`."""
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for name, ys in series.items():
+        ax.plot(x, ys, marker="o", label=name)
+    if logx:
+        ax.set_xscale("log", base=2)
+    return _finish(fig, ax, xlabel, ylabel, title)
 
 
 def losses(histories: dict, *, title: str = "training loss", x_key=None):
@@ -64,13 +60,7 @@ def losses(histories: dict, *, title: str = "training loss", x_key=None):
     for name, h in histories.items():
         x = x_key(h) if x_key else range(1, len(h.loss) + 1)
         ax.plot(list(x), h.loss, label=name)
-    ax.set_xlabel("samples seen" if x_key else "optimizer step")
-    ax.set_ylabel("loss")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, "samples seen" if x_key else "optimizer step", "loss", title)
 
 
 def sampler_orders(orders: dict, *, show: int = 24):

@@ -1,22 +1,16 @@
 """What overlapping gradient buckets with backward buys, on the alpha-beta model.
 
-One data-parallel step on the model (Li et al., VLDB 2020, Fig. 2; the
-numbers are a lesson's choice, e.g. Goyal et al. 2017's ResNet-50: ~100 MB of
-gradients, ~120 ms of backward):
+One data-parallel step (Li et al., VLDB 2020, Fig. 2; the numbers are a lesson's
+choice, e.g. Goyal et al. 2017's ResNet-50: ~100 MB of gradients, ~120 ms of backward):
 
 1. forward takes `forward` seconds;
 2. backward produces the gradients bucket by bucket (last layer first), each
    bucket's share of `backward` in proportion to its bytes;
 3. a bucket's allreduce starts when its gradients are ready *and* the previous
    bucket's allreduce is done (one link), and lasts `ring_seconds`: a ring on
-   the `Network`, 2(N-1)(alpha + S/(N B)), the same formula the emulator and
-   the simulator use;
+   the `Network`, 2(N-1)(alpha + S/(N B)), as in the emulator and the simulator;
 4. without overlap all buckets go after backward; the optimizer step starts when
    the last allreduce ends (`step` seconds).
-
-`schedule(...)` returns the segments and the step time; `step_time(...)` just
-the time. `bucket_sizes(total, cap)` splits a gradient volume like
-`build_buckets` does for equal-sized layers.
 """
 
 from __future__ import annotations
@@ -43,7 +37,7 @@ class Schedule:
 
 
 def bucket_sizes(total_bytes: int, cap_bytes: int) -> list[int]:
-    """Split `total_bytes` into buckets of `cap_bytes` (the last one smaller)."""
+    """Split `total_bytes` into `cap_bytes` buckets (the last one smaller), like `build_buckets`."""
     if total_bytes <= 0 or cap_bytes <= 0:
         raise ValueError(f"total_bytes={total_bytes} and cap_bytes={cap_bytes} must be > 0")
     full, rest = divmod(total_bytes, cap_bytes)

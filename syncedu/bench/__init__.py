@@ -1,10 +1,8 @@
 """Benchmarks: `python -m syncedu.bench {launch,collectives,dp,...} [options]`.
 
 Each subcommand is `syncedu/bench/<name>.py`, with `add_arguments(parser)` and
-`main(args) -> int`; results and the commands that produced them are in the
-README. The helpers below are what several share: variants alternate round by
-round (`rotated`), so drift on a busy machine hits all alike (DESIGN, "Traps
-already met"), and every table is printed by `table`.
+`main(args) -> int`; the README quotes their results. Variants alternate round by round
+(`rotated`), so drift on a busy machine hits all alike.
 """
 
 from __future__ import annotations
@@ -13,19 +11,12 @@ import argparse
 import importlib
 import pkgutil
 import re
-import socket
 import sys
 
 
 def rotated(names: list, i: int) -> list:
     """Round `i`'s order of the variants: `names` rotated by i."""
     return names[i % len(names):] + names[:i % len(names)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def bar(total: int, desc: str):

@@ -1,8 +1,10 @@
 """Benchmarks: `python -m syncedu.bench {launch,collectives,dp,...} [options]`.
 
 Each subcommand is `syncedu/bench/<name>.py`, with `add_arguments(parser)` and
-`main(args) -> int`; the README quotes their results. Variants alternate round by round
-(`rotated`), so drift on a busy machine hits all alike.
+`main(args) -> int`; results and the commands that produced them are in the
+README. The helpers below are what several share: variants alternate round by
+round (`rotated`), so drift on a busy machine hits all alike (DESIGN, "Traps
+already met"), and every table is printed by `table`.
 """
 
 from __future__ import annotations

@@ -13,19 +13,12 @@ import argparse
 import importlib
 import pkgutil
 import re
-import socket
 import sys
 
 
 def rotated(names: list, i: int) -> list:
     """Round `i`'s order of the variants: `names` rotated by i."""
     return names[i % len(names):] + names[:i % len(names)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def bar(total: int, desc: str):

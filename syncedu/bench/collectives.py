@@ -1,15 +1,13 @@
 """Allreduce bandwidth: our algorithms beside the framework's built-in (nccl-tests style).
 
     python -m syncedu.bench collectives [--world-size 2 4] [--sizes-mib 1 16 64]
-        [--algorithms builtin ring_pipelined ring] [--repeat 15] [--dtype float32]
     torchrun --nproc-per-node 2 -m syncedu.bench collectives     # the same under torchrun
 
 Per size: 1. each algorithm's sum checked exact (small integers); 2. warm-up;
-3. `repeat` rounds, every algorithm once per round in a rotating order, each
-after a barrier; a round's time is the slowest rank's. Reported: medians, algbw
-= S / t and busbw = algbw * 2(N-1)/N (nccl-tests, doc/PERFORMANCE.md), and busbw
-over the built-in's. Target: ring_pipelined / builtin >= 1.0 at 16 and 64 MiB on
-2 ranks; the plain ring shows what the pipelining buys.
+3. `repeat` rounds, every algorithm once per round in a rotating order, each after a
+barrier; a round's time is the slowest rank's. Reported: medians, algbw = S / t and
+busbw = algbw * 2(N-1)/N (nccl-tests, doc/PERFORMANCE.md), and busbw over the built-in's.
+Target: ring_pipelined / builtin >= 1.0 at 16 and 64 MiB on 2 ranks.
 """
 
 from __future__ import annotations
@@ -27,14 +25,6 @@ from syncedu.collectives.cost import algbw, busbw
 from syncedu.comm import launch
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def _algorithms(comm, names, segment_bytes):
-    algos = {"builtin": lambda c, t: c.all_reduce(t), **collectives.ALGORITHMS}
-    if segment_bytes:
-        algos["ring_pipelined"] = functools.partial(collectives.ring_pipelined_allreduce,
-                                                    segment_bytes=segment_bytes)
-    return {name: functools.partial(algos[name], comm) for name in names}
 
 
 def rounds(comm, algos: dict, t: torch.Tensor, repeat: int, warmup: int = 1,
@@ -69,10 +59,14 @@ def rounds(comm, algos: dict, t: torch.Tensor, repeat: int, warmup: int = 1,
 def measure(comm, nbytes: int, names, repeat: int = 15, warmup: int = 2,
             dtype: str = "float32", segment_bytes: int | None = None) -> dict:
     """Worker: `rounds` of the algorithms `names` on an `nbytes` tensor."""
+    algos = {"builtin": lambda c, t: c.all_reduce(t), **collectives.ALGORITHMS}
+    if segment_bytes:
+        algos["ring_pipelined"] = functools.partial(collectives.ring_pipelined_allreduce,
+                                                    segment_bytes=segment_bytes)
     dt = DTYPES[dtype]
     t = torch.zeros(max(1, nbytes // torch.empty((), dtype=dt).element_size()), dtype=dt,
                     device=comm.device)
-    return rounds(comm, _algorithms(comm, names, segment_bytes), t, repeat, warmup)
+    return rounds(comm, {n: functools.partial(algos[n], comm) for n in names}, t, repeat, warmup)
 
 
 def rows(results: list[dict]) -> list[dict]:

@@ -1,13 +1,9 @@
 """Gradient compressors: compression ratio, compute cost per MB, time per step on real ranks.
 
-    python -m syncedu.bench compression [--sizes-mb 1 16] [--rounds 5] [--repeats 5]
-
-Per compressor and gradient size (one square-ish fp32 matrix, for PowerSGD):
-ratio = fp32 allreduce bytes / bytes it sent (rank 0's ledger); compute ms/MB =
-its whole `average_` on one rank alone (no traffic); step ms = `average_` on 2
-real ranks, median over rounds that alternate the compressors, after a barrier.
-On loopback the compute column often eats the saving: lesson 07's break-even
-map says where it pays.
+Per compressor and gradient size (one square-ish fp32 matrix, for PowerSGD): ratio =
+fp32 allreduce bytes / bytes it sent (rank 0's ledger); compute ms/MB = its `average_`
+on one rank alone (no traffic); step ms = `average_` on 2 real ranks, median over rounds
+that alternate the compressors, after a barrier.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Data-parallel training speed: our naive / flat / bucketed strategies vs DDP.
 
-    python -m syncedu.bench dp [--world-size 2] [--rounds 5] [--steps 30]
-                               [--hidden 1024] [--depth 3] [--bucket-mb 4]
-
-The same `train.run` job for every strategy (the MLP on the digits, one warm
-`launch.Pool`), alternated round by round after a warm-up round; steps/s = steps
-/ `train_seconds` (from a common barrier); medians. "ddp" is DDP's own allreduce,
-"ddp_counted" adds the counting comm hook `train.run` uses for the ledger.
-Targets: bucketed >= 0.95x DDP and >= 0.97x flat (2 ranks, Gloo). On loopback
-the transfer needs the CPU backward needs, so there is little to hide; where
-waiting can be hidden (an emulated network) tests/dp/test_overlap.py checks it wins.
+The same `train.run` job for every strategy on one warm `launch.Pool`, alternated round
+by round after a warm-up round; steps/s = steps / `train_seconds`; medians. "ddp" is
+DDP's own allreduce, "ddp_counted" adds the counting comm hook `train.run` uses.
+Targets: bucketed >= 0.95x DDP and >= 0.97x flat (2 ranks, Gloo).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """How closely emulated networks on real processes follow the model.
 
-    python -m syncedu.bench emulation [--latency 0.002] [--bandwidth 50e6] [--repeat 3]
-
 Two real ranks on loopback, a slow emulated `Network`; per size, after a barrier:
 1. ping: rank 0 sends S bytes to rank 1 and gets 4 back (model: two transfers);
 2. all_reduce of S bytes (model: a ring's 2(N-1)(latency + S/(N bandwidth))).
-Reports measured medians, the model's prediction and their ratio.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """Horovod beside torch.distributed, in the same ranks: allreduce busbw and training steps/s.
 
-    python -m syncedu.bench horovod [--world-size 2] [--sizes-mib 1 16 64] [--repeat 10]
-        [--rounds 5] [--steps 30] [--hidden 512] [--depth 3]
+One `horovod.run` job whose ranks also join a torch.distributed Gloo group, so both
+libraries run on the same processes, cores and loopback, alternated round by round:
 
-One `horovod.run` job whose ranks also join a torch.distributed Gloo group (rank
-0 picks a free port on 127.0.0.1, Horovod broadcasts it), so both libraries run
-on the same processes, cores and loopback, alternated round by round:
-
-1. allreduce of S bytes: "builtin" (Gloo `all_reduce`), "ring" (ours, on a
-   `TorchComm`) and "horovod" (`hvd.allreduce_`), timed as `bench collectives`
-   times them (`timed_rounds`: busbw = algbw * 2(N-1)/N, nccl-tests);
-2. training: the same `train.run` job with "horovod" (DistributedOptimizer) and
-   "ddp" (its own C++ allreduce, no counting hook), alternated; steps/s = steps /
-   train_seconds (from a common barrier); medians after one warm-up round.
+1. allreduce of S bytes: "builtin" (Gloo), "ring" (ours) and "horovod" (`hvd.allreduce_`),
+   timed as `bench collectives` times them (busbw = algbw * 2(N-1)/N, nccl-tests);
+2. training: the same `train.run` job with "horovod" and "ddp" (DDP's own allreduce, no
+   counting hook), alternated; steps/s = steps / train_seconds; medians after a warm-up.
 """
 
 from __future__ import annotations
@@ -23,10 +17,13 @@ import statistics
 import time
 
 import torch
+import torch.distributed as dist
 
-from syncedu.bench import free_port
+from syncedu import collectives
 from syncedu.bench.collectives import rounds as timed_rounds
 from syncedu.bench.collectives import rows, table
+from syncedu.comm import TorchComm
+from syncedu.examples.ddp_program import free_port
 from syncedu.horovod import launch as horovod_launch
 from syncedu.horovod import training as horovod_train
 from syncedu.train import train_rank
@@ -35,10 +32,6 @@ from syncedu.train.config import TrainConfig
 
 def _join_torch(hvd):
     """Step 0: a torch.distributed Gloo group on the Horovod ranks; a TorchComm on it."""
-    import torch.distributed as dist
-
-    from syncedu.comm import TorchComm
-
     # name= is needed: by default it is the object's type name, "int" on rank 0 and
     # "NoneType" elsewhere, and tensor names that differ between ranks hang Horovod.
     port = hvd.broadcast_object(free_port() if hvd.rank() == 0 else None, root_rank=0,
@@ -51,10 +44,6 @@ def _join_torch(hvd):
 
 def _busbw(comm, hvd, nbytes: int, repeat: int) -> dict:
     """Step 1 for one size: `bench.collectives.rounds` of the three allreduces."""
-    import torch.distributed as dist
-
-    from syncedu import collectives
-
     numel = max(1, nbytes // 4)
     name = f"bench.{numel}"  # the same name on every rank (names that differ hang Horovod)
     algos = {"builtin": lambda t: dist.all_reduce(t),
@@ -90,7 +79,6 @@ def _rank(sizes, repeat: int, job: dict, rounds: int) -> dict:
         comm = _join_torch(hvd)
         out = {"collectives": [_busbw(comm, hvd, s, repeat) for s in sizes]}
         out["training"] = _steps_per_second(comm, hvd, job, rounds) if rounds else None
-        import torch.distributed as dist
         dist.destroy_process_group()
         return out
     finally:
@@ -118,10 +106,9 @@ def measure(world_size: int = 2, sizes_mib=(1, 16), repeat: int = 10, rounds: in
 def report(m: dict) -> str:
     lines = [table(m["rows"])]
     if m.get("rates"):
-        r, j = m["rates"], m["job"]
-        kw = j["model_kwargs"]
+        r, j, kw = m["rates"], m["job"], m["job"]["model_kwargs"]
         lines += ["", f"training, {m['world_size']} ranks, MLP hidden={kw['hidden']} "
-                  f"depth={j['model_kwargs']['depth']}, global batch {j['global_batch']}, "
+                  f"depth={kw['depth']}, global batch {j['global_batch']}, "
                   f"{j['steps']} steps, median of {len(m['training']['ddp'])} rounds:",
                   f"  horovod {r['horovod']:8.1f} steps/s", f"  ddp     {r['ddp']:8.1f} steps/s",
                   f"  horovod / ddp = {r['horovod'] / r['ddp']:.2f}"]

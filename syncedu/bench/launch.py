@@ -1,14 +1,11 @@
 """How long it takes to get ranks running: cold `launch.run`, bare spawn, warm `Pool.run`.
 
-    python -m syncedu.bench launch [--repeat 5] [--warm-repeat 200] [--world-size 2]
-
-The job is a 2-rank all_reduce of one float, written as a notebook cell writes
-it (a function of `__main__`, so cloudpickle sends it by value, as it does a
-cell's). Medians:
+The job is a 2-rank all_reduce of one float, written as a notebook cell writes it (a
+function of `__main__`, so cloudpickle sends it by value, as it does a cell's). Medians:
 
 1. cold: `launch.run(fn, 2)`: start processes, rendezvous, run, stop;
-2. bare: `torch.multiprocessing.spawn` + `init_process_group` doing the same,
-   the minimum any launcher pays (alternated with 1, round by round);
+2. bare: `torch.multiprocessing.spawn` + `init_process_group` doing the same, the
+   minimum any launcher pays (alternated with 1, round by round);
 3. warm: `Pool.run(fn)` on ranks that are already up: what a widget waits for.
 
 Targets: cold <= 1.3x bare; warm <= 5 ms.
@@ -25,8 +22,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from syncedu.bench import bar, free_port
+from syncedu.bench import bar
 from syncedu.comm import launch
+from syncedu.examples.ddp_program import free_port
 
 CELL = '''
 def trivial(comm):

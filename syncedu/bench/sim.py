@@ -1,13 +1,10 @@
 """How fast the simulator runs large worlds: ranks x operation -> wall seconds.
 
-    python -m syncedu.bench sim [--ranks 256 1024 4096] [--numel 1000] [--ops ring all_reduce ...]
-
-One `sim.run` per world size and operation on an ethernet_10g network: "ring"
-(the from-scratch `collectives.ALGORITHMS["ring"]` of `numel` floats: 2(N-1)
-messages per rank), the built-ins, and "p2p" (20 rounds of isend/irecv/wait of
-4 floats around the ring, no arithmetic: the simulator's own cost per message).
-Events are the messages the model charges. Above 1024 ranks only the barrier
-and p2p run (the ring's tensor work grows as N^2).
+One `sim.run` per world size and operation on an ethernet_10g network: "ring" (the
+from-scratch `collectives.ALGORITHMS["ring"]`), the built-ins, and "p2p" (20 rounds of
+isend/irecv/wait of 4 floats around the ring: the simulator's own cost per message).
+Events are the messages the model charges. Above 1024 ranks only the barrier and p2p run
+(the ring's tensor work grows as N^2).
 """
 
 from __future__ import annotations

@@ -5,22 +5,17 @@
         --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:PORT \\
         -m syncedu.examples.elastic_ddp --checkpoint ckpt.pt --out out.pt
 
-The DDP program of lesson 03 (`ddp_program`'s setup, sampler and checkpoints)
-plus a failure on purpose: on the first attempt rank `crash_rank` exits
-(`os._exit(1)`) at epoch `crash_epoch`. Then (PyTorch's "torchrun (Elastic
-Launch)" documentation):
+Lesson 03's DDP program (`ddp_program`'s setup and checkpoints) in which, on the first
+attempt, rank `crash_rank` exits at epoch `crash_epoch`. Then (PyTorch's "torchrun
+(Elastic Launch)" documentation):
 
-1. the agent, polling every `--monitor-interval` s, sees rank 1 exit non-zero
-   (rank 0, blocked in an allreduce with a dead peer, fails too);
-2. it stops the survivors and, while `--max-restarts` allow, starts the group
-   again through the rendezvous, `TORCHELASTIC_RESTART_COUNT` one higher;
-3. every rank loads the last checkpoint and trains the epochs left;
+1. the agent, polling every `--monitor-interval` s, sees rank 1 exit non-zero (rank 0,
+   blocked in an allreduce with a dead peer, fails too);
+2. it stops the survivors and, while `--max-restarts` allow, starts the group again,
+   `TORCHELASTIC_RESTART_COUNT` one higher;
+3. every rank loads the last checkpoint (taken at epoch ends: the restarted run sees the
+   batches of an uninterrupted one) and trains the epochs left;
 4. rank 0 writes the final parameters, the attempt and the epoch it resumed at.
-
-Checkpoints are taken at epoch ends, so the restarted run sees the batches of an
-uninterrupted one: the parameters match `train.run("single", 1, steps=epochs *
-(1797 // global_batch), ...)`. `launch_elastic` runs it all from Python with a
-timeout, on 127.0.0.1 and a free port, and leaves no process behind.
 """
 
 from __future__ import annotations
@@ -46,8 +41,6 @@ from torch.utils.data import DataLoader, DistributedSampler
 from syncedu.examples import ddp_program
 from syncedu.examples.ddp_program import Config
 from syncedu.train import data, models
-
-__all__ = ["ElasticResult", "worker", "launch_elastic", "main"]
 
 
 def worker(cfg: Config, crash_rank: int = 1, crash_epoch: int = 1) -> None:
@@ -92,19 +85,9 @@ class ElasticResult:
     output: str
 
 
-def _command(port: int, nproc: int, max_restarts: int, monitor_interval: float,
-             args: list) -> list:
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
-            "--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts),
-            "--monitor-interval", str(monitor_interval), "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", uuid.uuid4().hex,
-            "--local-addr", "127.0.0.1", "-m", "syncedu.examples.elastic_ddp", *args]
-
-
 def _stop(proc: subprocess.Popen) -> None:
-    """Stop torchrun and every process it started: SIGTERM (the agent stops its workers),
-    SIGKILL if it hangs, then each worker still running (torchrun starts them in sessions
-    of their own, `start_new_session=True`, so torchrun's process group misses them)."""
+    """Stop torchrun (SIGTERM, then SIGKILL) and every worker it started: each in a session
+    of its own (`start_new_session=True`), so torchrun's process group misses them."""
     try:
         family = psutil.Process(proc.pid).children(recursive=True)
     except psutil.NoSuchProcess:  # torchrun already exited (and was reaped)
@@ -114,11 +97,9 @@ def _stop(proc: subprocess.Popen) -> None:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             break
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
             break
-        except subprocess.TimeoutExpired:
-            continue
     for p in family:
         with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()
@@ -129,7 +110,8 @@ def launch_elastic(*, nproc: int = 2, max_restarts: int = 1, crash_rank: int | N
                    crash_epoch: int = 1, epochs: int = 2, global_batch: int = 64,
                    lr: float = 0.1, monitor_interval: float = 0.5, timeout: float = 120.0,
                    workdir: str | None = None) -> ElasticResult:
-    """Run the job under torchrun (`crash_rank=None`: no failure); raise if it fails or hangs."""
+    """Run the job under torchrun (`crash_rank=None`: no failure) on 127.0.0.1 and a free
+    port; raise if it fails or hangs, and leave no process behind."""
     for name, value, low in (("nproc", nproc, 1), ("epochs", epochs, 1),
                              ("max_restarts", max_restarts, 0), ("global_batch", global_batch, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -145,14 +127,18 @@ def launch_elastic(*, nproc: int = 2, max_restarts: int = 1, crash_rank: int | N
     ckpt, out = work / "elastic_ckpt.pt", work / "elastic_out.pt"
     for f in (ckpt, out):
         f.unlink(missing_ok=True)  # a fresh job: no checkpoint from an earlier run
-    args = ["--checkpoint", str(ckpt), "--out", str(out), "--epochs", str(epochs),
-            "--global-batch", str(global_batch), "--lr", str(lr),
-            "--crash-rank", str(-1 if crash_rank is None else crash_rank),
-            "--crash-epoch", str(crash_epoch), "--timeout", str(min(timeout, 60.0))]
-    cmd = _command(ddp_program.free_port(), nproc, max_restarts, monitor_interval, args)
-    # Each attempt gets a store of its own: with the agent's store shared across restarts
-    # (torch's default since 2.4), a restarted rank can read the dead attempt's Gloo
-    # address ("connectFullMesh failed ... Connection refused"; pytorch/pytorch#135712).
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+           "--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts),
+           "--monitor-interval", str(monitor_interval), "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", f"127.0.0.1:{ddp_program.free_port()}", "--rdzv-id",
+           uuid.uuid4().hex, "--local-addr", "127.0.0.1", "-m", "syncedu.examples.elastic_ddp",
+           "--checkpoint", str(ckpt), "--out", str(out), "--epochs", str(epochs),
+           "--global-batch", str(global_batch), "--lr", str(lr),
+           "--crash-rank", str(-1 if crash_rank is None else crash_rank),
+           "--crash-epoch", str(crash_epoch), "--timeout", str(min(timeout, 60.0))]
+    # A store of its own for each attempt: with the agent's shared across restarts (torch's
+    # default since 2.4), a restarted rank can read the dead attempt's Gloo address
+    # ("connectFullMesh failed ... Connection refused"; pytorch/pytorch#135712).
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
                TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
     t0 = time.perf_counter()
@@ -192,12 +178,12 @@ def main(argv=None) -> None:
                            crash_epoch=a.crash_epoch)
         print(f"finished on attempt {r.attempt}, resumed at epoch {r.resumed_at}, "
               f"{r.seconds:.1f} s")
-        return
-    if "RANK" not in os.environ:
+    elif "RANK" not in os.environ:
         sys.exit("no RANK in the environment: pass --launch, or start it with torchrun")
-    cfg = Config(epochs=a.epochs, global_batch=a.global_batch, lr=a.lr,
-                 checkpoint=a.checkpoint, out=a.out, timeout=a.timeout)
-    worker(cfg, a.crash_rank, a.crash_epoch)
+    else:
+        worker(Config(epochs=a.epochs, global_batch=a.global_batch, lr=a.lr,
+                      checkpoint=a.checkpoint, out=a.out, timeout=a.timeout),
+               a.crash_rank, a.crash_epoch)
 
 
 if __name__ == "__main__":

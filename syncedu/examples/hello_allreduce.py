@@ -2,10 +2,9 @@
 
     torchrun --standalone --nproc-per-node=2 -m syncedu.examples.hello_allreduce
 
-torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; `launch.from_env()`
-joins the process group from them and hands back the same `comm` that
-`launch.run` gives a worker in a notebook. On several machines, run the same
-command on each with `--nnodes`, `--node-rank` and `--rdzv-endpoint`.
+`launch.from_env()` joins the group torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT) and hands back the `comm` that `launch.run` gives a notebook's worker; on
+several machines, add `--nnodes`, `--node-rank` and `--rdzv-endpoint`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The one training harness: `train.run(strategy, world_size, ...)` and what it stands on.
-
-Open in this order: harness.py (`run`, `History`), config.py (`TrainConfig`),
-train_rank.py (one rank's loop), strategies.py (the registry topics register
-with; this package imports no topic), runner.py (where ranks run), then
-data.py, models.py, sampling.py (the data, the seeded models, the global
-batches), layer_compute.py (modeled compute) and memory.py (model-state bytes).
+"""The one training harness: `train.run(strategy, world_size, ...)` and what it stands on
+(read harness.py, config.py, train_rank.py, then strategies.py: the registry topics
+register with, so this package imports no topic).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""What `compression=` accepts, resolved without importing the compression topic.
-
-None, a name registered by `syncedu/compress/__init__.py` (`COMPRESSORS[name] =
-cls`: "fp16", "bf16", "topk", ...) or an object with `average_(comm, tensors,
-key)` and `check(comm)`; so the harness and `dp.DataParallel` never import lesson 07.
-"""
+"""What `compression=` accepts (None, a name `syncedu.compress` registers, or an object with
+`average_(comm, tensors, key)` and `check(comm)`), resolved without importing that topic."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Small real and synthetic data sets that ship with installed packages: no downloads.
-
-- `digits()`: scikit-learn's bundled 8x8 handwritten digits (1,797 images,
-  10 classes; UCI ML hand-written digits, Alpaydin & Kaynak 1998), scaled to [0, 1].
-- `synthetic()`: seeded Gaussian blobs, any size, for quick and exact experiments.
-
-Both return a `torch.utils.data.TensorDataset` of (float32 features, int64 labels).
-"""
+"""Small data sets, no downloads: `TensorDataset`s of (float32 features, int64 labels).
+`digits()` is scikit-learn's bundled 8x8 handwritten digits (UCI ML hand-written digits,
+Alpaydin & Kaynak 1998), scaled to [0, 1]; `synthetic()` seeded Gaussian blobs."""
 
 from __future__ import annotations
 

@@ -4,19 +4,10 @@
     dp = train.run("bucketed", 2, steps=50, global_batch=64, accumulation=2)
     dp.max_param_diff(ref)  # ~1e-7
 
-1. validate the job in a frozen `TrainConfig` (ValueError naming the parameter);
-2. run it where `runner` puts it ("single": this process; else fresh real
-   ranks, your `pool`, or simulated with `simulate=True`); every strategy reads
-   the same global batches (`sampling.global_batches`), each rank its shard;
+1. validate the job in a frozen `TrainConfig`;
+2. run it where `runner` puts it; every strategy reads the same global batches;
 3. long real runs go in chunks on the warm ranks, so a tqdm bar can move;
-4. gather a `History`: global mean loss per optimizer step, final parameters
-   (checked identical on every rank), the ledger, and times: `train_seconds`
-   (slowest rank, from a common barrier), `compute_seconds`, `comm_wait_seconds`
-   (exposed communication), `comm_busy_seconds` (an allreduce in flight).
-
-The accumulation mistakes (`mistake=`): "sync_every" (no `no_sync`),
-"partial_no_sync" (`no_sync` around `backward()` only: the forward already
-decided to sync), "unscaled_loss" (micro-batch losses not divided by K).
+4. gather a `History`; the final parameters must be identical on every rank.
 """
 
 from __future__ import annotations
@@ -36,7 +27,8 @@ __all__ = ["run", "History", "TrainConfig", "STRATEGIES", "MISTAKES"]
 
 @dataclass
 class History:
-    """What a training run returns (see `run`)."""
+    """What a training run returns (`train_seconds`: the slowest rank's, from a common
+    barrier; `comm_wait_seconds`: exposed communication)."""
 
     config: TrainConfig
     loss: list[float]
@@ -50,8 +42,7 @@ class History:
     accuracy: float
     timeline: list[tuple[str, float, float]] = field(repr=False)
     sim_seconds: float | None = None
-    # Per rank, peak bytes of model state {"params", "grads", "optimizer", "total"}
-    # (ZeRO measures its peaks; other strategies: what is held after the last step).
+    # Per rank, bytes of model state (ZeRO: its peaks; else what is held after the last step).
     model_state_bytes: list[dict] | None = None
 
     @property
@@ -79,11 +70,8 @@ def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumu
         progress: bool | None = None, timeout: float = 600.0, **options) -> History:
     """Train with `strategy` (one of `STRATEGIES`) on `world_size` ranks; a `History`.
 
-    `options` are `TrainConfig` fields (`model`, `optimizer`, `compression`,
-    `mistake`, `sync_every`, `compute_seconds`, ...). `pool`: a
-    `launch.Pool(world_size)` to reuse; `network`: emulated on real ranks,
-    modeled with `simulate=True`; `progress`: a tqdm bar (default: on when
-    stderr is a terminal and the run has 100 steps or more).
+    `options` are `TrainConfig` fields. `network` is emulated on real ranks, modeled with
+    `simulate=True`; `progress` (a tqdm bar) defaults to on in a terminal from 100 steps.
     """
     cfg = TrainConfig(strategy=strategy, world_size=world_size, steps=steps,  # Step 1
                       global_batch=global_batch, accumulation=accumulation, lr=lr, seed=seed,
@@ -94,8 +82,7 @@ def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumu
     if strategy in strategies.LAUNCHERS:  # it starts its own ranks (Horovod: horovod.run)
         return _history(cfg, strategies.LAUNCHERS[strategy](cfg, pool=pool, network=network,
                                                             timeout=timeout))
-    if progress is None:
-        progress = steps >= 100 and sys.stderr.isatty()
+    progress = steps >= 100 and sys.stderr.isatty() if progress is None else progress
     # Step 2: "single" in this process, the others where the runner puts them.
     with runner.Placement(world_size, pool=pool, network=network, simulate=simulate,
                       local=strategy == "single", timeout=timeout,
@@ -112,12 +99,11 @@ def _run_chunks(ranks: runner.Placement, cfg: TrainConfig) -> list:
     token = uuid.uuid4().hex  # names this run's state kept on the ranks between calls
     chunk = max(1, cfg.steps // 50)
     try:
-        ranks.run(train_rank.train_start, (cfg, token))
         with tqdm(total=cfg.steps, desc=f"{cfg.strategy} x{cfg.world_size}",
                   file=sys.stderr) as bar:
             for start in range(0, cfg.steps, chunk):
                 stop = min(cfg.steps, start + chunk)
-                ranks.run(train_rank.train_chunk, (token, start, stop))
+                ranks.run(train_rank.train_chunk, (cfg, token, start, stop))
                 bar.update(stop - start)
         return list(ranks.run(train_rank.train_end, (token,)))
     finally:
@@ -134,8 +120,7 @@ def _history(cfg: TrainConfig, values: list[train_rank.RankResult]) -> History:
                                f"ranks diverged (strategy={cfg.strategy!r})")
     n = len(values)
     loss = [sum(v.loss[i] for v in values) / n for i in range(cfg.steps)]
-    return History(config=cfg, loss=loss, params=first,
-                   ledger=Ledger([v.ledger for v in values]),
+    return History(config=cfg, loss=loss, params=first, ledger=Ledger([v.ledger for v in values]),
                    train_seconds=max(v.elapsed for v in values),
                    compute_seconds=sum(v.compute for v in values) / n,
                    comm_wait_seconds=sum(v.wait for v in values) / n,

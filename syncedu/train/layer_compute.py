@@ -1,18 +1,14 @@
-"""Modeled compute, charged layer by layer as forward and backward actually run.
+"""Modeled compute, charged layer by layer as forward and backward actually run: a bucket's
+allreduce can only hide behind the backward of the layers after it.
 
-A bucket's allreduce can only hide behind the backward of the layers after it,
-so modeled compute must be spent where the real one is, not in one lump:
-
-1. split `seconds` per micro-batch into forward (1/3) and backward (2/3): a
-   layer's backward computes two products to forward's one (Kaplan et al.
-   2020, sec. 2.1);
+1. split `seconds` per micro-batch into forward (1/3) and backward (2/3): a layer's
+   backward computes two products to forward's one (Kaplan et al. 2020, sec. 2.1);
 2. give each layer with trainable parameters a share proportional to their count;
 3. forward: after a layer's forward, `comm.compute(its forward share)`;
 4. backward: a hook on the layer's output fires when the gradient reaches it,
    before its parameters' gradients are ready, and charges its backward share.
 
-Simulated ranks move the logical clock (an allreduce in flight overlaps it);
-real ranks sleep, emulating a slower device without taking the CPU.
+Simulated ranks move the logical clock; real ranks sleep (a slower device, no CPU taken).
 """
 
 from __future__ import annotations

@@ -4,8 +4,7 @@ and the ZeRO paper's formulas to extrapolate.
 Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
 Parameter Models", SC 2020, Section 3.1 and Figure 1: mixed-precision Adam keeps
 2 bytes of fp16 parameters, 2 of fp16 gradients and K = 12 of optimizer state
-per parameter: 16 bytes, so 7.5B parameters need 120 GB per data-parallel rank.
-Per rank, with N ranks and Psi parameters (`bytes_per_rank`):
+per parameter. Per rank, with N ranks and Psi parameters (`bytes_per_rank`):
 
 | stage          | parameters | gradients | optimizer state |
 |----------------|------------|-----------|-----------------|
@@ -13,12 +12,6 @@ Per rank, with N ranks and Psi parameters (`bytes_per_rank`):
 | 1 (P_os)       | 2 Psi      | 2 Psi     | K Psi / N       |
 | 2 (P_os+g)     | 2 Psi      | 2 Psi / N | K Psi / N       |
 | 3 (P_os+g+p)   | 2 Psi / N  | 2 Psi / N | K Psi / N       |
-
-This course trains in fp32: 4 + 4 bytes, plus 4 (SGD momentum) or 8 (Adam) (`FP32`).
-
-1. `model_state_bytes(module, optimizer)`: bytes held now (storages counted once);
-2. `activation_bytes(module, x)`: bytes autograd saves during one forward;
-3. `bytes_per_rank(psi, n, stage, ...)`: the table; `PAPER`: its Table 1 figures.
 """
 
 from __future__ import annotations
@@ -28,10 +21,9 @@ from torch import nn
 
 GB = 1e9  # the paper's GB: 7.5e9 parameters x 16 bytes = 120 GB
 MIXED_ADAM = {"params": 2, "grads": 2, "optimizer": 12}  # bytes per parameter, K = 12
-FP32 = {"sgd": {"params": 4, "grads": 4, "optimizer": 4},  # momentum buffer
+FP32 = {"sgd": {"params": 4, "grads": 4, "optimizer": 4},  # this course: momentum buffer
         "adam": {"params": 4, "grads": 4, "optimizer": 8}}  # exp_avg, exp_avg_sq
-# Table 1 of Rajbhandari et al. 2020 (the case Figure 1 draws): Psi = 7.5B, N = 64, K = 12,
-# per GPU.
+# Table 1 of Rajbhandari et al. 2020 (the case Figure 1 draws), per GPU.
 PAPER = {"psi": 7.5e9, "n": 64, "bytes_per_param": 16, "baseline_gb": 120.0,
          "figure1_gb": {0: 120.0, 1: 31.4, 2: 16.6, 3: 1.88}}
 STAGES = (0, 1, 2, 3)
@@ -49,7 +41,7 @@ def held_bytes(tensors) -> int:
 
 
 def model_state_bytes(module: nn.Module, optimizer=None) -> dict[str, int]:
-    """Step 1: bytes of parameters, gradients and optimizer state held now, and their total."""
+    """Bytes of parameters, gradients and optimizer state held now, and their total."""
     params = list(module.parameters())
     state = [] if optimizer is None else [
         t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
@@ -61,7 +53,7 @@ def model_state_bytes(module: nn.Module, optimizer=None) -> dict[str, int]:
 
 
 def activation_bytes(module: nn.Module, x: torch.Tensor) -> int:
-    """Step 2: bytes of the tensors autograd saves during `module(x)` (parameters excluded)."""
+    """Bytes of the tensors autograd saves during `module(x)` (parameters excluded)."""
     params = {p.untyped_storage().data_ptr() for p in module.parameters()}
     saved: dict[int, int] = {}
 
@@ -77,10 +69,8 @@ def activation_bytes(module: nn.Module, x: torch.Tensor) -> int:
 
 
 def bytes_per_rank(psi: float, n: int, stage: int, per_param: dict | None = None) -> dict:
-    """Step 3: model-state bytes per rank for `psi` parameters on `n` ranks at `stage` (0-3).
-
-    `per_param`: bytes per parameter of each kind (default `MIXED_ADAM`, the paper's).
-    """
+    """Model-state bytes per rank for `psi` parameters on `n` ranks at `stage` (0-3);
+    `per_param` defaults to the paper's `MIXED_ADAM`."""
     if stage not in STAGES:
         raise ValueError(f"stage={stage!r} is unknown; choose one of {STAGES} (0: plain DP)")
     if not isinstance(n, int) or n < 1:

@@ -1,8 +1,4 @@
-"""Small models for the lessons: an MLP, and a CNN with BatchNorm (for SyncBN).
-
-`make(name, seed=...)` builds one with seeded initial weights, so every rank
-and every strategy starts from the same parameters.
-"""
+"""Small models for the lessons: an MLP, and a CNN with BatchNorm (for SyncBN)."""
 
 from __future__ import annotations
 
@@ -52,7 +48,7 @@ MODELS = {"mlp": MLP, "cnn": SmallCNN}
 
 
 def make(name: str = "mlp", *, seed: int = 0, **kwargs) -> nn.Module:
-    """Build model `name` ("mlp" or "cnn") with initial weights fixed by `seed`."""
+    """Model `name` with initial weights fixed by `seed`: every rank starts alike."""
     if name not in MODELS:
         raise ValueError(f"model {name!r} is unknown; choose one of {sorted(MODELS)}")
     state = torch.random.get_rng_state()

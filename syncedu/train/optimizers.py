@@ -1,13 +1,8 @@
 """The optimizers a config can name: "sgd", "adam", "adamw", and their options, checked once.
 
-Shared by `TrainConfig` and ZeRO's config, so "adamw" with `weight_decay`,
-`betas` and `eps` means torch.optim.AdamW everywhere (decoupled weight decay,
-Loshchilov & Hutter, ICLR 2019); "adam" and "sgd" add `weight_decay` * p to the
-gradient, as torch does.
-
-1. `check_optimizer_options(cfg)`: `optimizer` known, `weight_decay` >= 0,
-   `betas` two numbers in [0, 1), `eps` > 0 (Adam and AdamW only);
-2. `make_optimizer(params, cfg)`: the torch optimizer over `params`.
+Shared by `TrainConfig` and ZeRO's config, so "adamw" means torch.optim.AdamW everywhere
+(decoupled weight decay, Loshchilov & Hutter, ICLR 2019); "adam" and "sgd" add
+`weight_decay` * p to the gradient, as torch does.
 """
 
 from __future__ import annotations
@@ -23,8 +18,7 @@ def _number(value) -> bool:
 
 
 def check_optimizer_options(cfg) -> None:
-    """Step 1 (a frozen dataclass with optimizer, weight_decay, betas, eps; a list of betas
-    is stored as a tuple)."""
+    """Check `cfg`'s optimizer, weight_decay, betas and eps (a list of betas becomes a tuple)."""
     if cfg.optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer={cfg.optimizer!r} is unknown; choose one of {OPTIMIZERS}")
     if isinstance(cfg.betas, list):
@@ -42,7 +36,7 @@ def check_optimizer_options(cfg) -> None:
 
 
 def make_optimizer(params, cfg) -> torch.optim.Optimizer:
-    """Step 2: SGD(lr, momentum, weight_decay) or Adam / AdamW(lr, betas, eps, weight_decay)."""
+    """SGD(lr, momentum, weight_decay) or Adam / AdamW(lr, betas, eps, weight_decay)."""
     if cfg.optimizer in ("adam", "adamw"):
         cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
         return cls(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)

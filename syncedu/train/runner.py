@@ -1,19 +1,9 @@
 """Where the ranks of a training job run, and how two runs compare.
 
-Every experiment (`train.run`, `ps.run`, the BatchNorm experiment) writes one
-`fn(comm, *args)` against `Comm`; the runner decides where it runs: "local"
-(this process, a world-size-1 `LocalComm`: the reference), "sim" (simulated
-ranks, the `network` modeled), "pool" (the warm ranks of your `launch.Pool`,
-its own `network` emulated) or "fresh" (new processes for this job).
-
-1. `where` checks the arguments once for every experiment: a local run takes no
-   pool, network or simulate; simulate takes no pool; a pool must have the job's
-   world size and carries its own network;
-2. `Placement` opens the ranks of one job (a context manager, so a job may call
-   them several times), runs `fn` on each, and closes what it opened (never a
-   pool passed in).
-
-`max_param_diff` is the one way to compare two runs' final parameters.
+Every experiment writes one `fn(comm, *args)` against `Comm`; `where` picks "local" (this
+process, a world-size-1 `LocalComm`: the reference), "sim" (simulated ranks, `network`
+modeled), "pool" (your `launch.Pool`'s warm ranks, its own network emulated) or "fresh"
+(new processes); `Placement` opens them for one job and closes what it opened.
 """
 
 from __future__ import annotations
@@ -25,18 +15,11 @@ from syncedu.comm.ledger import Ledger
 from syncedu.comm.local import LocalComm
 from syncedu.comm.runs import RunResult
 
-__all__ = ["WHERE", "where", "Placement", "run", "max_param_diff"]
-
-WHERE = ("local", "sim", "pool", "fresh")
-
 
 def where(world_size: int, *, pool=None, network=None, simulate: bool = False,
           local: bool = False, job: str = "the run") -> str:
-    """Step 1: which of `WHERE` runs the ranks; ValueError naming the bad parameter.
-
-    `local=True` asks for this process (world size 1); `job` names the caller in
-    errors (e.g. "strategy='single'").
-    """
+    """"local", "sim", "pool" or "fresh"; a ValueError naming the bad parameter (and the
+    caller, `job`, e.g. "strategy='single'")."""
     if not isinstance(simulate, bool):
         raise ValueError(f"simulate={simulate!r} must be True or False")
     if local:
@@ -55,27 +38,21 @@ def where(world_size: int, *, pool=None, network=None, simulate: bool = False,
         raise ValueError(f"pool has world_size={pool.world_size}, {job} needs "
                          f"world_size={world_size}")
     if network is not None and network is not pool.network:
-        # The pool's ranks already emulate the network they were started with.
         raise ValueError("network= must be the pool's own network (create the Pool with "
                          "network=...)")
     return "pool"
 
 
 class Placement:
-    """Step 2: the ranks of one job, wherever `where` put them; call `.run(fn, args)`.
-
-    A context manager: ranks it started ("fresh") are closed on exit, a pool
-    passed in stays warm for the caller.
-    """
+    """The ranks of one job, wherever `where` put them (a context manager)."""
 
     def __init__(self, world_size: int, *, pool=None, network=None, simulate: bool = False,
                  local: bool = False, timeout: float = 600.0, job: str = "the run"):
         self.kind = where(world_size, pool=pool, network=network, simulate=simulate,
                           local=local, job=job)
         self.world_size, self.network, self.timeout = world_size, network, timeout
-        self.pool = pool
-        if self.kind == "fresh":
-            self.pool = launch.Pool(world_size, network=network, timeout=timeout, output="live")
+        self.pool = launch.Pool(world_size, network=network, timeout=timeout, output="live") \
+            if self.kind == "fresh" else pool
 
     def run(self, fn, args=()) -> RunResult:
         """`fn(comm, *args)` on every rank: a `RunResult` (values, ledger, seconds)."""
@@ -88,20 +65,17 @@ class Placement:
                            timeout=self.timeout)
         return self.pool.run(fn, args, timeout=self.timeout)
 
-    def close(self) -> None:
-        if self.kind == "fresh":
-            self.pool.close()
-
     def __enter__(self) -> Placement:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        if self.kind == "fresh":  # a pool passed in stays warm for the caller
+            self.pool.close()
 
 
 def run(fn, world_size: int, args=(), *, pool=None, network=None, simulate: bool = False,
         local: bool = False, timeout: float = 600.0, job: str = "the run") -> RunResult:
-    """Steps 1-2 for a job that calls its ranks once: `fn(comm, *args)` on each."""
+    """`fn(comm, *args)` on each rank of a job that calls its ranks once."""
     with Placement(world_size, pool=pool, network=network, simulate=simulate, local=local,
                timeout=timeout, job=job) as ranks:
         return ranks.run(fn, args)
@@ -122,12 +96,8 @@ def _run_local(fn, args) -> RunResult:
 
 
 def max_param_diff(params, other) -> float:
-    """Largest absolute difference between two runs' final parameters.
-
-    Each of `params` and `other` is a run's result (anything with `.params`: a
-    `train.run` or `ps.run` history) or a dict {name: tensor}; the names of
-    `params` are compared.
-    """
+    """Largest absolute difference between two runs' final parameters, over `params`' names
+    (each a history with `.params` or a dict {name: tensor})."""
     mine, theirs = _params(params, "params"), _params(other, "other")
     missing = [k for k in mine if k not in theirs]
     if missing:

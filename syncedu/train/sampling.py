@@ -1,16 +1,13 @@
 """The same global batches for every strategy: DistributedSampler's order, made explicit.
 
-`DistributedSampler(shuffle=True, seed=s)` orders an epoch as `torch.randperm(n)`
-from a generator seeded with `s + epoch` (`set_epoch`), and gives rank r the
-positions r, r + N, ... of it. With `DataLoader(batch_size=b, drop_last=True)`,
-step j of all ranks together reads positions j*B .. j*B + B - 1 (B = N b): one
-global batch. So a run is defined by (dataset size, seed, global batch) alone,
-whatever the world size or strategy (`ps.run` uses the same batches):
+`DistributedSampler(shuffle=True, seed=s)` orders an epoch as `torch.randperm(n)` from a
+generator seeded with `s + epoch` (`set_epoch`) and gives rank r the positions r, r + N,
+... of it; with `DataLoader(batch_size=b, drop_last=True)`, step j of all ranks together
+reads positions j*B .. j*B + B - 1 (B = N b). So a run is defined by (dataset size, seed,
+global batch) alone, whatever the world size or strategy:
 
-1. `epoch_order(n, epoch, seed)`: the epoch's permutation (`set_epoch=False`
-   reuses epoch 0's every epoch: the classic bug);
-2. `global_batches(n, steps, global_batch, seed=...)`: consecutive chunks,
-   `n // global_batch` per epoch (the tail dropped), across epochs;
+1. each epoch's order is that permutation (`set_epoch=False` reuses epoch 0's: the bug);
+2. `global_batches`: consecutive chunks, `n // global_batch` per epoch (the tail dropped);
 3. `shard(batch, rank, world_size)`: `batch[r::world_size]`, DistributedSampler's rule;
 4. `micro_batches(indices, k)`: k equal consecutive parts, for accumulation.
 """
@@ -21,49 +18,32 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["epoch_order", "global_batches", "batches", "shard", "micro_batches",
-           "steps_per_epoch"]
 
-
-def _positive(name: str, value) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name}={value!r} must be an int >= 1")
+def check_int(name: str, value, low: int = 1) -> int:
+    """`value`, or a ValueError naming `name` unless it is an int >= `low`."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name}={value!r} must be an int >= {low}")
     return value
-
-
-def _size(data) -> int:
-    return _positive("n", data) if isinstance(data, int) else len(data)
-
-
-def epoch_order(n: int, epoch: int, seed: int = 0) -> torch.Tensor:
-    """The order of epoch `epoch`, exactly as DistributedSampler(shuffle=True, seed) draws it."""
-    g = torch.Generator()
-    g.manual_seed(seed + epoch)
-    return torch.randperm(n, generator=g)
 
 
 def steps_per_epoch(n: int, global_batch: int) -> int:
     """How many whole global batches one epoch of `n` samples holds."""
-    if _positive("global_batch", global_batch) > n:
+    if check_int("global_batch", global_batch) > n:
         raise ValueError(f"global_batch={global_batch} must be <= the dataset size {n}")
     return n // global_batch
 
 
 def global_batches(data, steps: int, global_batch: int, *, seed: int = 0,
                    set_epoch: bool = True) -> Iterator[torch.Tensor]:
-    """Yield `steps` index tensors of `global_batch` samples each (`data`: a dataset or its size).
-
-    The same (size, steps, global_batch, seed) always yields the same batches.
-    `set_epoch=False` shows what forgetting `sampler.set_epoch` does: every
-    epoch repeats epoch 0's order.
-    """
-    n = _size(data)
-    _positive("steps", steps)
+    """Yield `steps` index tensors of `global_batch` samples (`data`: a dataset or its size)."""
+    n = check_int("n", data) if isinstance(data, int) else len(data)
+    check_int("steps", steps)
     per_epoch = steps_per_epoch(n, global_batch)
     for step in range(steps):
         epoch, j = divmod(step, per_epoch)
         if j == 0:  # Step 1: a new epoch, a new order (unless set_epoch was forgotten)
-            order = epoch_order(n, epoch if set_epoch else 0, seed)
+            g = torch.Generator().manual_seed(seed + (epoch if set_epoch else 0))
+            order = torch.randperm(n, generator=g)
         yield order[j * global_batch:(j + 1) * global_batch]  # Step 2
 
 
@@ -76,7 +56,7 @@ def batches(dataset, steps: int, global_batch: int, *, seed: int = 0):
 
 def shard(batch: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
     """Rank `rank`'s part of a global batch: every `world_size`-th sample from `rank` on."""
-    _positive("world_size", world_size)
+    check_int("world_size", world_size)
     if not 0 <= rank < world_size:
         raise ValueError(f"rank={rank} must be in 0..{world_size - 1}")
     if len(batch) % world_size:
@@ -87,7 +67,7 @@ def shard(batch: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
 
 def micro_batches(indices: torch.Tensor, k: int) -> list[torch.Tensor]:
     """`k` equal consecutive micro-batches of `indices` (Step 4)."""
-    _positive("accumulation", k)
+    check_int("accumulation", k)
     if len(indices) % k:
         raise ValueError(f"{len(indices)} samples do not split into accumulation={k} "
                          "equal micro-batches")

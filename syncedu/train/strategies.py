@@ -1,23 +1,16 @@
 """The strategies `train.run` knows: a registry from name to a factory.
 
-A factory takes `(module, comm, cfg)` (the seeded model on `comm.device`, this
-rank's `Comm`, the `TrainConfig`) and returns the `Parts` one rank's loop needs:
+A factory `(module, comm, cfg) -> Parts` gets the seeded model on `comm.device`, this
+rank's `Comm` and the `TrainConfig`, and returns what one rank's loop needs:
 
 1. `model`: what forward calls (a wrapper such as `DataParallel`, or the module);
 2. `optimizer`: anything with `step()`, `zero_grad(set_to_none=...)` and `param_groups`;
-3. optional hooks: `no_sync()` around micro-batches that must not synchronize,
-   `finish()` after the last backward (wait for the gradient traffic),
-   `after_step()` (e.g. local SGD's average), `close()` after the last step (it
-   may communicate: every rank must end with the same parameters); `events`, the
-   `(start, end, bytes)` of each gradient transfer, for the timeline;
-4. `memory()`: peak bytes of model state {"params", "grads", "optimizer",
-   "total"} if the strategy measures it (ZeRO), else None (the loop measures).
+3. optional hooks: `no_sync()`, `finish()` after the last backward (wait for the gradient
+   traffic), `after_step()`, `close()` after the last step (it may communicate: every rank
+   must end with the same parameters); `events`, the `(start, end, bytes)` of each transfer;
+4. `memory()`: peak bytes of model state if the strategy measures it (ZeRO), else None.
 
-Topics register their factories with `@register("name")` (each topic's
-`train_strategies.py`; `import syncedu` imports them all): this package imports
-no topic, and only "single" (the one-process reference) lives here. A strategy
-that starts its own ranks (Horovod) also calls `register_launcher(name, fn)`:
-`fn(cfg, pool=, network=, timeout=)` returns the ranks' results.
+Topics register theirs with `@register("name")`; only "single" lives here.
 """
 
 from __future__ import annotations
@@ -30,30 +23,23 @@ from torch import nn
 
 from syncedu.train.optimizers import make_optimizer
 
-__all__ = ["Parts", "FACTORIES", "LAUNCHERS", "register", "register_launcher", "build",
-           "make_optimizer"]
-
 FACTORIES: dict[str, Callable] = {}
 # Strategies that start their own ranks -> fn(cfg, *, pool, network, timeout) -> results.
 LAUNCHERS: dict[str, Callable] = {}
 
 
-def _nothing(*_args) -> None:
-    return None
-
-
 @dataclass
 class Parts:
-    """What one rank's training loop drives (see the module docstring)."""
+    """What one rank's training loop drives (Steps 1-4 above)."""
 
     model: nn.Module
     optimizer: object
     events: list = field(default_factory=list)
     no_sync: Callable = contextlib.nullcontext
-    finish: Callable[[], None] = _nothing
-    after_step: Callable[[], object] = _nothing
-    close: Callable[[], None] = _nothing
-    memory: Callable[[], dict | None] = _nothing
+    finish: Callable[[], None] = lambda: None
+    after_step: Callable[[], object] = lambda: None
+    close: Callable[[], None] = lambda: None
+    memory: Callable[[], dict | None] = lambda: None
 
 
 def register(*names: str):

@@ -1,23 +1,13 @@
 """One rank's side of `train.run`: build the model, wrap it, run the steps, time them.
 
-1. `setup`: the seeded model (identical on every rank), wrapped by the strategy's
-   factory (`train_strategies`: `DataParallel` for naive/flat/bucketed, torch's
-   `DistributedDataParallel` with a counting comm hook for ddp, `LocalSGD` for
-   local_sgd, nothing for single), and the configured optimizer;
-2. `steps`: for each global batch, this rank's shard (`sampling.shard`), split
-   into `accumulation` micro-batches; gradient sync only on the last one (or
-   one of the classic mistakes, `TrainConfig.mistake`); then the optimizer step.
-   A modeled `compute_seconds` per micro-batch is charged layer by layer as
-   forward and backward run (`LayerCompute`), so overlap shows;
-   Forward+backward+step count as compute, the wait for the gradients as
-   exposed communication; the timeline keeps each micro-batch's forward,
-   backward and wait (inside "compute", the span from zero_grad to the step);
-3. `finish`: the final parameters by the plain module's names, the per-step
-   losses and times, the timeline of the last steps.
+1. setup: the seeded model, wrapped by the strategy's factory, and its optimizer;
+2. steps: for each global batch, this rank's shard in `accumulation` micro-batches,
+   gradient sync only on the last one (unless `TrainConfig.mistake`), then the optimizer
+   step; modeled compute is charged layer by layer (`LayerCompute`), so overlap shows;
+3. finish: the final parameters by the plain module's names, losses, times, timeline.
 
-State lives in a `Session` object per call, never at module level, except the
-`_SESSIONS` table that lets a warm pool run a long job in chunks (each rank is
-its own process there; simulated runs never use it).
+State lives in a `Session` per call, except `_SESSIONS`, which lets a warm pool run a
+long job in chunks (each rank is its own process there).
 """
 
 from __future__ import annotations
@@ -39,7 +29,7 @@ _SESSIONS: dict = {}
 
 @dataclass
 class RankResult:
-    """What one rank reports at the end of a run (train.py merges them into a `History`)."""
+    """What one rank reports at the end of a run (harness.py merges them into a `History`)."""
 
     loss: list[float]  # this rank's shard mean loss per optimizer step
     params: dict[str, torch.Tensor]  # final parameters by the plain module's names
@@ -65,14 +55,12 @@ class Session:
         self.x, self.y = self.dataset.tensors
         self.module = models.make(cfg.model, seed=cfg.seed, **dict(cfg.model_kwargs))
         self.module.to(comm.device)
-        self.parts = train_strategies.build(self.module, comm, cfg)  # Step 1
-        self.model, self.events, self.opt = self.parts.model, self.parts.events, \
-            self.parts.optimizer
+        parts = self.parts = train_strategies.build(self.module, comm, cfg)  # Step 1
+        self.model, self.events, self.opt = parts.model, parts.events, parts.optimizer
         self.charge = LayerCompute(self.module, comm, cfg.compute_seconds) \
             if cfg.compute_seconds else None
-        self.batches = iter(sampling.global_batches(len(self.dataset), cfg.steps,
-                                                    cfg.global_batch, seed=cfg.seed,
-                                                    set_epoch=cfg.set_epoch))
+        self.batches = sampling.global_batches(self.dataset, cfg.steps, cfg.global_batch,
+                                               seed=cfg.seed, set_epoch=cfg.set_epoch)
         self.loss: list[float] = []
         self.times = {"compute": 0.0, "wait": 0.0, "steps": []}
         self.timeline: list[tuple[str, float, float]] = []
@@ -134,32 +122,31 @@ class Session:
         if record:
             self.timeline += [("compute", t0, t_opt), *self._phases, ("step", t_opt, t1)]
 
-    def run(self, start: int, stop: int) -> None:
-        """Steps `start..stop-1`, timed from a common barrier (not charged to the ledger)."""
-        self.comm.barrier()
-        self.comm.ledger.reset()  # the barrier is harness traffic, not training traffic
+    @contextlib.contextmanager
+    def _charged(self):
+        """Charge a block's wall and logical time and its traffic (only) to the run."""
+        self.comm.ledger.reset()
         t0, logical0 = time.perf_counter(), self.comm.now()
-        first_record = self.cfg.steps - self.cfg.timeline_steps
-        for step in range(start, stop):
-            self.step(step, step >= first_record)
+        yield
         self.elapsed += time.perf_counter() - t0
         self.sim_elapsed += self.comm.now() - logical0
-        self._merge_ledger()
-
-    def _merge_ledger(self) -> None:
         self.ledger.merge(self.comm.ledger)  # each entry keeps its kind (counted / modeled)
         self.comm.ledger.reset()
 
+    def run(self, start: int, stop: int) -> None:
+        """Steps `start..stop-1`, timed from a common barrier (harness traffic, not charged)."""
+        self.comm.barrier()
+        first_record = self.cfg.steps - self.cfg.timeline_steps
+        with self._charged():
+            for step in range(start, stop):
+                self.step(step, step >= first_record)
+
     def _close(self) -> None:
         """The strategy's last word (e.g. local SGD's final average), charged to the run."""
-        self.comm.ledger.reset()
-        t0, logical0 = time.perf_counter(), self.comm.now()
-        self.parts.close()
-        if self.charge is not None:
-            self.charge.close()
-        self.elapsed += time.perf_counter() - t0
-        self.sim_elapsed += self.comm.now() - logical0
-        self._merge_ledger()
+        with self._charged():
+            self.parts.close()
+            if self.charge is not None:
+                self.charge.close()
 
     # ------------------------------------------------------------ Step 3
     def result(self) -> RankResult:
@@ -180,7 +167,6 @@ class Session:
             sim_seconds=self.sim_elapsed if self.comm.backend == "sim" else None)
 
 
-# ---------------------------------------------------------------- entry points
 def train_all(comm, cfg) -> RankResult:
     """The whole run in one call (simulated ranks, or no progress bar)."""
     session = Session(comm, cfg)
@@ -188,11 +174,10 @@ def train_all(comm, cfg) -> RankResult:
     return session.result()
 
 
-def train_start(comm, cfg, token: str) -> None:
-    _SESSIONS[token] = Session(comm, cfg)
-
-
-def train_chunk(comm, token: str, start: int, stop: int) -> None:
+def train_chunk(comm, cfg, token: str, start: int, stop: int) -> None:
+    """Steps `start..stop-1` of the run `token` on a warm rank (the first chunk starts it)."""
+    if token not in _SESSIONS:
+        _SESSIONS[token] = Session(comm, cfg)
     _SESSIONS[token].run(start, stop)
 
 

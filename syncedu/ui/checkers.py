@@ -1,11 +1,9 @@
 """What every lesson's exercise checkers share (each topic's own are in its `exercisesNN.py`).
 
-Each checker takes the learner's answer, runs it where needed and prints a
-verdict (it returns None, so a notebook cell shows only the verdict); its
+A checker prints a verdict and returns None (a cell shows only the verdict); its
 `.grade(answer)` returns True/False for tests. An answer that still raises
-`NotImplementedError` (the stub the notebook ships) is reported as "not
-attempted yet", not as a failure, so the notebooks run top to bottom before
-anyone has solved anything.
+`NotImplementedError` (the notebook's stub) is "not attempted yet", not a failure, so
+the notebooks run top to bottom before anyone has solved anything.
 """
 
 from __future__ import annotations
@@ -17,11 +15,9 @@ from syncedu.comm import launch
 
 def checker(grade):
     """Turn `grade(answer) -> bool` into a notebook checker that prints and returns None."""
-
     @functools.wraps(grade)
     def check(*args, **kwargs) -> None:
         grade(*args, **kwargs)
-
     check.grade = grade
     return check
 
@@ -33,17 +29,15 @@ def verdict(name: str, ok: bool, detail: str = "") -> bool:
 
 
 def attempt(name: str, call):
-    """Run `call()`; None (and a message) if the learner has not answered yet."""
+    """(True, `call()`), or (False, None) and a message if it is not answered yet or a rank
+    raised."""
     try:
         return True, call()
-    except NotImplementedError:
-        print(f"{name}: not attempted yet - write your answer and re-run this cell")
-        return False, None
-    except launch.WorkerError as e:
-        if "NotImplementedError" in str(e):
-            print(f"{name}: not attempted yet - write your answer and re-run this cell")
-        else:
+    except (NotImplementedError, launch.WorkerError) as e:
+        if isinstance(e, launch.WorkerError) and "NotImplementedError" not in str(e):
             verdict(name, False, f"rank {e.rank} raised: {str(e).splitlines()[0]}")
+        else:
+            print(f"{name}: not attempted yet - write your answer and re-run this cell")
         return False, None
 
 

@@ -1,14 +1,9 @@
 """What the two source articles claim, and what the course measured.
 
-The course answers two short articles on data synchronization (in Chinese, kept in
-the project's `shared/seeds/`): article A, "分布式训练中的数据同步策略优化", and
-article B, "pytorch分布式部署數據怎樣同步". Every technical claim in them is a row
-of `CLAIMS`: the claim quoted and translated, a verdict, and the lesson whose cell
-measures it. That cell calls `check(id, holds, measured)`, which asserts that the
-measurement still supports the verdict and prints the number, so a verdict that
-stops being true fails that notebook under nbval. Lesson 00 and the README show
-`table()`; `tests/ui/test_claims.py` checks that every row is checked, once, in the
-notebook it names.
+Article A, "分布式训练中的数据同步策略优化", and article B, "pytorch分布式部署數據怎樣同步"
+(in Chinese, in the project's `shared/seeds/`): each technical claim is a row of `CLAIMS`,
+checked by one cell of the lesson it names with `check(id, holds, measured)`, so a verdict
+that stops being true fails that notebook under nbval.
 """
 
 from __future__ import annotations
@@ -133,18 +128,13 @@ CLAIMS: tuple[Claim, ...] = (
           "true only with one GPU per rank: NCCL has no CPU path, Gloo does", 0),
 )
 
-BY_ID = {c.id: c for c in CLAIMS}
-
-
 def check(claim_id: str, holds: bool, measured: str) -> None:
-    """Assert that a lesson's measurement still supports a claim's verdict, and print it.
-
-    `holds` is the cell's own comparison (a witness: counted bytes against a formula,
-    one run against another); `measured` states the numbers it compared.
-    """
-    if claim_id not in BY_ID:
-        raise ValueError(f"claim_id must be one of {sorted(BY_ID)}, got {claim_id!r}")
-    c = BY_ID[claim_id]
+    """Assert that a lesson's measurement (`holds`: the cell's own comparison, `measured`:
+    its numbers) still supports a claim's verdict, and print it."""
+    by_id = {c.id: c for c in CLAIMS}
+    if claim_id not in by_id:
+        raise ValueError(f"claim_id must be one of {sorted(by_id)}, got {claim_id!r}")
+    c = by_id[claim_id]
     if not holds:
         raise AssertionError(
             f"claim {claim_id}: the measurement ({measured}) no longer supports the verdict "

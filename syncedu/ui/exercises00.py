@@ -1,12 +1,6 @@
-"""Checkers for notebooks/00_start_here's exercises (simulated ranks: instant, and a
-deadlock is reported instead of hanging).
-
-1. `sum_of_squares`: one all_reduce on 1 and 3 ranks, watched by a spy on the comm:
-   rank r must give it (r+1)^2 and return what it gave back;
-2. `pass_the_token`: the ring pass on 2, 3 and 5 ranks: each rank's value, one
-   message sent and one received per rank, the trace's pattern (r to r + 1), and a
-   second run whose rank 1 receives the token +1000 (every later value must carry it);
-and the quick check `ring_bytes`. Wrong answers each rejects: tests/ui/test_exercises00.py.
+"""Checkers for notebooks/00_start_here's exercises, on simulated ranks (instant, and a
+deadlock is reported instead of hanging): `sum_of_squares`, `pass_the_token` and the quick
+check `ring_bytes`. The wrong answers each rejects: tests/ui/test_exercises00.py.
 """
 
 from __future__ import annotations
@@ -18,11 +12,12 @@ from syncedu.ui.checkers import attempt, checker, verdict
 
 
 class _Spy:
-    """The learner's comm, recording what each all_reduce was given and gave back (after
-    adding `offset` to its result: an answer that ignores the result is found out)."""
+    """The learner's comm, recording what each all_reduce was given and gave back, and
+    adding `mark` to what all_reduce gives back and to what rank 1 receives (recv or
+    irecv): an answer that computes its result instead of using what arrived is found out."""
 
-    def __init__(self, comm, offset: float = 0.0):
-        self._comm, self.offset, self.inputs, self.outputs = comm, offset, [], []
+    def __init__(self, comm, mark: float = 0.0):
+        self._comm, self.mark, self.inputs, self.outputs = comm, mark, [], []
 
     def __getattr__(self, name):
         return getattr(self._comm, name)
@@ -30,27 +25,43 @@ class _Spy:
     def all_reduce(self, tensor, *args, **kwargs):
         self.inputs.append(tensor.detach().flatten().tolist())
         out = self._comm.all_reduce(tensor, *args, **kwargs)
-        tensor.add_(self.offset)
+        tensor.add_(self.mark)
         self.outputs.append(tensor.detach().flatten().tolist())
         return out
 
+    def irecv(self, tensor, *args, **kwargs):
+        work = self._comm.irecv(tensor, *args, **kwargs)
+        if self.mark and self._comm.rank == 1:
+            return _MarkedReceive(work, tensor, self.mark)
+        return work
 
-def _spied(worker, offset: float = 0.0):
+    def recv(self, tensor, *args, **kwargs):
+        self.irecv(tensor, *args, **kwargs).wait()
+        return tensor
+
+
+class _MarkedReceive:
+    """A receive whose `wait()` adds `mark` to the tensor that arrived."""
+
+    def __init__(self, work, tensor, mark: float):
+        self._work, self._tensor, self._mark = work, tensor, mark
+
+    def wait(self, *args, **kwargs):
+        self._work.wait(*args, **kwargs)
+        self._tensor.add_(self._mark)
+
+
+def _spied(worker, mark: float = 0.0):
     """A worker that runs `worker` on a spying comm: (its result, inputs, outputs)."""
     def run(comm):
-        spy = _Spy(comm, offset)
+        spy = _Spy(comm, mark)
         return worker(spy), spy.inputs, spy.outputs
     return run
 
 
 @checker
 def sum_of_squares(worker, world_sizes=(1, 3)) -> bool:
-    """Exercise 00.1: every rank must return 1^2 + 2^2 + ... + N^2, summed by the all_reduce.
-
-    Rejects: a wrong value; no or several all_reduces; a closed form with the collective
-    called on something else (rank r's input must hold (r+1)^2); an answer that ignores
-    the all_reduce's result (a second run marks that result with +1000).
-    """
+    """Exercise 00.1: every rank must return 1^2 + 2^2 + ... + N^2, summed by the all_reduce."""
     name = "Exercise 1 (sum of squares)"
     for n in world_sizes:
         ok, res = attempt(name, lambda n=n: sim.run(_spied(worker), n))
@@ -117,36 +128,6 @@ def _token_mistake(name: str, n: int, got: list, want: list) -> bool | None:
     return None
 
 
-class _MarkedReceive:
-    """A receive whose `wait()` adds `mark` to the tensor that arrived."""
-
-    def __init__(self, work, tensor, mark: float):
-        self._work, self._tensor, self._mark = work, tensor, mark
-
-    def wait(self, *args, **kwargs):
-        self._work.wait(*args, **kwargs)
-        self._tensor.add_(self._mark)
-
-
-class _MarkedToken:
-    """The learner's comm on which rank 1's receives (recv or irecv) add 1000 to what
-    arrives: an answer that computes its value instead of passing the token is found out."""
-
-    def __init__(self, comm):
-        self._comm = comm
-
-    def __getattr__(self, name):
-        return getattr(self._comm, name)
-
-    def irecv(self, tensor, *args, **kwargs):
-        mark = 1000.0 if self._comm.rank == 1 else 0.0
-        return _MarkedReceive(self._comm.irecv(tensor, *args, **kwargs), tensor, mark)
-
-    def recv(self, tensor, *args, **kwargs):
-        self.irecv(tensor, *args, **kwargs).wait()
-        return tensor
-
-
 @checker
 def pass_the_token(worker, world_sizes=(2, 3, 5)) -> bool:
     """Exercise 00.2: rank 0 starts a token 0; each rank adds its rank and passes it on."""
@@ -179,11 +160,12 @@ def pass_the_token(worker, world_sizes=(2, 3, 5)) -> bool:
             return verdict(name, False, f"with {n} ranks the messages went {sorted(pairs)}; "
                             f"the token goes round the ring {sorted(ring)}")
     # once more with rank 1's receive adding 1000: every later value must carry it
-    ok, res = attempt(name, lambda: sim.run(lambda comm: worker(_MarkedToken(comm)), n))
+    ok, res = attempt(name, lambda: sim.run(_spied(worker, 1000.0), n))
     if not ok:
         return False
-    if list(map(float, res)) != [w + 1000.0 for w in want]:
+    values = [v for v, _, _ in res]
+    if list(map(float, values)) != [w + 1000.0 for w in want]:
         return verdict(name, False, f"when rank 1's recv adds 1000 to the token, the ranks "
-                       f"returned {list(res)}: add your rank to the value that arrived and "
+                       f"returned {values}: add your rank to the value that arrived and "
                        "pass that on, do not compute r(r+1)/2 yourself")
     return verdict(name, True)

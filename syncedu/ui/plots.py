@@ -1,9 +1,5 @@
-"""Figures every lesson shares: a `Ledger` as bars, and the colours of a step's phases.
-
-`ledger_bars` draws the bytes each rank sent, split by operation; `COLORS`
-names the colour of each phase of a training step (forward, backward, comm,
-...), the same in every lesson's timelines.
-"""
+"""Figures every lesson shares: a `Ledger` as bars, and the colours of a step's phases
+(the same in every lesson's timelines)."""
 
 from __future__ import annotations
 
@@ -13,19 +9,18 @@ COLORS = {"forward": "#4c72b0", "backward": "#55a868", "compute": "#4c72b0",
           "comm": "#dd8452", "step": "#8172b2", "wait": "#c44e52"}
 
 
-def ledger_bars(ledger, title: str = "bytes sent per rank", received: bool = False):
+def ledger_bars(ledger, title: str = "bytes sent per rank"):
     """Stacked bars: one bar per rank, one colour per op. Returns the Figure."""
     fig, ax = plt.subplots(figsize=(max(4.0, 0.6 * ledger.world_size + 2), 3))
     ranks = list(range(ledger.world_size))
     bottom = [0] * ledger.world_size
     for name, op in ledger.ops.items():
-        values = op.received if received else op.sent
-        if not any(values):
+        if not any(op.sent):
             continue
-        ax.bar(ranks, values, bottom=bottom, label=name)
-        bottom = [b + v for b, v in zip(bottom, values)]
+        ax.bar(ranks, op.sent, bottom=bottom, label=name)
+        bottom = [b + v for b, v in zip(bottom, op.sent)]
     ax.set_xlabel("rank")
-    ax.set_ylabel("bytes received" if received else "bytes sent")
+    ax.set_ylabel("bytes sent")
     ax.set_xticks(ranks if len(ranks) <= 16 else ranks[:: max(1, len(ranks) // 16)])
     ax.set_title(title)
     if ax.get_legend_handles_labels()[0]:

@@ -1,10 +1,5 @@
-"""Show the package's own code beside the lesson: `show(collectives.ring_allreduce)`.
-
-A lesson that teaches an algorithm displays the very function it runs, so the
-code a learner reads is the code the checked cells execute (no copy in the
-notebook to drift). In a notebook the source appears syntax-highlighted
-(Pygments HTML through `IPython.display`), with its file named on top; outside
-IPython it is printed as plain text.
+"""Show the package's own code beside the lesson: `show(collectives.ring_allreduce)`, so the
+code a learner reads is the code the checked cells run (no copy in the notebook to drift).
 """
 
 from __future__ import annotations
@@ -23,17 +18,13 @@ def where(obj) -> str:
     rel = os.path.relpath(path, _ROOT)
     if not rel.startswith(".."):
         return rel.replace(os.sep, "/")
-    # Outside the repository (an installed library): the path below site-packages, the same
-    # on every machine.
+    # An installed library: the path below site-packages, the same on every machine.
     head, sep, tail = path.replace(os.sep, "/").rpartition("site-packages/")
     return tail if sep else os.path.basename(path)
 
 
 def source(*objs) -> str:
-    """The dedented source of each object, one after another, each headed by its file.
-
-    `objs`: functions, classes, methods or modules written in Python.
-    """
+    """The dedented source of each function, class, method or module, headed by its file."""
     if not objs:
         raise ValueError("objs: pass at least one function, class, method or module")
     parts = []
@@ -47,16 +38,6 @@ def source(*objs) -> str:
     return "\n\n\n".join(parts)
 
 
-def _html(code: str) -> str:
-    """Pygments HTML with inline styles (renders in JupyterLab and on GitHub alike);
-    Pygments comes with IPython, the only place this runs."""
-    from pygments import highlight
-    from pygments.formatters import HtmlFormatter
-    from pygments.lexers import PythonLexer
-
-    return highlight(code, PythonLexer(), HtmlFormatter(noclasses=True, style="default"))
-
-
 def show(*objs) -> None:
     """Display the source of `objs` (see `source`): highlighted in a notebook, else printed."""
     code = source(*objs)
@@ -68,4 +49,10 @@ def show(*objs) -> None:
     if get_ipython is None or get_ipython() is None:
         print(code)
         return
-    display({"text/plain": code, "text/html": _html(code)}, raw=True)
+    from pygments import highlight  # comes with IPython
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import PythonLexer
+
+    # inline styles: the same colours in JupyterLab and on GitHub
+    html = highlight(code, PythonLexer(), HtmlFormatter(noclasses=True, style="default"))
+    display({"text/plain": code, "text/html": html}, raw=True)

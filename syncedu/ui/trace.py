@@ -1,25 +1,20 @@
-"""`draw_trace`: a run's messages as a space-time diagram.
-
-Ranks run down the page, time runs across; each message of `res.trace`
-(syncedu/comm/trace.py) is one arrow from (its start, its sender) to (its end,
-its receiver), coloured by the chunk it carries (a ring's step pictures: each
-chunk travels round the ring in its own colour) or, where it carries no
-numbered chunk, by its op. This is the "who sends which chunk to whom" picture
-of Patarasuk & Yuan (2009) and Thakur et al. (2005), drawn from the messages
-the simulator really moved rather than from the formula.
+"""`draw_trace`: a run's messages as a space-time diagram, drawn from the messages the
+simulator really moved (`res.trace`), each coloured by the chunk it carries (or its op):
+the "who sends which chunk to whom" picture of Patarasuk & Yuan (2009) and Thakur et al.
+(2005).
 """
 
 from __future__ import annotations
 
+US = 1e-6  # the time axis unit, seconds
 
-def draw_trace(trace, ax=None, *, title: str | None = None, op: str | None = None,
-               max_messages: int = 2000, time_unit: float = 1e-6):
+
+def draw_trace(trace, ax=None, *, title: str | None = None, max_messages: int = 2000):
     """Draw `trace` (a `Trace`, e.g. `res.trace`) on `ax`; return the axes.
 
-    1. keep the messages of `op` (None: all), at most `max_messages` (the first);
-    2. one arrow per message from (start, src) to (end, dst), coloured by chunk
-       (or op); ranks down the y axis (rank 0 on top), time across in units of
-       `time_unit` seconds (default microseconds);
+    1. keep the first `max_messages` messages;
+    2. one arrow per message from (start, src) to (end, dst), coloured by chunk (or op);
+       ranks down the y axis (rank 0 on top), time across in microseconds;
     3. a legend of the colours, the title and the axis labels.
     """
     import matplotlib.pyplot as plt
@@ -27,10 +22,7 @@ def draw_trace(trace, ax=None, *, title: str | None = None, op: str | None = Non
 
     if not isinstance(max_messages, int) or max_messages < 1:
         raise ValueError(f"max_messages={max_messages!r} must be an int >= 1")
-    if not time_unit > 0:
-        raise ValueError(f"time_unit={time_unit!r} must be seconds > 0")
-    shown = trace.only(op=op) if op is not None else trace  # Step 1
-    records = list(shown)[:max_messages]
+    records = list(trace)[:max_messages]  # Step 1
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 3))
     keys = sorted({_key(r) for r in records}, key=str)
@@ -39,19 +31,18 @@ def draw_trace(trace, ax=None, *, title: str | None = None, op: str | None = Non
               for i, k in enumerate(keys)}
     ranks = {r.src for r in records} | {r.dst for r in records}
     for r in records:  # Step 2
-        ax.annotate("", xy=(r.end / time_unit, r.dst), xytext=(r.start / time_unit, r.src),
+        ax.annotate("", xy=(r.end / US, r.dst), xytext=(r.start / US, r.src),
                     arrowprops=dict(arrowstyle="->", color=colour[_key(r)], lw=1.2))
     if ranks:
         ax.set_ylim(max(ranks) + 0.5, min(ranks) - 0.5)
         ax.set_yticks(sorted(ranks))
-        t_end = max(r.end for r in records) / time_unit
-        ax.set_xlim(min(r.start for r in records) / time_unit, t_end * 1.02 or 1.0)
+        t_end = max(r.end for r in records) / US
+        ax.set_xlim(min(r.start for r in records) / US, t_end * 1.02 or 1.0)
     for k in keys:  # Step 3
         ax.plot([], [], color=colour[k], label=k if isinstance(k, str) else f"chunk {k}")
     if keys and len(keys) <= 16:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
-    unit = {1e-6: "us", 1e-3: "ms", 1.0: "s"}.get(time_unit, f"x {time_unit:g} s")
-    ax.set_xlabel(f"time ({unit})")
+    ax.set_xlabel("time (us)")
     ax.set_ylabel("rank")
     ax.set_title(title or f"{len(records)} messages")
     ax.grid(axis="y", alpha=0.3)

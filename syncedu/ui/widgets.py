@@ -1,9 +1,5 @@
-"""ipywidgets dashboards that re-run real or simulated ranks when a control moves.
-
-`show_text` / `show_figure` fill an Output widget without printing; `figure_png`;
-`Dashboard` (the display hook); `Explorer` (controls -> text and figure), the base
-of the topics' own and of lesson 00's two.
-"""
+"""ipywidgets dashboards that re-run real or simulated ranks when a control moves: `Explorer`
+is the base of the topics' own and of lesson 00's two."""
 
 from __future__ import annotations
 
@@ -18,11 +14,8 @@ from syncedu.comm.network import PRESETS
 
 
 def show_text(out: w.Output, text: str) -> None:
-    """Replace what `out` shows with `text`.
-
-    Sets the widget's state directly instead of printing inside `with out:`, so
-    nothing leaks into the cell's own output when no browser is attached (nbval).
-    """
+    """Replace what `out` shows with `text`: the widget's state set directly, not printed
+    inside `with out:`, so nothing leaks into the cell's output without a browser (nbval)."""
     out.outputs = ({"output_type": "stream", "name": "stdout", "text": text + "\n"},)
 
 
@@ -53,11 +46,8 @@ class Dashboard:
 
 
 class Explorer(Dashboard):
-    """Controls -> `compute(**values)` -> (text, figure), re-run on every change.
-
-    `.text` and `.result` (whatever `compute` returned third, if anything) hold
-    the last update, so a notebook cell can set a control and assert on them.
-    """
+    """Controls -> `compute(**values)` -> (text, figure[, result]), re-run on every change;
+    `.text` and `.result` hold the last update, so a cell can set a control and assert."""
 
     def __init__(self, controls: dict, compute, image: bool = True):
         self.controls, self.compute = controls, compute
@@ -87,10 +77,7 @@ class Explorer(Dashboard):
 
 class WorldSizeExplorer(Explorer):
     """A world-size slider that re-runs `fn(comm)` on warm real ranks; shows `describe(res)`.
-
-    `pools`: {world size: `launch.Pool`} to reuse (another size gets its own, started on
-    first use and closed by `close()`). `.slider`; `.result` is the last `RunResult`.
-    """
+    `pools`: {world size: `launch.Pool`} to reuse (others are started and `close()`d here)."""
 
     def __init__(self, fn, describe, *, value: int = 2, max_world_size: int = 4,
                  pools: dict | None = None):
@@ -99,14 +86,12 @@ class WorldSizeExplorer(Explorer):
         self.pools, self._own = dict(pools or {}), []
         self.slider = w.IntSlider(value=value, min=1, max=max_world_size,
                                   description="world size", continuous_update=False)
-
         def compute(world_size):
             if world_size not in self.pools:
                 self.pools[world_size] = launch.Pool(world_size, output="quiet")
                 self._own.append(self.pools[world_size])
             res = self.pools[world_size].run(fn)
             return describe(res), None, res
-
         super().__init__({"world_size": self.slider}, compute, image=False)
 
     def close(self) -> None:
@@ -116,8 +101,7 @@ class WorldSizeExplorer(Explorer):
 
 
 class NetworkExplorer(Explorer):
-    """A `Network` preset menu and a rank-count slider: `describe(res, network)` of
-    `sim.run(fn, ranks, network=...)`. `.menu`, `.slider`; `.result` is the last run."""
+    """A `Network` preset menu and a rank-count slider: `describe(res, network)` of `sim.run`."""
 
     def __init__(self, fn, describe, *, preset: str = "ethernet_10g", world_size: int = 64,
                  world_sizes=(2, 4, 8, 16, 32, 64, 128, 256)):
@@ -128,9 +112,7 @@ class NetworkExplorer(Explorer):
         self.menu = w.Dropdown(options=list(PRESETS), value=preset, description="network")
         self.slider = w.SelectionSlider(options=list(world_sizes), value=world_size,
                                         description="ranks", continuous_update=False)
-
         def compute(network, ranks):
             res = sim.run(fn, ranks, network=PRESETS[network])
             return describe(res, PRESETS[network]), None, res
-
         super().__init__({"network": self.menu, "ranks": self.slider}, compute, image=False)

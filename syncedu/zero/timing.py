@@ -1,5 +1,6 @@
 """How long a ZeRO step takes on a network: the alpha-beta model, with and without
-prefetching stage 3's all-gathers, and the simulator that checks it.
+prefetching stage 3's all-gathers, and the simulator that checks the modes without
+prefetch (our ZeRO does not prefetch).
 
 L equal layers, Psi parameters of `itemsize` bytes, forward compute F per step
 (backward 2F), N ranks; AG and RS of one layer's Psi/L (`step_time`):
@@ -16,8 +17,9 @@ L equal layers, Psi parameters of `itemsize` bytes, forward compute F per step
 
 `simulate_step` runs our ZeRO (or "flat" DP, stage 0) on simulated ranks. The model
 assumes every layer cut N ways (as `FullyShard`); our flat shards can put a whole
-layer on one rank, whose gather is then a broadcast from it, so on a
-bandwidth-bound link the model is low by more than 2x (lesson 10 shows it).
+layer on one rank, whose ring gather then passes the whole layer across N-1
+links one after another, so on a bandwidth-bound link the model is low by more
+than 2x (lesson 10 shows it).
 """
 
 from __future__ import annotations

@@ -56,8 +56,12 @@ def hang(comm, counts=COUNTS, group_timeout: float = 2.0) -> dict:
     """
     group = dist.new_group(timeout=datetime.timedelta(seconds=group_timeout))
     module, data = models.make("mlp", seed=0), batches(comm.rank, counts[comm.rank])
-    dist.barrier()  # default group, long timeout: DDP's set-up on `group` starts in step
-    model = DDP(module, process_group=group)
+    # Every rank builds the same seeded module, so DDP's construction-time sync (a shape
+    # check and a broadcast) is skipped: on the 2 s group, a rank slowed by load lagged past
+    # 2 s inside the constructor. The barrier (default group, long timeout) starts the
+    # steps together.
+    model = DDP(module, process_group=group, init_sync=False)
+    dist.barrier()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for i, batch in enumerate(data):
         t0 = time.perf_counter()

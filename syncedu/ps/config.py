@@ -12,27 +12,23 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from syncedu.train.sampling import check_int
+
 MODES = ("sync", "async", "ssp")
 PUSH_TAG, PULL_TAG = 41, 42  # message tags: gradients in, parameters out
 HEADER = 1  # a push carries [gradient shard..., loss]
 
 
-def _int(name: str, value, low: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name}={value!r} must be an int >= {low}")
-    return value
-
-
 def _steps(steps, workers: int) -> tuple[int, ...]:
     """An int (every worker) or one count per worker -> a tuple of per-worker steps."""
     if not isinstance(steps, (list, tuple)):
-        return (_int("steps", steps, 1),) * workers
+        return (check_int("steps", steps, 1),) * workers
     counts = tuple(steps)
     if len(counts) != workers:
         raise ValueError(f"steps has {len(counts)} entries for {workers} workers: give an int "
                          "or one count per worker")
     for c in counts:
-        _int("steps[i]", c, 1)
+        check_int("steps[i]", c, 1)
     return counts
 
 
@@ -57,10 +53,10 @@ class PSConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode={self.mode!r} is unknown; choose one of {MODES}")
-        _int("workers", self.workers, 1)
-        _int("servers", self.servers, 1)
-        _int("staleness", self.staleness, 0)
-        _int("seed", self.seed, -2**62)
+        check_int("workers", self.workers, 1)
+        check_int("servers", self.servers, 1)
+        check_int("staleness", self.staleness, 0)
+        check_int("seed", self.seed, -2**62)
         if self.staleness and self.mode != "ssp":
             raise ValueError(f"staleness={self.staleness} applies to mode='ssp' only (sync is "
                              "staleness 0, async has no bound)")
@@ -91,7 +87,7 @@ class PSConfig:
 
 def shard_ranges(numel: int, servers: int) -> list[tuple[int, int]]:
     """Split `numel` parameters into `servers` flat ranges (the first ones one longer)."""
-    _int("servers", servers, 1)
+    check_int("servers", servers, 1)
     if servers > numel:
         raise ValueError(f"servers={servers} is more than the {numel} parameters to shard")
     base, extra = divmod(numel, servers)

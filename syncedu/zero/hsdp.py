@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from syncedu.train.sampling import check_int
 from syncedu.zero.fully_shard import FullyShard
 from syncedu.zero.shards import (
     Layout,
@@ -34,9 +35,7 @@ __all__ = ["HybridShard", "SubComm", "check_nodes", "replica_all_reduce", "hsdp_
 
 def check_nodes(world_size: int, nodes: int) -> int:
     """G, the ranks per node; ValueError unless `nodes` divides `world_size`."""
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise ValueError(f"nodes={nodes!r} must be an int >= 1")
-    if world_size % nodes:
+    if world_size % check_int("nodes", nodes):
         raise ValueError(f"world_size={world_size} must be a multiple of nodes={nodes}: "
                          f"HSDP needs the same number of ranks on every node")
     return world_size // nodes

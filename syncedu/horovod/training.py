@@ -166,9 +166,32 @@ def _rank(jobs) -> list:
             if settings.timeline:
                 hvd.stop_timeline()
             out.append(session.result())
+        _all_done(hvd)
         return out
     finally:
         hvd.shutdown()
+
+
+def _all_done(hvd, timeout: float = 30.0) -> None:
+    """Wait until every rank has finished its jobs, or `timeout` seconds, before shutdown.
+
+    One rank's `hvd.shutdown()` aborts the collectives still pending on the others. A job
+    that leaves a tensor pending on purpose (`lines.mismatched_names`) is then cut short on
+    a rank that reached it later, as happens under load: its 4 s watchdog reports "aborted"
+    instead of "still waiting". An allreduce of its own name is negotiated apart from the
+    pending one, so it completes once all ranks submit it; it is polled, not waited on, so
+    a job that broke Horovod cannot hang here (nor fail: the jobs' results are in).
+    """
+    deadline = time.monotonic() + timeout
+    try:
+        handle = hvd.allreduce_async(torch.zeros(1), name="syncedu.jobs_done")
+        while not hvd.poll(handle):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.01)
+        hvd.synchronize(handle)
+    except Exception:  # another rank already shut Horovod down: nothing left to wait for
+        return
 
 
 def _check(cfg, settings) -> None:

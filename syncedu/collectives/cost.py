@@ -15,13 +15,13 @@ import torch
 from syncedu.collectives import ALGORITHMS, SEGMENT_BYTES, ring_segments
 from syncedu.comm import alphabeta
 from syncedu.comm.network import Network
+from syncedu.train.sampling import check_int
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
 
 
 def _check(nbytes, world_size, algorithm: str = "ring") -> None:
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size={world_size!r} must be an int >= 1")
+    check_int("world_size", world_size)
     if nbytes < 0:
         raise ValueError(f"nbytes={nbytes!r} must be >= 0")
     if algorithm not in ALGORITHMS:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from syncedu.train.sampling import check_int
 from syncedu.tuning.local_sgd import broadcast_state, copy_flat
 
 _WIRE = (torch.float32, torch.float16, torch.bfloat16)
@@ -46,9 +47,7 @@ class DiLoCoConfig:
     wire_dtype: torch.dtype = torch.float32
 
     def __post_init__(self) -> None:
-        if not isinstance(self.inner_steps, int) or isinstance(self.inner_steps, bool) \
-                or self.inner_steps < 1:
-            raise ValueError(f"inner_steps={self.inner_steps!r} must be an int >= 1")
+        check_int("inner_steps", self.inner_steps)
         for name in ("inner_lr", "outer_lr"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be > 0")

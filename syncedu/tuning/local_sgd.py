@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from syncedu.train.sampling import check_int
+
 
 def broadcast_state(comm, module: nn.Module) -> None:
     """Step 1: every rank takes rank 0's parameters and buffers."""
@@ -54,10 +56,8 @@ class LocalSGD:
 
     def __init__(self, module: nn.Module, comm, sync_every: int = 1, *,
                  start_local_at: int = 0):
-        for name, value, low in (("sync_every", sync_every, 1),
-                                 ("start_local_at", start_local_at, 0)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name}={value!r} must be an int >= {low}")
+        check_int("sync_every", sync_every)
+        check_int("start_local_at", start_local_at, low=0)
         self.comm, self.sync_every, self.start_local_at = comm, sync_every, start_local_at
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.steps = 0  # optimizer steps taken so far

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from syncedu.collectives import cost
 from syncedu.comm.network import Network
+from syncedu.train.sampling import check_int
 
 # Backward costs about twice the forward (two matrix products per layer instead of one).
 BACKWARD_SHARE = 2 / 3
@@ -53,8 +54,7 @@ def _check(model_bytes, compute_seconds, world_size, overlap) -> None:
         raise ValueError(f"model_bytes={model_bytes!r} must be >= 0")
     if not compute_seconds > 0:
         raise ValueError(f"compute_seconds={compute_seconds!r} must be > 0")
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size={world_size!r} must be an int >= 1")
+    check_int("world_size", world_size)
     if not 0 <= overlap <= 1:
         raise ValueError(f"overlap={overlap!r} must be in [0, 1]")
 

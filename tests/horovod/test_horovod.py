@@ -213,6 +213,7 @@ def test_accumulation_fp16_timeline_and_stalls_in_one_horovod_job(tmp_path):
     tl = str(tmp_path / "timeline.json")
     unfused_env = HorovodSettings(fusion_threshold_mb=0, stall_check_s=1, stall_shutdown_s=2,
                                   timeline=tl)
+
     def late_rank0():
         # Rank 0 reaches the task 1.5 s late, as under load: without run_jobs' wait before
         # shutdown, rank 1's shutdown would abort rank 0's wait ("aborted", not "still waiting").

@@ -116,6 +116,7 @@ class Pool:
         self.timeout = timeout
         self.network = network
         self.threads = threads or default_threads(world_size)
+        self._pin_threads = threads is not None  # asked for: not perturbed (comm/perturb.py)
         self.output = output
         self._ranks: Ranks | None = None
         self._closed = False
@@ -125,6 +126,7 @@ class Pool:
     def _start(self) -> None:
         self._ranks = Ranks(self.world_size, backend=self.backend, threads=self.threads,
                             network=self.network, output=self.output,
+                            pin_threads=self._pin_threads,
                             pg_timeout=max(self.timeout or 0, DEFAULT_TIMEOUT) + 30,
                             start_timeout=max(60.0, 10.0 * self.world_size))
 

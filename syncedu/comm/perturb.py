@@ -3,7 +3,9 @@
 A notebook's checked output must not depend on either: both change from machine
 to machine. With `SYNCEDU_PERTURB=<seed>` (the test run) every real rank:
 
-1. uses 1 or 2 torch threads, chosen per rank from the seed;
+1. uses 1 or 2 torch threads, chosen per rank from the seed, unless the caller asked for a
+   count (`launch.Pool(threads=...)`): a wall-clock comparison on a loaded 2-core machine
+   must not time two threads per rank fighting over the cores;
 2. sleeps a seeded random 0-3 ms before each send and each built-in collective.
 """
 

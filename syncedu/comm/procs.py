@@ -97,7 +97,7 @@ class Ranks:
     """`world_size` live rank processes joined in one process group."""
 
     def __init__(self, world_size: int, *, backend: str, threads: int, network,
-                 pg_timeout: float, start_timeout: float, output: str):
+                 pg_timeout: float, start_timeout: float, output: str, pin_threads: bool = False):
         self.world_size = world_size
         self.output = output
         self._lines: queue.Queue = queue.Queue()
@@ -109,7 +109,8 @@ class Ranks:
         self.conns = []
         try:
             cfg = dict(world_size=world_size, backend=backend, threads=threads, network=network,
-                       pg_timeout=pg_timeout, store=os.path.join(self._tmp, "store"))
+                       pg_timeout=pg_timeout, store=os.path.join(self._tmp, "store"),
+                       pin_threads=pin_threads)
             for r in range(world_size):
                 self._spawn(r, dict(cfg, rank=r))
             self._collect(start_timeout, "start")

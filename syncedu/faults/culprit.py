@@ -1,19 +1,13 @@
 """Finding the culprit: one job where rank 1 misbehaves, seen by each tool (real ranks unless said).
 
-1. `monitored_barrier`: rank 0 names the rank absent from a barrier;
-2. `detail_mismatch`: under `TORCH_DISTRIBUTED_DEBUG=DETAIL`, a collective whose
-   shape or op differs is refused at once, naming both calls;
-3. `group_timeouts`: `new_group()` does not inherit the default group's timeout
-   but falls back to the backend's (30 minutes on Gloo);
-4. `sleeper`: for `launch`'s `TimeoutError.ranks`;
-5. `sim_skip` / `sim_mismatch`: the simulator names a deadlock and a mismatch;
-6. the Flight Recorder (PyTorch's "Flight Recorder for Debugging Stuck Jobs"
-   tutorial): on Gloo (torch 2.13) it records by default but dumps nothing on a
-   timeout, so `mismatch_and_dump` dumps on purpose. WORKAROUND: torch 2.13's
-   `fr_trace` raises `KeyError` on raw Gloo dumps (one `pg_config` entry, empty
-   name, no ranks), so `fix_gloo_dump` rebuilds it from the groups the entries
-   name, each over all ranks (true for `new_group()` without `ranks=`, the only
-   kind here). `analyze` runs torch's analyzer: who is missing or disagrees.
+Steps 1-5: `monitored_barrier`, `detail_mismatch` (DETAIL), `group_timeouts`, `sleeper`
+(for `launch`'s `TimeoutError.ranks`), the simulator's `sim_skip` / `sim_mismatch`. Step 6,
+the Flight Recorder (PyTorch's "Flight Recorder for Debugging Stuck Jobs" tutorial): on
+Gloo (torch 2.13) it records by default but dumps nothing on a timeout, so
+`mismatch_and_dump` dumps on purpose. WORKAROUND: torch 2.13's `fr_trace` raises `KeyError`
+on raw Gloo dumps (one `pg_config` entry, empty name, no ranks), so `fix_gloo_dump` rebuilds
+it from the groups the entries name, each over all ranks (true for `new_group()` without
+`ranks=`, the only kind here). `analyze` runs torch's analyzer: who is missing or disagrees.
 """
 
 from __future__ import annotations
@@ -31,10 +25,6 @@ import traceback
 
 import torch
 import torch.distributed as dist
-
-__all__ = ["monitored_barrier", "detail_mismatch", "fingerprints", "group_timeouts", "sleeper",
-           "sim_skip", "sim_mismatch", "first_line",
-           "mismatch_and_dump", "fix_gloo_dump", "fix_folder", "analyze"]
 
 
 def first_line(error: BaseException, width: int = 140) -> str:
@@ -89,7 +79,7 @@ def fingerprints(message: str) -> str:
 
 
 def group_timeouts(comm) -> dict[str, str]:
-    """Step 3: the default group's timeout and a `new_group()`'s, as torch reports them."""
+    """Step 3: the default group's timeout and a `new_group()`'s (not inherited: Gloo's 30 min)."""
     def timeout(pg) -> str:
         return str(pg._get_backend(torch.device("cpu")).options._timeout)
     return {"default group": timeout(dist.distributed_c10d._get_default_group()),
@@ -169,9 +159,8 @@ def fix_folder(folder: str, world_size: int) -> None:
 
 
 def analyze(folder: str) -> subprocess.CompletedProcess:
-    """Step 6: `python -m torch.distributed.flight_recorder.fr_trace <folder> --prefix rank_`
-    in this process (no second import of torch); the report, log and traceback too, is
-    `.stdout`; returncode 1 if it raised."""
+    """Step 6: `fr_trace <folder> --prefix rank_` in this process (no second import of torch);
+    its report, log and traceback in `.stdout`, returncode 1 if it raised."""
     args, buf, code = [folder, "--prefix", "rank_"], io.StringIO(), 0
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
         from torch.distributed.flight_recorder import fr_trace  # prints on its first import

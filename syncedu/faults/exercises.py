@@ -1,10 +1,4 @@
-"""Checkers for notebooks/11_when_ranks_fail's exercises, each naming the plausible slips.
-
-1. `join_shadow`: trained on simulated ranks at two world sizes against join.py's;
-2. `commit_rule`: ft.py's Step 4, on cases that separate it from "any", "a
-   majority", "the leader's alone", "an empty quorum commits" and "always";
-3. `checkpoint_interval`: Young's sqrt(2 C M) at several (C, M).
-"""
+"""Checkers for notebooks/11_when_ranks_fail's exercises, each naming the plausible slips."""
 
 from __future__ import annotations
 

@@ -30,9 +30,6 @@ from torch.nn.utils import vector_to_parameters
 
 from syncedu import models, sim
 
-__all__ = ["Failure", "FTConfig", "status", "replica_batch", "run", "should_commit", "exchange",
-           "committed_steps", "reference"]
-
 TAG_STATUS, TAG_QUORUM, TAG_STATE, TAG_GRAD, TAG_MEAN = 11, 12, 13, 14, 15
 
 

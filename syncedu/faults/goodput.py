@@ -23,9 +23,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-__all__ = ["Job", "young_interval", "daly_interval", "restart_lost_share",
-           "live_lost_share", "goodput", "LLAMA3", "llama3_gpu_mtbf_hours"]
-
 LLAMA3 = {"interruptions": 419, "days": 54, "gpus": 16_384}  # unexpected interruptions
 
 

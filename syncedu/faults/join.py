@@ -23,8 +23,6 @@ import torch
 
 from syncedu import dp
 
-__all__ = ["join_allreduce", "train_joined"]
-
 
 def join_allreduce(comm, params, has_data: bool) -> int:
     """Steps 1-3: the shadow allreduce; returns how many ranks trained this step."""

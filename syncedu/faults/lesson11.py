@@ -6,8 +6,6 @@ import matplotlib.pyplot as plt
 
 from . import goodput
 
-__all__ = ["ft_table", "goodput_rows", "plot_goodput", "WORLD_SIZES"]
-
 WORLD_SIZES = (256, 1024, 4096, 16_384, 65_536, 131_072)
 
 

@@ -1,9 +1,5 @@
-"""The processes behind torchft_run: replicas forked after one import, and their files.
-
-`_start_replicas` / `fork_main`: one interpreter imports torch and torchft once, then
-forks the replicas and writes each exit code to `exit_<pid>`; `listening`: their
-listening sockets; `_write` / `_wait`: the files the parent and replicas talk through.
-"""
+"""The processes behind torchft_run: replicas forked after one import, and the files
+through which they and the parent talk."""
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ import json
 import os
 import signal
 import socket
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from http.server import ThreadingHTTPServer
@@ -33,8 +34,6 @@ from pathlib import Path
 import torch
 
 from .tft_procs import _start_replicas, _stderr_to, _wait, _write, listening
-
-__all__ = ["TorchftConfig", "available", "replica_main", "run", "listening", "verdicts"]
 
 
 @dataclass(frozen=True)
@@ -186,8 +185,6 @@ def _progress(folder: Path, index: int, pid: int):
 
 def run(cfg: TorchftConfig = TorchftConfig(), folder: str | None = None) -> dict:
     """Steps 1-5 (the parent); returns both replicas' logs, weights, sockets and timings."""
-    import tempfile
-
     from torchft._torchft import LighthouseServer
 
     out = Path(folder or tempfile.mkdtemp(prefix="torchft_"))

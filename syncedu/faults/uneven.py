@@ -28,8 +28,6 @@ from syncedu import dp, models
 
 from .join import train_joined
 
-__all__ = ["batches", "hang", "joined", "shards", "COUNTS"]
-
 COUNTS = (4, 7, 5)  # batches per rank: rank 0 runs out first
 
 
@@ -56,10 +54,9 @@ def hang(comm, counts=COUNTS, group_timeout: float = 2.0) -> dict:
     """
     group = dist.new_group(timeout=datetime.timedelta(seconds=group_timeout))
     module, data = models.make("mlp", seed=0), batches(comm.rank, counts[comm.rank])
-    # Every rank builds the same seeded module, so DDP's construction-time sync (a shape
-    # check and a broadcast) is skipped: on the 2 s group, a rank slowed by load lagged past
-    # 2 s inside the constructor. The barrier (default group, long timeout) starts the
-    # steps together.
+    # The same seeded module on every rank: DDP's construction-time sync (a shape check and a
+    # broadcast) is skipped, as a rank slowed by load once lagged past the 2 s timeout in it.
+    # The barrier (default group, long timeout) starts the steps together.
     model = DDP(module, process_group=group, init_sync=False)
     dist.barrier()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -3,13 +3,7 @@
 Open `local_sgd.py` and `diloco.py` (the algorithms; `train_strategies.py` registers
 "local_sgd" with `train.run`), `noise_scale.py` (the critical batch size), `scaling.py`
 (the time model and its advice; `scaling_published.py` checks it against published
-results), `experiments.py`; the notebook's helpers `lesson09.py`, `exercises09.py` are
-imported by name.
+results), `experiments.py`; the notebook's helpers `lesson09.py`, `exercises09.py`.
 """
 
 from syncedu.tuning import train_strategies  # noqa: F401  (train.run's "local_sgd")
-from syncedu.tuning.diloco import DiLoCo, DiLoCoConfig, nesterov_step, outer_gradient
-from syncedu.tuning.local_sgd import LocalSGD, average_parameters
-
-__all__ = ["LocalSGD", "average_parameters", "DiLoCo", "DiLoCoConfig", "nesterov_step",
-           "outer_gradient"]

@@ -33,18 +33,15 @@ _WIRE = (torch.float32, torch.float16, torch.bfloat16)
 
 @dataclass(frozen=True)
 class DiLoCoConfig:
-    """Hyperparameters (defaults: the paper's outer optimizer; inner AdamW as in its Table 5).
+    """Hyperparameters (defaults: the paper's outer optimizer; inner AdamW as in its Table 5)."""
 
-    `inner_steps` is H; `wire_dtype` is the dtype the pseudo-gradient travels in.
-    """
-
-    inner_steps: int = 50
+    inner_steps: int = 50  # H
     inner_lr: float = 4e-4
     weight_decay: float = 0.1
     outer_lr: float = 0.7
     outer_momentum: float = 0.9
     nesterov: bool = True
-    wire_dtype: torch.dtype = torch.float32
+    wire_dtype: torch.dtype = torch.float32  # the dtype the pseudo-gradient travels in
 
     def __post_init__(self) -> None:
         check_int("inner_steps", self.inner_steps)
@@ -80,10 +77,7 @@ def nesterov_step(anchor: torch.Tensor, buf: torch.Tensor, delta: torch.Tensor, 
 
 
 class DiLoCo:
-    """One worker's DiLoCo state around `module`; call `after_step()` after each inner step.
-
-    The loop runs `inner.zero_grad()`, backward, `inner.step()` (AdamW), then `after_step()`.
-    """
+    """One worker's DiLoCo state around `module`; call `after_step()` after each `inner.step()`."""
 
     def __init__(self, module: nn.Module, comm, config: DiLoCoConfig | None = None):
         self.comm = comm

@@ -1,10 +1,4 @@
-"""Lesson 09's interactive what-ifs, each re-run in logical time when a control moves.
-
-- `SyncExplorer`: local SGD on simulated ranks for H and a network preset;
-- `AsyncExplorer`: lesson 04's bounded-staleness parameter server beside the
-  synchronous one as the link's latency grows;
-- `HelperExplorer`: `scaling.recommend` for a model size, a step time, a network and N.
-"""
+"""Lesson 09's interactive what-ifs, each re-run in logical time when a control moves."""
 
 from __future__ import annotations
 
@@ -46,7 +40,7 @@ class SyncExplorer(Explorer):
 
 
 class AsyncExplorer(Explorer):
-    """Sync vs bounded-staleness parameter server as the link's latency grows."""
+    """Lesson 04's sync vs bounded-staleness parameter server as the link's latency grows."""
 
     def __init__(self, workers: int = 4, steps: int = 40, global_batch: int = 128,
                  target: float = 1.6):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from syncedu.compress.base import unflatten_
 from syncedu.train.sampling import check_int
 
 
@@ -33,10 +34,7 @@ def broadcast_state(comm, module: nn.Module) -> None:
 def copy_flat(params, flat: torch.Tensor) -> None:
     """Copy one flat vector back into `params`, in order."""
     with torch.no_grad():
-        offset = 0
-        for p in params:
-            p.copy_(flat[offset:offset + p.numel()].view_as(p))
-            offset += p.numel()
+        unflatten_(list(params), flat)
 
 
 def average_parameters(comm, params: list[nn.Parameter]) -> None:
@@ -48,11 +46,7 @@ def average_parameters(comm, params: list[nn.Parameter]) -> None:
 
 
 class LocalSGD:
-    """Average `module`'s trainable parameters every `sync_every` optimizer steps.
-
-    Call `after_step()` after each `optimizer.step()`, and `finish()` after the last
-    one (a last average if the final period was cut short).
-    """
+    """Average `module`'s trainable parameters every `sync_every` optimizer steps."""
 
     def __init__(self, module: nn.Module, comm, sync_every: int = 1, *,
                  start_local_at: int = 0):

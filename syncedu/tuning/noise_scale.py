@@ -46,12 +46,9 @@ def allreduce_with_norms(comm, flat_grad: torch.Tensor) -> tuple[torch.Tensor, f
 
 @dataclass
 class NoiseScale:
-    """Step 4: running estimates of |G|^2, tr(Sigma) and B_simple from each step's norms.
+    """Step 4: running estimates of |G|^2, tr(Sigma) and B_simple from each step's norms."""
 
-    `ema`: weight of the past in the moving averages (0: no averaging).
-    """
-
-    ema: float = 0.9
+    ema: float = 0.9  # weight of the past in the moving averages (0: no averaging)
     g2: float = 0.0
     trace: float = 0.0
     steps: int = 0

@@ -100,13 +100,6 @@ def efficiency(model_bytes: float, compute_seconds: float, world_size: int, netw
                                        **options)
 
 
-def relative_efficiency(model_bytes: float, compute_seconds: float, base: tuple[int, Network],
-                        target: tuple[int, Network], **options) -> float:
-    """Efficiency at `target` (world size, network) relative to `base` (e.g. 8 -> 256 GPUs)."""
-    return (efficiency(model_bytes, compute_seconds, *target, **options)
-            / efficiency(model_bytes, compute_seconds, *base, **options))
-
-
 def best_bucket(model_bytes: float, compute_seconds: float, world_size: int, network: Network,
                 candidates=(2 ** 18, MB, 4 * MB, 25 * MB, 100 * MB),
                 **options) -> tuple[float, float]:

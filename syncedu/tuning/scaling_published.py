@@ -2,7 +2,7 @@
 
 Every input is fixed from the source's hardware and a published step time *before*
 the published efficiency is looked at, one rule for all rows; each `Comparison` asks
-`scaling.relative_efficiency` for:
+`scaling.efficiency`, relative to its base, for:
 
 1. `predicted`: buckets, `scaling.DEFAULT_OVERLAP` of the backward hiding them;
 2. `best_case`: buckets, the whole backward available (`overlap=1`);
@@ -51,9 +51,10 @@ class Comparison:
     base_network: Network | None = None
 
     def _eff(self, **options) -> float:
-        base = (self.base_world_size, self.base_network or self.network)
-        return scaling.relative_efficiency(4 * self.params, self.compute_seconds, base,
-                                           (self.world_size, self.network), **options)
+        """Efficiency at (world_size, network) relative to the base (e.g. 8 -> 256 GPUs)."""
+        s, c, base = 4 * self.params, self.compute_seconds, self.base_network or self.network
+        return (scaling.efficiency(s, c, self.world_size, self.network, **options)
+                / scaling.efficiency(s, c, self.base_world_size, base, **options))
 
     @property
     def predicted(self) -> float:

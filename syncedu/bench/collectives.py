@@ -63,8 +63,7 @@ def measure(comm, nbytes: int, names, repeat: int = 15, warmup: int = 2,
     if segment_bytes:
         algos["ring_pipelined"] = functools.partial(collectives.ring_pipelined_allreduce,
                                                     segment_bytes=segment_bytes)
-    dt = DTYPES[dtype]
-    t = torch.zeros(max(1, nbytes // torch.empty((), dtype=dt).element_size()), dtype=dt,
+    t = torch.zeros(max(1, nbytes // DTYPES[dtype].itemsize), dtype=DTYPES[dtype],
                     device=comm.device)
     return rounds(comm, {n: functools.partial(algos[n], comm) for n in names}, t, repeat, warmup)
 

@@ -1,7 +1,5 @@
 """Checkers for notebooks/00_start_here's exercises, on simulated ranks (instant, and a
-deadlock is reported instead of hanging): `sum_of_squares`, `pass_the_token` and the quick
-check `ring_bytes`. The wrong answers each rejects: tests/ui/test_exercises00.py.
-"""
+deadlock is reported instead of hanging); the wrong answers each rejects are in the tests."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Benchmarks: `python -m syncedu.bench {launch,collectives,dp,...} [options]`.
 
-Each subcommand is `syncedu/bench/<name>.py`, with `add_arguments(parser)` and
-`main(args) -> int`; results and the commands that produced them are in the
-README. The helpers below are what several share: variants alternate round by
-round (`rotated`), so drift on a busy machine hits all alike (DESIGN, "Traps
-already met"), and every table is printed by `table`.
+Each subcommand is `syncedu/bench/<name>.py` (`add_arguments(parser)`, `main(args) -> int`);
+results and their commands are in the README. Variants alternate round by round, so drift
+on a busy machine hits all alike (DESIGN, "Traps already met").
 """
 
 from __future__ import annotations

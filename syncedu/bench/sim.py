@@ -93,6 +93,5 @@ def main(args) -> int:
                 continue
             rows.append(measure(n, op, args.numel))
             print(table(rows[-1:]).splitlines()[1], flush=True)
-    print()
-    print(table(rows))
+    print("\n" + table(rows))
     return 0

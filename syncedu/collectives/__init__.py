@@ -1,9 +1,6 @@
-"""Lessons 01-02, collectives: AllReduce from scratch on `Comm`, and what it costs.
-
-Open `algorithms.py`, `ring_pipelined.py`, then `cost.py` (public as `syncedu.cost`). The
-notebook helpers (`lesson01`, `lesson02`, `plots`, `exercises01`, `exercises02`) need
-matplotlib and ipywidgets, so they are imported by name.
-"""
+"""Lessons 01-02: AllReduce from scratch on `Comm` (`algorithms`, `ring_pipelined`) and what
+it costs (`cost`, public as `syncedu.cost`). The notebook helpers need matplotlib and
+ipywidgets, so they are imported by name."""
 
 from __future__ import annotations
 

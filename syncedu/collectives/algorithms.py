@@ -1,8 +1,5 @@
-"""AllReduce from scratch, written once against `Comm` for real and simulated ranks.
-
-Each algorithm `(comm, tensor)` sums in place (any N and length, the dtypes in `DTYPES`)
-and charges a ledger op of its own name; the naive one is the oracle.
-"""
+"""AllReduce from scratch against `Comm`: each `(comm, tensor)` sums in place (any N and
+length, the dtypes in `DTYPES`) under a ledger op of its own name; naive is the oracle."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The alpha-beta(-gamma) cost model at work: predictions, winners, calibration.
-
-The formulas live in `syncedu/comm/alphabeta.py` (tested equal to the simulator's time);
-here: the coefficients of time = a alpha + b beta + c gamma on a flat network (`terms`;
-Thakur, Rabenseifner & Gropp, IJHPCA 2005), the winner per size, and `calibrate`.
-"""
+"""The alpha-beta(-gamma) cost model at work: the formulas of `syncedu/comm/alphabeta.py` as
+coefficients of time = a alpha + b beta + c gamma (`terms`; Thakur, Rabenseifner & Gropp,
+IJHPCA 2005), the winner per size, and `calibrate`."""
 
 from __future__ import annotations
 

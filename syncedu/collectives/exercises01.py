@@ -1,7 +1,4 @@
-"""Checkers for notebooks/01_collectives' exercises (simulated ranks: instant, exact).
-
-Wrong answers each rejects: tests/collectives/test_exercises01.py.
-"""
+"""Checkers for notebooks/01_collectives' exercises (simulated ranks: instant, exact)."""
 
 from __future__ import annotations
 

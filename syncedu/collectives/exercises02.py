@@ -1,7 +1,4 @@
-"""Checkers for notebooks/02_allreduce_algorithms' exercises (simulated ranks: instant, exact).
-
-Wrong answers each rejects: tests/collectives/test_exercises02.py.
-"""
+"""Checkers for notebooks/02_allreduce_algorithms' exercises (simulated ranks: instant, exact)."""
 
 from __future__ import annotations
 

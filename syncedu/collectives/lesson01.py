@@ -12,7 +12,7 @@ import torch
 
 from syncedu.collectives import plots
 from syncedu.comm import sim
-from syncedu.ui.widgets import Dashboard, figure_png
+from syncedu.ui.widgets import Explorer
 
 OPS = ("send_recv", "broadcast", "reduce", "all_reduce", "reduce_scatter", "all_gather")
 UNDEFINED = -1  # a slot the collective's contract leaves unspecified
@@ -56,7 +56,7 @@ def holdings_of(op: str, run) -> tuple[list, list]:
     return [b for b, _ in res], [a for _, a in res]
 
 
-class CollectiveExplorer(Dashboard):
+class CollectiveExplorer(Explorer):
     """Pick a collective and a world size; see who holds what (simulated ranks, instant).
     `.before`, `.after` are the last bitmasks; `.image` shows the picture."""
 
@@ -64,14 +64,8 @@ class CollectiveExplorer(Dashboard):
         self.op = w.Dropdown(options=OPS, value=op, description="collective")
         self.n = w.IntSlider(value=world_size, min=2, max=max_world_size, description="ranks",
                              continuous_update=False)
-        self.image = w.Image(format="png")
-        for c in (self.op, self.n):
-            c.observe(lambda _: self.update(), names="value")
-        self.widget = w.VBox([w.HBox([self.op, self.n]), self.image])
-        self.update()
+        super().__init__({"op": self.op, "n": self.n}, self._draw)
 
-    def update(self) -> None:
-        self.before, self.after = holdings_of(
-            self.op.value, lambda fn, args: sim.run(fn, self.n.value, args=args))
-        fig = plots.holdings(self.before, self.after, f"{self.op.value}, {self.n.value} ranks")
-        self.image.value = figure_png(fig)
+    def _draw(self, op: str, n: int):
+        self.before, self.after = holdings_of(op, lambda fn, args: sim.run(fn, n, args=args))
+        return "", plots.holdings(self.before, self.after, f"{op}, {n} ranks")

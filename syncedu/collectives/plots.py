@@ -28,23 +28,17 @@ def _cell(mask: int, n: int) -> tuple[str, tuple]:
 def _grid(ax, masks, n: int, title: str) -> None:
     masks = np.asarray(masks, dtype=np.int64)
     rows, cols = masks.shape
-    for r in range(rows):
-        for c in range(cols):
-            m = int(masks[r, c])
-            label, color = _cell(m, n)
-            ax.add_patch(plt.Rectangle((c, rows - 1 - r), 0.95, 0.9, color=color,
-                                       ec="black", lw=0.6))
-            dark = m > 0 and bin(m).count("1") > 1
-            ax.text(c + 0.475, rows - 1 - r + 0.45, label, ha="center", va="center",
-                    fontsize=8 if cols <= 6 else 6, color="white" if dark else "black")
-    ax.set_xlim(0, cols)
-    ax.set_ylim(0, rows)
+    for (r, c), m in np.ndenumerate(masks):
+        label, color = _cell(int(m), n)
+        ax.add_patch(plt.Rectangle((c, rows - 1 - r), 0.95, 0.9, color=color, ec="black", lw=0.6))
+        dark = m > 0 and bin(m).count("1") > 1
+        ax.text(c + 0.475, rows - 1 - r + 0.45, label, ha="center", va="center",
+                fontsize=8 if cols <= 6 else 6, color="white" if dark else "black")
+    ax.set(xlim=(0, cols), ylim=(0, rows), title=title)
     ax.set_yticks([rows - 1 - r + 0.45 for r in range(rows)], [f"rank {r}" for r in range(rows)])
     ax.set_xticks([c + 0.475 for c in range(cols)], [f"slot {c}" for c in range(cols)])
     ax.tick_params(length=0)
-    ax.set_title(title)
-    for side in ax.spines.values():
-        side.set_visible(False)
+    ax.spines[:].set_visible(False)
 
 
 def holdings(before, after, title: str = ""):
@@ -60,9 +54,7 @@ def holdings(before, after, title: str = ""):
 
 
 def _finish(fig, ax, xlabel: str, ylabel: str, title: str, legend: bool = True):
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     if legend:
         ax.legend(fontsize=8)
     fig.tight_layout()

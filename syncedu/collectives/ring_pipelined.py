@@ -1,10 +1,9 @@
 """The ring allreduce, pipelined in segments: the fast twin of `collectives.ring_allreduce`.
 
-Same chunks, neighbours and bytes as the plain ring (Patarasuk & Yuan, JPDC 2009),
-which idles the wire while it adds a whole chunk. Here every chunk is cut into G segments
-(`ring_segments`), and item (s, g), segment g of ring step s (0..N-2 reduce-scatter,
-N-1..2N-3 all-gather), leaves once segment g of step s-1 has arrived and been added.
-It hides reduction time and bandwidth, not latency: 2(N-1)G latencies in all.
+Same chunks, neighbours and bytes as the plain ring (Patarasuk & Yuan, JPDC 2009), which
+idles the wire while it adds a whole chunk. Here each chunk is cut into G segments, and item
+(s, g), segment g of ring step s (0..N-2 reduce-scatter, N-1..2N-3 all-gather), leaves once
+segment g of step s-1 has arrived and been added: 2(N-1)G latencies, reduction hidden.
 
 1. Post receives `WINDOW` items ahead: into segment buffers during the
    reduce-scatter, straight into the tensor during the all-gather.
@@ -44,17 +43,16 @@ class _Pipeline:
     """One rank's pipelined ring over `flat`: segment views, buffers, pending receives."""
 
     def __init__(self, comm, flat: torch.Tensor, segment_bytes: int | None):
-        n, r = comm.world_size, comm.rank
-        self.comm, self.n, self.r = comm, n, r
-        self.g = ring_segments(flat.numel(), n, flat.element_size(), segment_bytes)
-        chunks = torch.split(flat, ring_chunks(flat.numel(), n))
+        self.comm, self.n, self.r = comm, comm.world_size, comm.rank
+        self.g = ring_segments(flat.numel(), self.n, flat.element_size(), segment_bytes)
+        chunks = torch.split(flat, ring_chunks(flat.numel(), self.n))
         # segments[k][g]: segment g of chunk k, split as ring_chunks splits a chunk
         self.segments = [torch.split(c, ring_chunks(c.numel(), self.g)) for c in chunks]
-        self.items = [(s, g) for s in range(2 * n - 2) for g in range(self.g)]
+        self.items = [(s, g) for s in range(2 * self.n - 2) for g in range(self.g)]
         # Buffers live for one call only: simulated ranks share a process, so any cache
         # outside the call would be shared between them.
         seg_len = max(s.numel() for s in self.segments[0])
-        self.buffers = [flat.new_empty(seg_len) for _ in range(min(WINDOW, (n - 1) * self.g))]
+        self.buffers = [flat.new_empty(seg_len) for _ in range(min(WINDOW, len(self.items) // 2))]
         self.pending: dict[int, tuple] = {}
 
     def post(self, i: int) -> None:

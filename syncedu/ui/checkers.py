@@ -1,10 +1,6 @@
-"""What every lesson's exercise checkers share (each topic's own are in its `exercisesNN.py`).
-
-A checker prints a verdict and returns None (a cell shows only the verdict); its
-`.grade(answer)` returns True/False for tests. An answer that still raises
-`NotImplementedError` (the notebook's stub) is "not attempted yet", not a failure, so
-the notebooks run top to bottom before anyone has solved anything.
-"""
+"""What every lesson's exercise checkers share: a checker prints a verdict and returns None;
+its `.grade(answer)` returns True/False for tests. A stub that still raises
+`NotImplementedError` is "not attempted yet", so notebooks run before anything is solved."""
 
 from __future__ import annotations
 

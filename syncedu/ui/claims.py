@@ -136,10 +136,8 @@ def check(claim_id: str, holds: bool, measured: str) -> None:
         raise ValueError(f"claim_id must be one of {sorted(by_id)}, got {claim_id!r}")
     c = by_id[claim_id]
     if not holds:
-        raise AssertionError(
-            f"claim {claim_id}: the measurement ({measured}) no longer supports the verdict "
-            f"'{c.verdict}': fix the verdict or the lesson"
-        )
+        raise AssertionError(f"claim {claim_id}: the measurement ({measured}) no longer "
+                             f"supports the verdict '{c.verdict}': fix the verdict or the lesson")
     print(f"claim {claim_id}, \"{c.translation}\": {c.verdict.split(':')[0]}. Measured: {measured}")
 
 

@@ -1,13 +1,12 @@
 """Checkers for notebooks/00_start_here's exercises, on simulated ranks (instant, and a
-deadlock is reported instead of hanging): `sum_of_squares`, `pass_the_token` and the quick
-check `ring_bytes`. The wrong answers each rejects: tests/ui/test_exercises00.py.
-"""
+deadlock is reported instead of hanging); the wrong answers each rejects are in the tests."""
 
 from __future__ import annotations
 
 from syncedu.comm import sim
 from syncedu.comm.errors import DeadlockError
 from syncedu.comm.ledger import ring_allreduce_elements
+from syncedu.comm.work import CollectiveWork
 from syncedu.ui.checkers import attempt, checker, verdict
 
 
@@ -32,23 +31,12 @@ class _Spy:
     def irecv(self, tensor, *args, **kwargs):
         work = self._comm.irecv(tensor, *args, **kwargs)
         if self.mark and self._comm.rank == 1:
-            return _MarkedReceive(work, tensor, self.mark)
+            return CollectiveWork(work, then=lambda: tensor.add_(self.mark))  # mark on arrival
         return work
 
     def recv(self, tensor, *args, **kwargs):
         self.irecv(tensor, *args, **kwargs).wait()
         return tensor
-
-
-class _MarkedReceive:
-    """A receive whose `wait()` adds `mark` to the tensor that arrived."""
-
-    def __init__(self, work, tensor, mark: float):
-        self._work, self._tensor, self._mark = work, tensor, mark
-
-    def wait(self, *args, **kwargs):
-        self._work.wait(*args, **kwargs)
-        self._tensor.add_(self._mark)
 
 
 def _spied(worker, mark: float = 0.0):

@@ -19,10 +19,8 @@ def ledger_bars(ledger, title: str = "bytes sent per rank"):
             continue
         ax.bar(ranks, op.sent, bottom=bottom, label=name)
         bottom = [b + v for b, v in zip(bottom, op.sent)]
-    ax.set_xlabel("rank")
-    ax.set_ylabel("bytes sent")
-    ax.set_xticks(ranks if len(ranks) <= 16 else ranks[:: max(1, len(ranks) // 16)])
-    ax.set_title(title)
+    ax.set(xlabel="rank", ylabel="bytes sent", title=title,
+           xticks=ranks if len(ranks) <= 16 else ranks[:: max(1, len(ranks) // 16)])
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small")
     fig.tight_layout()

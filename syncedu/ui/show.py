@@ -1,6 +1,5 @@
-"""Show the package's own code beside the lesson: `show(collectives.ring_allreduce)`, so the
-code a learner reads is the code the checked cells run (no copy in the notebook to drift).
-"""
+"""`show(collectives.ring_allreduce)`: the code a learner reads is the code the checked cells
+run (no copy in the notebook to drift)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""`draw_trace`: a run's messages as a space-time diagram, drawn from the messages the
-simulator really moved (`res.trace`), each coloured by the chunk it carries (or its op):
-the "who sends which chunk to whom" picture of Patarasuk & Yuan (2009) and Thakur et al.
-(2005).
-"""
+"""`draw_trace`: the messages the simulator really moved (`res.trace`) as a space-time
+diagram: the "who sends which chunk to whom" picture of Patarasuk & Yuan (2009) and Thakur
+et al. (2005)."""
 
 from __future__ import annotations
 
@@ -42,9 +40,7 @@ def draw_trace(trace, ax=None, *, title: str | None = None, max_messages: int = 
         ax.plot([], [], color=colour[k], label=k if isinstance(k, str) else f"chunk {k}")
     if keys and len(keys) <= 16:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
-    ax.set_xlabel("time (us)")
-    ax.set_ylabel("rank")
-    ax.set_title(title or f"{len(records)} messages")
+    ax.set(xlabel="time (us)", ylabel="rank", title=title or f"{len(records)} messages")
     ax.grid(axis="y", alpha=0.3)
     return ax
 

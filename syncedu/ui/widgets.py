@@ -51,11 +51,10 @@ class Explorer(Dashboard):
 
     def __init__(self, controls: dict, compute, image: bool = True):
         self.controls, self.compute = controls, compute
-        self.out = w.Output()
-        self.image = w.Image(format="png")
-        self.text, self.result = "", None
+        self.out, self.image = w.Output(), w.Image(format="png")
+        self.text, self.result, self._quiet = "", None, False
         for c in controls.values():
-            c.observe(lambda change: self.update(), names="value")
+            c.observe(lambda change: None if self._quiet else self.update(), names="value")
         self.widget = w.VBox([w.HBox(list(controls.values())[:3]),
                               w.HBox(list(controls.values())[3:]), self.out,
                               *([self.image] if image else [])])
@@ -63,6 +62,17 @@ class Explorer(Dashboard):
 
     def values(self) -> dict:
         return {k: c.value for k, c in self.controls.items()}
+
+    def set(self, **values) -> None:
+        """Move several controls at once (None: leave it as it is) and update once."""
+        self._quiet = True
+        try:
+            for name, value in values.items():
+                if value is not None:
+                    self.controls[name].value = value
+        finally:
+            self._quiet = False
+        self.update()
 
     def update(self) -> None:
         try:

@@ -28,15 +28,13 @@ def _recorded(fn):
     """`fn` to run in each rank, returning (its result, the `op` of every DistributedOptimizer):
     the run, not the source, says which reduction the learner chose."""
     def ranked():
-        import inspect as _inspect
-
         import horovod.torch as hvd
 
         real, ops = hvd.DistributedOptimizer, []
         names = {hvd.Average: "Average", hvd.Sum: "Sum", hvd.Adasum: "Adasum"}
 
         def recording(*args, **kwargs):
-            op = _inspect.signature(real).bind(*args, **kwargs).arguments.get("op", hvd.Average)
+            op = inspect.signature(real).bind(*args, **kwargs).arguments.get("op", hvd.Average)
             ops.append(names.get(op, str(op)))
             return real(*args, **kwargs)
 

@@ -10,8 +10,7 @@ an unseeded model would be), and returns {variant: this rank's parameters}:
 2. without the broadcast: the ranks start apart, and averaged gradients keep them apart;
 3. without the wrapper: nothing is averaged, each rank trains on its own shard;
 4. Horovod's AMP pattern (horovod/docs/pytorch.rst, "mixed precision"): `GradScaler`,
-   `opt.synchronize()` to finish the allreduces, `scaler.unscale_`, clipping, then
-   `scaler.step` inside `opt.skip_synchronize()` so `step` does not synchronize again.
+   `opt.synchronize()`, `unscale_`, clipping, then `step` inside `opt.skip_synchronize()`.
 
 Compression is the wrapper's `compression=` argument, nothing else (Horovod 0.28.1).
 """

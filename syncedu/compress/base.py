@@ -59,7 +59,7 @@ class Compressor:
 
     def _residual_like(self, comm, key: str, like: torch.Tensor) -> torch.Tensor:
         """The residual of bucket `key`, or zeros if new or resized (DDP rebuilds buckets)."""
-        e = self.residual(comm, key)
+        e = self._state.get((key, comm.rank))
         return e if e is not None and e.shape == like.shape else torch.zeros_like(like)
 
     def reset(self) -> None:

@@ -107,7 +107,8 @@ class PowerSGD(Compressor):
         st = self.state(comm, key, dict)
         grads = flatten(tensors)
         if self.error_feedback:                               # Step 1
-            grads = grads + self._residual_like(comm, key, grads)
+            error = st.get("error")  # none yet, or stale after DDP rebuilt its buckets
+            grads = grads + (error if error is not None and error.shape == grads.shape else 0)
         parts = list(grads.split([t.numel() for t in tensors]))
         plan = self.plan([t.shape for t in tensors])
         rest = [i for i, p in enumerate(plan) if p is None]

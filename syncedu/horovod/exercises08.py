@@ -19,9 +19,8 @@ def _shortcut(fn) -> str:
     """Why `fn` is not a conversion (it calls the page's recipe), or ''."""
     code = getattr(fn, "__code__", None)
     names = set(getattr(code, "co_names", ())) | set(getattr(code, "co_freevars", ()))
-    if "horovod_recipe" in names:
-        return "it calls the page's horovod_recipe: write the conversion yourself"
-    return ""
+    return ("it calls the page's horovod_recipe: write the conversion yourself"
+            if "horovod_recipe" in names else "")
 
 
 def _recorded(fn):

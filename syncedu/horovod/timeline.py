@@ -64,8 +64,7 @@ def parse(text: str) -> list[Span]:
     events = _events(text)
     names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M"
              and e.get("name") == "process_name" and "name" in e.get("args", {})}
-    stamps = [e["ts"] for e in events if "ts" in e]
-    t0 = min(stamps) if stamps else 0
+    t0 = min((e["ts"] for e in events if "ts" in e), default=0)
     open_: dict[int, list[tuple[str, float]]] = {}
     spans = []
     for e in events:

@@ -7,7 +7,7 @@ names here is what `compression="name"` means everywhere (train/compression.py).
 
 from __future__ import annotations
 
-from syncedu.compress.base import Compressor, bucket_views, ddp_comm_hook, flatten, unflatten_
+from syncedu.compress.base import Compressor, flatten, unflatten_
 from syncedu.compress.cast import BF16, FP16, Cast, backend_refuses
 from syncedu.compress.powersgd import PowerSGD
 from syncedu.compress.sign import SignSGD
@@ -17,4 +17,4 @@ from syncedu.train.compression import COMPRESSORS, resolve
 COMPRESSORS.update(fp16=FP16, bf16=BF16, topk=TopK, signsgd=SignSGD, powersgd=PowerSGD)
 
 __all__ = ["BF16", "COMPRESSORS", "FP16", "Cast", "Compressor", "PowerSGD", "SignSGD", "TopK",
-           "backend_refuses", "bucket_views", "ddp_comm_hook", "flatten", "resolve", "unflatten_"]
+           "backend_refuses", "flatten", "resolve", "unflatten_"]

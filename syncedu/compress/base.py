@@ -75,21 +75,17 @@ class Compressor:
         return (self, comm), ddp_comm_hook
 
 
-def bucket_views(bucket) -> list[torch.Tensor]:
-    """Per-parameter views into DDP's flat bucket buffer, shaped like the gradients."""
-    grads = bucket.gradients()
-    parts = bucket.buffer().split([g.numel() for g in grads])
-    return [p.view(g.shape) for p, g in zip(parts, grads)]
-
-
 def ddp_comm_hook(state, bucket):
     """DDP comm hook on `state` = (compressor, comm): average the bucket, return a done future.
 
-    A done future is simpler than torch's chained ones, at the price of overlap
-    inside one bucket. No return annotation: DDP inspects it (a string here).
+    It averages views of DDP's bucket buffer; a done future is simpler than torch's chained
+    ones, less overlap in a bucket. No return annotation: DDP inspects it (a string here).
     """
     compressor, comm = state
-    compressor.average_(comm, bucket_views(bucket), f"ddp{bucket.index()}")
+    grads = bucket.gradients()
+    parts = bucket.buffer().split([g.numel() for g in grads])
+    compressor.average_(comm, [p.view(g.shape) for p, g in zip(parts, grads)],
+                        f"ddp{bucket.index()}")
     fut = torch.futures.Future()
     fut.set_result(bucket.buffer())
     return fut

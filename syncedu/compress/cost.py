@@ -1,9 +1,7 @@
 """When compression pays: time per step of each compressor from the alpha-beta model.
 
-Traffic for S bytes of fp32 gradients on N ranks: fp32 / fp16 one ring allreduce
-of S / S/2; PowerSGD two allreduces (P, Q); top-k and signSGD all-gathers of N
-payloads, so each rank's traffic grows with N. Compared against the fp16
-baseline, as arXiv 2407.01378 asks; Agarwal et al. (MLSys 2022) found
+Top-k and signSGD travel by all-gather, so each rank's traffic grows with N. Compared
+against the fp16 baseline, as arXiv 2407.01378 asks; Agarwal et al. (MLSys 2022) found
 compression beat a tuned baseline in only 6 of over 200 setups.
 """
 
@@ -21,7 +19,7 @@ def wire_seconds(name: str, nbytes: float, world_size: int, network: Network, *,
                  ratio: float = 0.01, powersgd_factor: float = 128.0) -> float:
     """Modelled seconds of `name`'s collective for `nbytes` of fp32 gradients."""
     n = world_size
-    if name == "fp32":
+    if name == "fp32":  # one ring allreduce of S (fp16: of S / 2)
         return cost.collective_time("all_reduce", nbytes, n, network)
     if name == "fp16":
         return cost.collective_time("all_reduce", nbytes / 2, n, network)

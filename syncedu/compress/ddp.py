@@ -7,7 +7,7 @@ Micikevicius et al. 2018: fp32 masters, 16-bit parameters and gradients.
 
 from __future__ import annotations
 
-import contextlib
+from unittest import mock
 
 import torch
 import torch.distributed as dist
@@ -20,7 +20,6 @@ from syncedu.compress import BF16, FP16, PowerSGD
 from syncedu.train import data, models
 
 
-@contextlib.contextmanager
 def recording_allreduce(calls: list):
     """Append (dtype name, bytes) of every `dist.all_reduce` inside the block to `calls`."""
     real = dist.all_reduce
@@ -29,11 +28,7 @@ def recording_allreduce(calls: list):
         calls.append((str(t.dtype).replace("torch.", ""), t.numel() * t.element_size()))
         return real(t, *args, **kwargs)
 
-    dist.all_reduce = record
-    try:
-        yield calls
-    finally:
-        dist.all_reduce = real
+    return mock.patch.object(dist, "all_reduce", record)
 
 
 def _batch(comm, step: int, per_rank: int = 32):

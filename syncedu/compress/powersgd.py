@@ -25,6 +25,7 @@ from typing import ClassVar
 import torch
 
 from syncedu.compress.base import Compressor, check_flags, flatten, unflatten_
+from syncedu.train.sampling import check_int
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,7 @@ class PowerSGD(Compressor):
 
     def __post_init__(self):
         for pname, low in (("rank", 1), ("start_iter", 0), ("seed", 0)):
-            value = getattr(self, pname)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{pname}={value!r} must be an int >= {low}")
+            check_int(pname, getattr(self, pname), low)
         check_flags(self, "error_feedback", "warm_start")
         if not self.min_compression_rate >= 1:
             raise ValueError(f"min_compression_rate={self.min_compression_rate!r} must be >= 1")

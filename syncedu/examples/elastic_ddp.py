@@ -41,6 +41,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from syncedu.examples import ddp_program
 from syncedu.examples.ddp_program import Config
 from syncedu.train import data, models
+from syncedu.train.sampling import check_int
 
 
 def worker(cfg: Config, crash_rank: int = 1, crash_epoch: int = 1) -> None:
@@ -114,8 +115,7 @@ def launch_elastic(*, nproc: int = 2, max_restarts: int = 1, crash_rank: int | N
     port; raise if it fails or hangs, and leave no process behind."""
     for name, value, low in (("nproc", nproc, 1), ("epochs", epochs, 1),
                              ("max_restarts", max_restarts, 0), ("global_batch", global_batch, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name}={value!r} must be an int >= {low}")
+        check_int(name, value, low)
     if crash_rank is not None and not 0 <= crash_rank < nproc:
         raise ValueError(f"crash_rank={crash_rank!r} must be None or in 0..{nproc - 1}")
     if not 0 <= crash_epoch < epochs:

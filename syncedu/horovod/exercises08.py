@@ -19,24 +19,21 @@ def _shortcut(fn) -> str:
     """Why `fn` is not a conversion (it calls the page's recipe), or ''."""
     code = getattr(fn, "__code__", None)
     names = set(getattr(code, "co_names", ())) | set(getattr(code, "co_freevars", ()))
-    if "horovod_recipe" in names:
-        return "it calls the page's horovod_recipe: write the conversion yourself"
-    return ""
+    return ("it calls the page's horovod_recipe: write the conversion yourself"
+            if "horovod_recipe" in names else "")
 
 
 def _recorded(fn):
     """`fn` to run in each rank, returning (its result, the `op` of every DistributedOptimizer):
     the run, not the source, says which reduction the learner chose."""
     def ranked():
-        import inspect as _inspect
-
         import horovod.torch as hvd
 
         real, ops = hvd.DistributedOptimizer, []
         names = {hvd.Average: "Average", hvd.Sum: "Sum", hvd.Adasum: "Adasum"}
 
         def recording(*args, **kwargs):
-            op = _inspect.signature(real).bind(*args, **kwargs).arguments.get("op", hvd.Average)
+            op = inspect.signature(real).bind(*args, **kwargs).arguments.get("op", hvd.Average)
             ops.append(names.get(op, str(op)))
             return real(*args, **kwargs)
 

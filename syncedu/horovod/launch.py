@@ -29,6 +29,8 @@ import threading
 import time
 from pathlib import Path
 
+from syncedu.train.sampling import check_int
+
 __all__ = ["available", "run", "horovod_log", "HorovodRunError", "FAILED_STAMP"]
 
 # Written by scripts/setup.sh when the Horovod build failed: the path of the build log.
@@ -38,20 +40,18 @@ BUILDING_STAMP = Path(sys.prefix) / ".syncedu-horovod-building"
 
 
 class _Tee(io.TextIOBase):
-    """A stream that keeps what is written (for `.output`) and, unless quiet, passes it on."""
+    """A stream that keeps what is written (for `.output`) and passes it on."""
 
-    def __init__(self, keep: io.StringIO, through=None):
+    def __init__(self, keep: io.StringIO, through):
         self.keep, self.through = keep, through
 
     def write(self, text: str) -> int:
         self.keep.write(text)
-        if self.through is not None:
-            self.through.write(text)
+        self.through.write(text)
         return len(text)
 
     def flush(self) -> None:
-        if self.through is not None:
-            self.through.flush()
+        self.through.flush()
 
 
 class HorovodRunError(RuntimeError):
@@ -73,8 +73,7 @@ def _build_running() -> int | None:
 
 
 def wait_for_build(timeout: float = 900.0, every: float = 15.0) -> None:
-    """Wait for the background Horovod build of `make lab` (lesson 08 calls this first),
-    printing a status line every `every` seconds; returns at once if no build runs."""
+    """Wait for `make lab`'s background Horovod build (if any), printing a line every `every` s."""
     start, next_line, pid = time.monotonic(), every, _build_running()
     if pid is not None:
         print(f"Horovod is still building in the background (pid {pid}; log: "
@@ -121,10 +120,7 @@ def _with_env(fn, env: dict, args: tuple, kwargs: dict):
 
 @contextlib.contextmanager
 def _deadline(timeout: float, ours):
-    """Step 3: after `timeout` s, SIGTERM this process, but only into Horovod's handler.
-
-    Yields a list that holds True once it fired; `ours`: the caller's SIGTERM handler.
-    """
+    """Step 3: after `timeout` s, SIGTERM into Horovod's handler (not `ours`); yields `fired`."""
     fired, lock, done = [], threading.Lock(), threading.Event()
 
     def watch() -> None:
@@ -156,8 +152,7 @@ def run(fn, world_size: int = 2, *, args: tuple = (), kwargs: dict | None = None
     `quiet=True` keeps the ranks' output out of the caller's streams; either way it is
     `.output` on the error raised, and appended to `output` if that is a list.
     """
-    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
-        raise ValueError(f"world_size={world_size!r} must be an int >= 1")
+    check_int("world_size", world_size)
     if not timeout > 0 or not start_timeout > 0:
         raise ValueError(f"timeout={timeout!r} and start_timeout={start_timeout!r} must be > 0")
     ok, why = available()  # Step 1
@@ -169,8 +164,8 @@ def run(fn, world_size: int = 2, *, args: tuple = (), kwargs: dict | None = None
     ours = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}  # Step 2
     out = io.StringIO()
     try:
-        with (contextlib.redirect_stdout(_Tee(out, None if quiet else sys.stdout)),
-              contextlib.redirect_stderr(_Tee(out, None if quiet else sys.stderr)),
+        with (contextlib.redirect_stdout(out if quiet else _Tee(out, sys.stdout)),
+              contextlib.redirect_stderr(out if quiet else _Tee(out, sys.stderr)),
               _deadline(timeout, ours[signal.SIGTERM]) as fired):
             try:
                 return horovod.run(_with_env, args=(fn, env, tuple(args), dict(kwargs or {})),

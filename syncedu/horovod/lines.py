@@ -10,8 +10,7 @@ an unseeded model would be), and returns {variant: this rank's parameters}:
 2. without the broadcast: the ranks start apart, and averaged gradients keep them apart;
 3. without the wrapper: nothing is averaged, each rank trains on its own shard;
 4. Horovod's AMP pattern (horovod/docs/pytorch.rst, "mixed precision"): `GradScaler`,
-   `opt.synchronize()` to finish the allreduces, `scaler.unscale_`, clipping, then
-   `scaler.step` inside `opt.skip_synchronize()` so `step` does not synchronize again.
+   `opt.synchronize()`, `unscale_`, clipping, then `step` inside `opt.skip_synchronize()`.
 
 Compression is the wrapper's `compression=` argument, nothing else (Horovod 0.28.1).
 """
@@ -22,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from syncedu.train import data, models
+from syncedu.train.runner import max_param_diff
 
 VARIANTS = ("recipe", "no broadcast", "no DistributedOptimizer", "amp pattern")
 
@@ -95,8 +95,7 @@ def mismatched_names(wait: float = 4.0) -> str:
 
 def rank_gap(res: list[dict], variant: str) -> float:
     """Largest |rank 0 - rank r| over the parameters of `variant` (0: the ranks agree)."""
-    return max((r[variant][k] - res[0][variant][k]).abs().max().item()
-               for r in res[1:] for k in res[0][variant])
+    return max(max_param_diff(r[variant], res[0][variant]) for r in res[1:])
 
 
 def reference(steps: int = 8, lr: float = 0.1, world_size: int = 2) -> dict:

@@ -7,12 +7,10 @@ Horovod writes a Chrome-trace JSON file (Horovod docs, "Horovod Timeline";
 `ALLREDUCE`, whose activities are `QUEUE`, `MEMCPY_IN_FUSION_BUFFER`, `GLOO_ALLREDUCE`
 (the collective itself, on this build) and `MEMCPY_OUT_FUSION_BUFFER`.
 
-1. `parse(text)`: tolerate a file cut short (a killed job may leave a partial line);
-   pair each `E` with the last open `B` of its pid -> `Span`s, in seconds from the
-   first event;
-2. `collectives(spans)`: the `GLOO_ALLREDUCE` spans that overlap in time belong to one
-   fused buffer (the background thread runs one collective at a time), so clusters of
-   overlapping spans are the fused collectives actually sent;
+1. `parse(text)`: pair each `E` with the last open `B` of its pid -> `Span`s, in seconds
+   from the first event, even from a file cut short (a killed job's partial last line);
+2. `collectives(spans)`: overlapping `GLOO_ALLREDUCE` spans travelled in one fused buffer
+   (the background thread runs one collective at a time): the collectives actually sent;
 3. `per_step(...)`: how many collectives each training step made.
 """
 
@@ -66,8 +64,7 @@ def parse(text: str) -> list[Span]:
     events = _events(text)
     names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M"
              and e.get("name") == "process_name" and "name" in e.get("args", {})}
-    stamps = [e["ts"] for e in events if "ts" in e]
-    t0 = min(stamps) if stamps else 0
+    t0 = min((e["ts"] for e in events if "ts" in e), default=0)
     open_: dict[int, list[tuple[str, float]]] = {}
     spans = []
     for e in events:
@@ -123,8 +120,7 @@ def fusion_buffers(sizes: list[int], backward: float, cycle: float, threshold: i
 
     `sizes`: gradient bytes per tensor in backward's order, ready over `backward` s in
     proportion to their bytes. Every `cycle` s the background thread packs the tensors
-    ready since the last cycle into buffers of at most `threshold` bytes (a larger tensor
-    travels alone). DDP's buckets depend on sizes only (`dp.timeline.bucket_sizes`).
+    ready since the last cycle into buffers of at most `threshold` bytes (or one tensor).
     """
     if not sizes or backward < 0 or cycle <= 0 or threshold < 0:
         raise ValueError("sizes must be non-empty, backward >= 0, cycle > 0 and threshold >= 0")

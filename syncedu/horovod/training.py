@@ -10,9 +10,8 @@ recipe (Sergeev & Del Balso 2018, arXiv 1802.05799; Horovod's
 3. `hvd.DistributedOptimizer(..., backward_passes_per_step=accumulation,
    op=hvd.Average)`: a hook per parameter starts an asynchronous allreduce once its
    gradient was accumulated that many times; `step()` waits for them all, then steps;
-4. the ledger: Horovod fuses the ready gradients into one buffer, so each step is
-   charged as one ring allreduce of all gradient bytes (after compression), like
-   DDP's buckets; the collectives really fused are in the Horovod timeline.
+4. the ledger charges each step as one ring allreduce of all gradient bytes (after
+   compression), as Horovod fuses them; what it really fused is in its timeline.
 """
 
 from __future__ import annotations
@@ -75,7 +74,6 @@ class HorovodComm:
     def __init__(self, hvd):
         self.hvd = hvd
         self.rank, self.world_size = hvd.rank(), hvd.size()
-        self.local_rank, self.local_world_size, self.node = hvd.local_rank(), hvd.local_size(), 0
         self.ledger = RankLedger(self.rank)
         self._t0 = time.perf_counter()
 
@@ -133,10 +131,9 @@ def _horovod(module, comm, cfg) -> Parts:
     hvd.broadcast_parameters(module.state_dict(), root_rank=0)  # Step 2
     if cfg.optimizer == "sgd":  # it makes state by a zero-gradient step: moves Adam's count
         hvd.broadcast_optimizer_state(opt, root_rank=0)
-    fp16 = cfg.compression == "fp16"
     dist = hvd.DistributedOptimizer(  # Step 3
         opt, named_parameters=module.named_parameters(),
-        compression=hvd.Compression.fp16 if fp16 else hvd.Compression.none,
+        compression=hvd.Compression.fp16 if cfg.compression == "fp16" else hvd.Compression.none,
         backward_passes_per_step=cfg.accumulation, op=hvd.Average)
     counter = _FusedLedger(comm, dist)
     plain_zero_grad = dist.zero_grad
@@ -175,12 +172,10 @@ def _rank(jobs) -> list:
 def _all_done(hvd, timeout: float = 30.0) -> None:
     """Wait until every rank has finished its jobs, or `timeout` seconds, before shutdown.
 
-    One rank's `hvd.shutdown()` aborts the collectives still pending on the others. A job
-    that leaves a tensor pending on purpose (`lines.mismatched_names`) is then cut short on
-    a rank that reached it later, as happens under load: its 4 s watchdog reports "aborted"
-    instead of "still waiting". An allreduce of its own name is negotiated apart from the
-    pending one, so it completes once all ranks submit it; it is polled, not waited on, so
-    a job that broke Horovod cannot hang here (nor fail: the jobs' results are in).
+    One rank's `hvd.shutdown()` aborts the collectives pending on the others: a rank that
+    reached `lines.mismatched_names` later (under load) would report "aborted", not "still
+    waiting". This allreduce is negotiated apart from the pending tensor, and polled: a job
+    that broke Horovod cannot hang (nor fail) here, the jobs' results are in.
     """
     deadline = time.monotonic() + timeout
     try:
@@ -219,11 +214,10 @@ def run_jobs(jobs, *, timeout: float = 600.0, log: list | None = None) -> list:
     """Several jobs on 2+ Horovod ranks; for each, a History (or a callable's rank results).
 
     A job is `(TrainConfig or fn, HorovodSettings or None)`, `fn` taking no arguments.
-    Starting ranks costs seconds, so consecutive jobs with the same environment share
-    one start. Horovod reads its knobs only at `hvd.init()`, and a second `hvd.init()`
-    after `hvd.shutdown()` can read stale Gloo addresses from the rendezvous store, so
-    a new environment means new ranks. One world size (2 for callables only). `log`
-    gets each start's output, kept out of the caller's.
+    Consecutive jobs with the same environment share one start (seconds); Horovod reads
+    its knobs only at `hvd.init()`, and a second `hvd.init()` can read stale Gloo addresses
+    from the rendezvous store, so a new environment means new ranks. One world size (2 for
+    callables only); `log` gets each start's output, kept out of the caller's.
     """
     jobs = [(cfg, s or HorovodSettings()) for cfg, s in jobs]
     sizes = {cfg.world_size for cfg, _ in jobs if not callable(cfg)} or {2}

@@ -48,10 +48,10 @@ def policy(shard):
         shard = (shard,)
     if shard is None:
         return lambda m: True
-    if isinstance(shard, tuple):
-        if shard and all(isinstance(t, type) and issubclass(t, nn.Module) for t in shard):
-            return lambda m: isinstance(m, shard)
-    elif callable(shard):
+    if isinstance(shard, tuple) and shard and all(
+            isinstance(t, type) and issubclass(t, nn.Module) for t in shard):
+        return lambda m: isinstance(m, shard)
+    if callable(shard):
         def chosen(m):
             verdict = shard(m)
             if verdict not in (True, False):

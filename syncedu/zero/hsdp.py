@@ -94,11 +94,10 @@ class HybridShard(FullyShard):
     def __init__(self, module, comm=None, *, nodes: int | None = None, **kwargs):
         comm = default_comm(comm)
         if nodes is None:
-            net = comm.network
-            if net is None or not getattr(net, "is_cluster", False):
+            if not getattr(comm.network, "is_cluster", False):
                 raise ValueError("nodes=None needs comm.network to be a Network.cluster; "
                                  "give nodes= (the number of replicas)")
-            nodes = net.nodes
+            nodes = comm.network.nodes
         check_nodes(comm.world_size, nodes)
         self.nodes = nodes
         super().__init__(module, comm, **kwargs)

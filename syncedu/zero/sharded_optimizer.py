@@ -149,13 +149,6 @@ class ShardedOptimizer(torch.optim.Optimizer):
         for p, v in zip(self.params, unflatten(flat, self.params)):
             p.copy_(v)
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for p in (p for g in self.param_groups for p in g["params"] if p.grad is not None):
-            if set_to_none:
-                p.grad = None
-            else:
-                p.grad.detach_().zero_()
-
     # ------------------------------------------------------------ state
     @property
     def state_bytes(self) -> int:

@@ -8,16 +8,13 @@ chosen by `shard` (FSDP's wrap policy) are one `RowUnit` each; the rest is repli
 1. set-up: rank 0's parameters to every rank; each sharded one replaced by this rank's rows;
 2. forward of a sharded module (pre-hook): one all-gather of its unit, through an autograd
    function whose backward is step 3; the full tensors (cast to `compute_dtype`, as are
-   the module's floating inputs) go in the module's `__dict__`, found before the shards.
-   With `reshard_after_forward` the tensors autograd saves become tokens
-   (`saved_tensors_hooks`), gathered again when backward needs them;
+   the module's floating inputs) go in the module's `__dict__`, found before the shards;
+   with `reshard_after_forward` saved tensors become tokens, gathered again in backward;
 3. backward of the unit: the full fp32 gradients reduce-scattered (mean) into the shards'
    gradients; in `no_sync()` added into whole fp32 gradients instead (FSDP2's
    `set_requires_gradient_sync(False)`);
 4. `finish_gradient_synchronization()`: replicated gradients allreduced (one flat buffer:
    the same bits on every rank); every trainable parameter gets a `.grad`.
-
-`shard_comm` is whom the units are cut over: every rank here, a node's in `HybridShard`.
 """
 
 from __future__ import annotations

@@ -61,11 +61,8 @@ class RowUnit:
             send[a: a + s.numel()] = s.reshape(-1)  # copy-in (cast), the tail padded with zeros
         outs = [torch.empty_like(send) for _ in range(self.world_size)]
         comm.all_gather(outs, send)
-        fulls = []
-        for shape, a, chunk in zip(self.shapes, self.offsets, self.chunk):
-            rows_all = torch.cat([o[a: a + chunk] for o in outs])  # copy-out
-            fulls.append(rows_all.view(-1, *shape[1:])[: shape[0]])
-        return fulls
+        return [torch.cat([o[a: a + chunk] for o in outs]).view(-1, *shape[1:])[: shape[0]]
+                for shape, a, chunk in zip(self.shapes, self.offsets, self.chunk)]  # copy-out
 
     def reduce(self, comm, grads: list[torch.Tensor]) -> list[torch.Tensor]:
         """Step 3: the mean over ranks of this rank's rows of `grads` (fp32, shards' shapes)."""

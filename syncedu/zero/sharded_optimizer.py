@@ -1,11 +1,10 @@
 """`ShardedOptimizer`: ZeRO stage 1 as an optimizer, over any `torch.optim` optimizer.
 
-Rajbhandari et al., SC 2020, stage 1 (P_os): the optimizer state of 1/N of the parameters
-per rank. torch's `ZeroRedundancyOptimizer` hands each rank whole parameters (greedily by
-size); here the trainable parameters are laid end to end in group order (tied weights
-once) and cut by `shards.Layout`. Rank r's shard is a list of pieces, views of the
-parameters, which the local optimizer `.optim` holds, so element-wise optimizers (SGD,
-Adam, AdamW) do the unsharded one's arithmetic. A step:
+Rajbhandari et al., SC 2020, stage 1 (P_os). torch's `ZeroRedundancyOptimizer` hands each
+rank whole parameters (greedily by size); here the trainable ones are laid end to end in
+group order (tied weights once) and cut by `shards.Layout`. Rank r's shard is a list of
+pieces (views of the parameters) that the local optimizer `.optim` holds, so element-wise
+optimizers (SGD, Adam, AdamW) do the unsharded one's arithmetic. A step:
 
 1. gradients: averaged already (DDP or `dp.DataParallel`), or with `reduce_scatter=True`
    by a ring reduce-scatter here (an allreduce's first half): each rank gets its shard's;

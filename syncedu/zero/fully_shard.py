@@ -134,9 +134,8 @@ class FullyShard(Synced):
     # ------------------------------------------------------------ forward
     def forward(self, *args, **kwargs):
         """Run the module; with `reshard_after_forward`, saved weights become tokens (Step 2)."""
-        hooks = (torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-                 if self.reshard_after_forward else contextlib.nullcontext())
-        with hooks:
+        with (torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+              if self.reshard_after_forward else contextlib.nullcontext()):
             return self.module(*args, **kwargs)
 
     def _pre_forward(self, u: RowUnit):
@@ -225,10 +224,8 @@ class FullyShard(Synced):
     @torch.no_grad()
     def full_parameters(self) -> dict[str, torch.Tensor]:
         """The full fp32 parameters by the module's names (a collective: every rank calls it)."""
-        fulls = {}
-        for u in self.units:
-            for s, full in zip(u.shards, u.unshard(self.shard_comm)):
-                fulls[id(s)] = full.clone()
+        fulls = {id(s): full.clone() for u in self.units
+                 for s, full in zip(u.shards, u.unshard(self.shard_comm))}
         return {name: fulls.get(id(p), p.detach().clone())
                 for name, p in self.module.named_parameters()}
 

@@ -79,9 +79,7 @@ class ZeroDataParallel(Synced):
         self.params = [p for u in self.units for p in u.params]
         self.layout = Layout(self.units[-1].b, comm.world_size)
         self.flat_grad: torch.Tensor | None = None
-        with torch.no_grad():
-            flat = broadcast_params(comm, self.params)
-            self.shard = nn.Parameter(self._shard_from(flat))
+        self.shard = nn.Parameter(self._shard_from(broadcast_params(comm, self.params)))
         self.opt = make_optimizer([self.shard], cfg)  # Step 3's optimizer, on the shard only
         if self.stage == 1:  # stage 1 keeps whole gradients, views of one buffer
             self.flat_grad = self.shard.new_zeros(self.layout.numel)

@@ -40,7 +40,7 @@ def check_nodes(world_size: int, nodes: int) -> int:
 class SubComm:
     """Some of `parent`'s ranks as one ring: the two collectives FullyShard's units call."""
 
-    def __init__(self, parent, ranks, label: str = ""):
+    def __init__(self, parent, ranks, label: str):
         self.parent, self.ranks, self.label = parent, list(ranks), label
         self.rank, self.world_size = self.ranks.index(parent.rank), len(self.ranks)
 
@@ -51,8 +51,7 @@ class SubComm:
         return self.parent.irecv(tensor, self.ranks[src], tag)
 
     def scope(self, name: str):
-        return self.parent.scope(f"{self.label}_{name.removeprefix('ring_')}"
-                                 if self.label else name)
+        return self.parent.scope(f"{self.label}_{name.removeprefix('ring_')}")
 
     def all_gather(self, tensor_list: list, tensor: torch.Tensor):
         """`tensor_list[j]` = group rank j's `tensor` (a ring; equal sizes)."""

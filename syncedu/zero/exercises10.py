@@ -13,8 +13,8 @@ it) and ask, in this order:
 5. with each rank's `params` NaN outside its own shard (a ZeRO step never reads them),
    does it end with NaN (data parallelism on a copy of the gradients)?
 
-Exercise 2 (`memory_per_rank`) asks for the three parts separately and accepts Psi/N or
-ceil(Psi/N) elements per shard.
+Exercise 2 (`memory_per_rank`) asks for the three parts separately (a total cannot tell
+sharded parameters from sharded gradients at stage 2) and accepts Psi/N or ceil(Psi/N).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 PyTorch FSDP's HYBRID_SHARD (FSDP2: a 2-D mesh of `replicate` x `shard`; Zhao et al., VLDB
 2023, sec. 3.2): G = world_size / nodes shards, one per rank of a node, and `nodes`
-replicas. Consecutive ranks share a node: rank r is shard r mod G of replica r // G.
+replicas (nodes=1: plain FSDP). Consecutive ranks share a node (as torchrun and
+`Network.cluster` number them): rank r is shard r mod G of replica r // G.
 `HybridShard` is `FullyShard` with its units cut over the node's `SubComm`:
 
 1. backward: a unit's gradients ring-reduce-scattered among the node's G ranks

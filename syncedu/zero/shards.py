@@ -183,23 +183,18 @@ class Unit:
 def layer_units(module: nn.Module) -> list[Unit]:
     """One unit per module owning trainable parameters, in order (tied: the first owner)."""
     seen: set[int] = set()
-
-    def fresh(params) -> list:
-        out = [p for p in params if p.requires_grad and id(p) not in seen]
-        seen.update(id(p) for p in out)
-        return out
-
-    groups = [(name or "model", m, fresh(m.parameters(recurse=False)))
-              for name, m in module.named_modules()]
-    groups = [g for g in groups if g[2]]
-    if not groups:
+    out, a = [], 0
+    for name, m in module.named_modules():
+        params = [p for p in m.parameters(recurse=False)
+                  if p.requires_grad and id(p) not in seen]
+        seen.update(map(id, params))
+        if params:
+            out.append(Unit(name or "model", m, params, a))
+            a = out[-1].b
+    if not out:
         raise ValueError("module has no trainable parameters to shard")
-    kinds = {(p.dtype, p.device) for _, _, ps in groups for p in ps}
+    kinds = {(p.dtype, p.device) for u in out for p in u.params}
     if len(kinds) > 1:
         raise ValueError(f"module's trainable parameters must share one dtype and device, "
                          f"got {sorted(map(str, kinds))}")
-    out, a = [], 0
-    for name, m, params in groups:
-        out.append(Unit(name, m, params, a))
-        a = out[-1].b
     return out

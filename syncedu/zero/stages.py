@@ -14,8 +14,9 @@ move it one layer (`shards.Unit`) at a time. A step:
 4. stages 1 and 2 all-gather the updated shards; stage 3 leaves them sharded.
 
 Contiguous shards sum in the order of a ring allreduce, so the results agree to the bit.
-Under `no_sync()` stage 1 accumulates whole gradients; stages 2-3 reduce-scatter every
-micro-batch and add up the shards. `memory.peak`: the most model-state bytes held.
+Under `no_sync()` stage 1 accumulates whole gradients; stages 2-3 hold none, so they
+reduce-scatter every micro-batch and add up the shards. `memory.peak`: the most
+model-state bytes this rank held.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ L equal layers, Psi parameters of `itemsize` bytes, forward compute F per step (
 
 `simulate_step` runs our ZeRO (or "flat" DP, stage 0) on simulated ranks. The model cuts
 every layer N ways (as `FullyShard`); our flat shards can put a whole layer on one rank,
-so on a bandwidth-bound link the model is low by more than 2x (lesson 10 shows it).
+whose ring gather passes it across N-1 links in turn, so on a bandwidth-bound link the
+model is low by more than 2x (lesson 10 shows it).
 """
 
 from __future__ import annotations

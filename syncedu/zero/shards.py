@@ -78,11 +78,8 @@ def flatten(tensors) -> torch.Tensor:
 
 def unflatten(flat: torch.Tensor, like) -> list[torch.Tensor]:
     """`flat` cut into views shaped like `like` (tensors or sizes): the inverse of `flatten`."""
-    out, a = [], 0
-    for shape in (getattr(t, "shape", t) for t in like):
-        out.append(flat[a: a + shape.numel()].view(shape))
-        a += shape.numel()
-    return out
+    shapes = [getattr(t, "shape", t) for t in like]
+    return [v.view(s) for v, s in zip(flat.split([s.numel() for s in shapes]), shapes)]
 
 
 @torch.no_grad()

@@ -116,8 +116,7 @@ def _grade(name: str, answer, steps: int, world_sizes, numel: int, praise: str) 
             _worker, n, args=(answer, numel, steps, nan), output="quiet"))
         if not ok:
             return False
-        wrong = _judge(n, numel, steps, res, nan)
-        if wrong:
+        if wrong := _judge(n, numel, steps, res, nan):
             return verdict(name, False, wrong)
     return verdict(name, True, f"world sizes {list(world_sizes)}, Psi={numel}: {praise}")
 

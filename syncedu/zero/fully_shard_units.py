@@ -75,11 +75,8 @@ class RowUnit:
                 pieces[j][a: a + (hi - lo) * rest] = flat[lo * rest: hi * rest]
         out = pieces[0].new_empty(self.size)
         comm.reduce_scatter(out, pieces, op="avg")
-        mine = []
-        for shape, a in zip(self.shapes, self.offsets):
-            lo, hi = rows(shape[0], n, self.rank)
-            mine.append(out[a: a + (hi - lo) * shape[1:].numel()].view(hi - lo, *shape[1:]).clone())
-        return mine
+        return [out[a: a + s.numel()].view(s.shape).clone()  # this rank's rows: the shard's shape
+                for s, a in zip(self.shards, self.offsets)]
 
 
 def spread(module: nn.Module, world_size: int) -> list[dict]:

@@ -1,10 +1,6 @@
-"""Lesson 10, sharded data parallelism: ZeRO stages 1-3 from scratch, and for real code.
-
-1. `stages.py` (`ZeroDataParallel`, stage 1|2|3) on `shards.py`; `train_strategies.py`;
-2. `timing.py` (a step's time on a network); `torch_zero.py` (torch's own, against DDP);
-3. `sharded_optimizer.py` (ZeRO-1 over any torch optimizer), `fully_shard.py` on
-   `fully_shard_units.py` (per-parameter ZeRO-3, as FSDP2), `hsdp.py` (HSDP);
-4. the notebook's helpers: `lesson10.py` (figures, widget), `exercises10.py` (checkers).
+"""Lesson 10, sharded data parallelism: ZeRO stages 1-3 from scratch, and for real code:
+`stages.py` on `shards.py`, `timing.py`, `torch_zero.py` (torch's own), `sharded_optimizer.py`,
+`fully_shard.py` on `fully_shard_units.py` (as FSDP2), `hsdp.py`; lesson10.py, exercises10.py.
 """
 
 from __future__ import annotations

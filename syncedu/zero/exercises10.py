@@ -1,21 +1,20 @@
 """Checkers for notebooks/10_sharded_data_parallel's exercises (simulated ranks: exact).
 
 Exercises 1 (`zero2_step`: one SGD step) and 3 (`zero1_step`: two steps of SGD with
-momentum, kept in `state`) run the answer at N = 3 and 4 with Psi = 10 (neither
-divides it) and ask, in this order:
+momentum, kept in `state`) run the answer at N = 3 and 4 with Psi = 10 (neither divides
+it) and ask, in this order:
 
 1. are every rank's parameters those of one process stepping the mean gradient (1e-6)?
-2. is it data parallelism (an allreduce, built-in or by hand: the whole mean gradient
-   on every rank), or a parameter server (`comm.reduce`/`gather`, `broadcast`/`scatter`)?
-3. does a rank send or receive more than a ring reduce-scatter plus all-gather,
-   2 (N-1) ceil(Psi/N) elements per step? The trace says who sent to whom;
+2. is it data parallelism (the whole mean gradient on every rank: an allreduce), or a
+   parameter server (`comm.reduce`/`gather`, `broadcast`/`scatter`)?
+3. does a rank send or receive (the trace) more than a ring reduce-scatter plus
+   all-gather, 2 (N-1) ceil(Psi/N) elements per step?
 4. exercise 3: does a rank keep momentum for more than ceil(Psi/N) elements?
-5. run again with each rank's `params` NaN outside its own shard: a ZeRO step never
-   reads them, while data parallelism on a copy of the gradients ends with NaN.
+5. with each rank's `params` NaN outside its own shard (a ZeRO step never reads them),
+   does it end with NaN (data parallelism on a copy of the gradients)?
 
-Exercise 2 (`memory_per_rank`) asks for the three parts separately (a total cannot
-tell sharded parameters from sharded gradients at stage 2) and accepts Psi/N or
-ceil(Psi/N) elements per shard.
+Exercise 2 (`memory_per_rank`) asks for the three parts separately (a total cannot tell
+sharded parameters from sharded gradients at stage 2) and accepts Psi/N or ceil(Psi/N).
 """
 
 from __future__ import annotations
@@ -59,8 +58,7 @@ def _worker(comm, answer, numel: int, steps: int, nan_outside: bool = False):
             answer(comm, params, grads, ring_chunks(numel, comm.world_size), LR)
         else:
             answer(comm, params, grads, state, LR, MOMENTUM)
-    held = _held(state)
-    return params.tolist(), held, grads.tolist()
+    return params.tolist(), _held(state), grads.tolist()
 
 
 def _reference(n: int, numel: int, steps: int) -> list[float]:
@@ -118,8 +116,7 @@ def _grade(name: str, answer, steps: int, world_sizes, numel: int, praise: str) 
             _worker, n, args=(answer, numel, steps, nan), output="quiet"))
         if not ok:
             return False
-        wrong = _judge(n, numel, steps, res, nan)
-        if wrong:
+        if wrong := _judge(n, numel, steps, res, nan):
             return verdict(name, False, wrong)
     return verdict(name, True, f"world sizes {list(world_sizes)}, Psi={numel}: {praise}")
 

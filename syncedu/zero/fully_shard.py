@@ -1,31 +1,26 @@
 """`FullyShard`: ZeRO stage 3 with per-parameter sharding, as FSDP2's `fully_shard` does it.
 
 Rajbhandari et al., SC 2020 (ZeRO-3); PyTorch FSDP2 (`torch.distributed.fsdp.fully_shard`)
-shards every parameter along dim 0 (fully_shard_units.py) and swaps the module's
-parameters for the rank's shards (fp32 masters), so any optimizer built on
-`.parameters()` updates 1/N of the model. Modules chosen by `shard` (FSDP's wrap
-policy) are sharded, one `RowUnit` each; the other parameters are replicated.
+cuts every parameter along dim 0 (fully_shard_units.py) and swaps in the rank's shards
+(fp32 masters), so any optimizer on `.parameters()` updates 1/N of the model. Modules
+chosen by `shard` (FSDP's wrap policy) are one `RowUnit` each; the rest is replicated.
 
-1. set-up: rank 0's parameters to every rank; each sharded parameter replaced by
-   this rank's rows of it;
-2. forward of a sharded module (pre-hook): one all-gather of its unit, through an
-   autograd function whose backward is step 3; the full tensors (cast to
-   `compute_dtype`, as are the module's floating inputs) go in the module's
-   `__dict__`, where attribute lookup finds them before the shards. With
-   `reshard_after_forward` the tensors autograd saves become tokens
-   (`saved_tensors_hooks`), gathered again when backward needs them;
-3. backward of the unit: the full fp32 gradients reduce-scattered (mean) into the
-   shards' gradients; inside `no_sync()` added into whole fp32 gradients instead
-   (FSDP2's `set_requires_gradient_sync(False)`);
-4. `finish_gradient_synchronization()`: replicated gradients allreduced (one flat
-   buffer: the same bits on every rank); every trainable parameter gets a `.grad`.
-
-`shard_comm` is whom the units are cut over: every rank here, a node's in `HybridShard`.
+1. set-up: rank 0's parameters to every rank; each sharded one replaced by this rank's rows;
+2. forward of a sharded module (pre-hook): one all-gather of its unit, through an autograd
+   function whose backward is step 3; the full tensors (cast to `compute_dtype`, as are
+   the module's floating inputs) go in the module's `__dict__`, found before the shards;
+   with `reshard_after_forward` saved tensors become tokens, gathered again in backward;
+3. backward of the unit: the full fp32 gradients reduce-scattered (mean) into the shards'
+   gradients; in `no_sync()` added into whole fp32 gradients instead (FSDP2's
+   `set_requires_gradient_sync(False)`);
+4. `finish_gradient_synchronization()`: replicated gradients allreduced (one flat buffer:
+   the same bits on every rank); every trainable parameter gets a `.grad`.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 
 import torch
 from torch import nn
@@ -41,8 +36,6 @@ from syncedu.zero.shards import (
     unflatten,
 )
 
-__all__ = ["FullyShard", "COMPUTE_DTYPES"]
-
 COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -52,10 +45,10 @@ def policy(shard):
         shard = (shard,)
     if shard is None:
         return lambda m: True
-    if isinstance(shard, tuple):
-        if shard and all(isinstance(t, type) and issubclass(t, nn.Module) for t in shard):
-            return lambda m: isinstance(m, shard)
-    elif callable(shard):
+    if isinstance(shard, tuple) and shard and all(
+            isinstance(t, type) and issubclass(t, nn.Module) for t in shard):
+        return lambda m: isinstance(m, shard)
+    if callable(shard):
         def chosen(m):
             verdict = shard(m)
             if verdict not in (True, False):
@@ -81,12 +74,8 @@ class _Gather(torch.autograd.Function):
 
 
 class FullyShard(Synced):
-    """Shard `module`'s parameters over `comm`'s ranks (see the module docstring).
-
-    `compute_dtype` (torch.float16 or bfloat16) casts the gathered weights and sharded
-    modules' inputs; `shard` picks the sharded modules: None (all with parameters), a
-    tuple of module types, or a predicate `module -> bool`.
-    """
+    """Shard `module`'s parameters over `comm`'s ranks (steps 1-4 of the module docstring);
+    `compute_dtype` casts the gathered weights and sharded modules' inputs."""
 
     def __init__(self, module: nn.Module, comm=None, *, compute_dtype=None, shard=None,
                  reshard_after_forward: bool = True):
@@ -122,11 +111,9 @@ class FullyShard(Synced):
         return comm
 
     def _build_units(self, chosen) -> list[RowUnit]:
-        count: dict[int, int] = {}
-        for m in self.module.modules():  # a parameter two modules own (tied) stays replicated
-            for p in m._parameters.values():
-                if p is not None:
-                    count[id(p)] = count.get(id(p), 0) + 1
+        # A parameter two modules own (tied) stays replicated.
+        count = Counter(id(p) for m in self.module.modules() for p in m._parameters.values()
+                        if p is not None)
         units, n, r = [], self.shard_comm.world_size, self.shard_comm.rank
         for m in self.module.modules():
             # Only trainable tensors with a dim 0 are cut (scalars and frozen ones replicate).
@@ -147,9 +134,8 @@ class FullyShard(Synced):
     # ------------------------------------------------------------ forward
     def forward(self, *args, **kwargs):
         """Run the module; with `reshard_after_forward`, saved weights become tokens (Step 2)."""
-        hooks = (torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-                 if self.reshard_after_forward else contextlib.nullcontext())
-        with hooks:
+        with (torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+              if self.reshard_after_forward else contextlib.nullcontext()):
             return self.module(*args, **kwargs)
 
     def _pre_forward(self, u: RowUnit):
@@ -238,10 +224,8 @@ class FullyShard(Synced):
     @torch.no_grad()
     def full_parameters(self) -> dict[str, torch.Tensor]:
         """The full fp32 parameters by the module's names (a collective: every rank calls it)."""
-        fulls = {}
-        for u in self.units:
-            for s, full in zip(u.shards, u.unshard(self.shard_comm)):
-                fulls[id(s)] = full.clone()
+        fulls = {id(s): full.clone() for u in self.units
+                 for s, full in zip(u.shards, u.unshard(self.shard_comm))}
         return {name: fulls.get(id(p), p.detach().clone())
                 for name, p in self.module.named_parameters()}
 

@@ -1,20 +1,17 @@
 """Per-parameter sharding along dim 0 (FSDP2's layout): one module's unit and its traffic.
 
-FSDP1 (Zhao et al., VLDB 2023) cuts a unit's flattened parameters in N, as our
-`shards.Layout`; FSDP2 (torch's `fully_shard`) cuts each parameter along dim 0: of d0
-rows every rank gets c = ceil(d0 / N) (the last fewer, maybe none), a real tensor any
-optimizer can step. A `RowUnit` pads every shard to c rows for its collectives:
+FSDP1 (Zhao et al., VLDB 2023) cuts a unit's flat parameters in N, as `shards.Layout`;
+FSDP2 (torch's `fully_shard`) gives every rank c = ceil(d0 / N) of each parameter's d0
+rows (the last fewer, maybe none), a real tensor. A `RowUnit` pads shards to c rows:
 
 1. `shard(i, full)`: this rank's rows [r c, min(d0, (r+1) c)) of a full tensor;
-2. `unshard(comm, dtype)`: copy-in each padded shard (cast to `dtype`, FSDP2's
-   param_dtype: a half-precision all-gather moves half the bytes), one
-   `comm.all_gather` for the whole unit, copy-out into full tensors;
+2. `unshard(comm, dtype)`: copy-in each padded shard (cast to `dtype`, FSDP2's param_dtype),
+   one `comm.all_gather` for the whole unit, copy-out into full tensors;
 3. `reduce(comm, grads)`: full fp32 gradients cut into the same padded pieces, one
    `comm.reduce_scatter(op="avg")`, and this rank's rows of the mean.
 
-`spread(module, N)` compares the layouts per layer: a flat shard can hold a whole
-layer (whose all-gather is then a broadcast from that rank), a per-parameter one
-gives every rank about 1/N of every layer.
+`spread(module, N)`: per layer, a flat shard can hold a whole layer (its all-gather is
+then a broadcast), a per-parameter one gives every rank about 1/N of it.
 """
 
 from __future__ import annotations
@@ -64,11 +61,8 @@ class RowUnit:
             send[a: a + s.numel()] = s.reshape(-1)  # copy-in (cast), the tail padded with zeros
         outs = [torch.empty_like(send) for _ in range(self.world_size)]
         comm.all_gather(outs, send)
-        fulls = []
-        for shape, a, chunk in zip(self.shapes, self.offsets, self.chunk):
-            rows_all = torch.cat([o[a: a + chunk] for o in outs])  # copy-out
-            fulls.append(rows_all.view(-1, *shape[1:])[: shape[0]])
-        return fulls
+        return [torch.cat([o[a: a + chunk] for o in outs]).view(-1, *shape[1:])[: shape[0]]
+                for shape, a, chunk in zip(self.shapes, self.offsets, self.chunk)]  # copy-out
 
     def reduce(self, comm, grads: list[torch.Tensor]) -> list[torch.Tensor]:
         """Step 3: the mean over ranks of this rank's rows of `grads` (fp32, shards' shapes)."""
@@ -81,11 +75,8 @@ class RowUnit:
                 pieces[j][a: a + (hi - lo) * rest] = flat[lo * rest: hi * rest]
         out = pieces[0].new_empty(self.size)
         comm.reduce_scatter(out, pieces, op="avg")
-        mine = []
-        for shape, a in zip(self.shapes, self.offsets):
-            lo, hi = rows(shape[0], n, self.rank)
-            mine.append(out[a: a + (hi - lo) * shape[1:].numel()].view(hi - lo, *shape[1:]).clone())
-        return mine
+        return [out[a: a + s.numel()].view(s.shape).clone()  # this rank's rows: the shard's shape
+                for s, a in zip(self.shards, self.offsets)]
 
 
 def spread(module: nn.Module, world_size: int) -> list[dict]:

@@ -1,17 +1,16 @@
 """HSDP: shard inside a node, replicate across nodes (`HybridShard`).
 
-Hybrid sharding (PyTorch FSDP's HYBRID_SHARD; FSDP2's 2-D mesh of `replicate` x
-`shard`; Zhao et al., VLDB 2023, sec. 3.2) cuts the parameters in G = world_size /
-nodes shards, one per rank of a node, and keeps `nodes` replicas of that sharded
-model. Consecutive ranks share a node (as torchrun and `Network.cluster` number
-them): rank r is shard r mod G of replica r // G. Plain FSDP is nodes=1.
+PyTorch FSDP's HYBRID_SHARD (FSDP2: a 2-D mesh of `replicate` x `shard`; Zhao et al., VLDB
+2023, sec. 3.2): G = world_size / nodes shards, one per rank of a node, and `nodes`
+replicas (nodes=1: plain FSDP). Consecutive ranks share a node (as torchrun and
+`Network.cluster` number them): rank r is shard r mod G of replica r // G.
 `HybridShard` is `FullyShard` with its units cut over the node's `SubComm`:
 
 1. backward: a unit's gradients ring-reduce-scattered among the node's G ranks
-   (ledger op "node_reduce_scatter"): each rank gets the node's mean of its 1/G piece;
-2. `replica_all_reduce`: that piece ring-allreduced among the ranks with the same
-   local rank, one per node ("replica_*"): the mean over all ranks;
-3. forward (and backward, resharded): the shards all-gathered inside the node
+   ("node_reduce_scatter"): each rank gets the node's mean of its 1/G piece;
+2. `replica_all_reduce`: that piece ring-allreduced among the ranks with the same local
+   rank, one per node ("replica_*"): the mean over all ranks;
+3. forward (and backward, resharded): shards all-gathered inside the node
    ("node_all_gather"), so parameters never cross the slow link.
 """
 
@@ -30,8 +29,6 @@ from syncedu.zero.shards import (
     unflatten,
 )
 
-__all__ = ["HybridShard", "SubComm", "check_nodes", "replica_all_reduce", "hsdp_vs_fsdp"]
-
 
 def check_nodes(world_size: int, nodes: int) -> int:
     """G, the ranks per node; ValueError unless `nodes` divides `world_size`."""
@@ -42,10 +39,9 @@ def check_nodes(world_size: int, nodes: int) -> int:
 
 
 class SubComm:
-    """Some of `parent`'s ranks as one ring, with the two collectives FullyShard's units
-    call, charged to "{label}_reduce_scatter" and "{label}_all_gather"."""
+    """Some of `parent`'s ranks as one ring: the two collectives FullyShard's units call."""
 
-    def __init__(self, parent, ranks, label: str = ""):
+    def __init__(self, parent, ranks, label: str):
         self.parent, self.ranks, self.label = parent, list(ranks), label
         self.rank, self.world_size = self.ranks.index(parent.rank), len(self.ranks)
 
@@ -56,8 +52,7 @@ class SubComm:
         return self.parent.irecv(tensor, self.ranks[src], tag)
 
     def scope(self, name: str):
-        return self.parent.scope(f"{self.label}_{name.removeprefix('ring_')}"
-                                 if self.label else name)
+        return self.parent.scope(f"{self.label}_{name.removeprefix('ring_')}")
 
     def all_gather(self, tensor_list: list, tensor: torch.Tensor):
         """`tensor_list[j]` = group rank j's `tensor` (a ring; equal sizes)."""
@@ -66,8 +61,8 @@ class SubComm:
         return tensor_list
 
     def reduce_scatter(self, output: torch.Tensor, input_list: list, op: str = "sum"):
-        """`output` = the group's sum (op="avg": mean) of `input_list[rank]`; the
-        inputs are used as the ring's buffers (they keep partial sums)."""
+        """`output` = the group's sum (op="avg": mean) of `input_list[rank]` (the ring's
+        buffers: they keep partial sums)."""
         if op not in ("sum", "avg"):
             raise ValueError(f"op={op!r} is not supported here; choose 'sum' or 'avg'")
         output.copy_(ring_reduce_scatter_pieces(self, input_list))
@@ -94,17 +89,15 @@ def replica_all_reduce(comm, piece: torch.Tensor, nodes: int) -> torch.Tensor:
 
 
 class HybridShard(FullyShard):
-    """`FullyShard` over each node's ranks, replicated over `nodes` nodes (None: those of
-    `comm.network`, a `Network.cluster`); the other arguments as FullyShard's."""
+    """`FullyShard` over each node's ranks, replicated over `nodes` (None: `comm.network`'s)."""
 
     def __init__(self, module, comm=None, *, nodes: int | None = None, **kwargs):
         comm = default_comm(comm)
         if nodes is None:
-            net = comm.network
-            if net is None or not getattr(net, "is_cluster", False):
+            if not getattr(comm.network, "is_cluster", False):
                 raise ValueError("nodes=None needs comm.network to be a Network.cluster; "
                                  "give nodes= (the number of replicas)")
-            nodes = net.nodes
+            nodes = comm.network.nodes
         check_nodes(comm.world_size, nodes)
         self.nodes = nodes
         super().__init__(module, comm, **kwargs)
@@ -138,8 +131,8 @@ def _one_step(comm, numel: int, nodes: int) -> dict:
 
 def hsdp_vs_fsdp(nodes=(2, 4, 8), gpus_per_node: int = 4, numel: int = 2 ** 18,
                  intra="nvlink4", inter="infiniband_ndr") -> list:
-    """One step of FSDP (all ranks shard) and HSDP (G ranks shard) per node count, on
-    simulated `Network.cluster` ranks: seconds, and bytes crossing between nodes (trace)."""
+    """One FSDP and one HSDP step per node count on simulated `Network.cluster` ranks:
+    seconds, and bytes crossing between nodes (trace)."""
     from syncedu.comm import Network, sim
 
     rows = []

@@ -1,7 +1,5 @@
 """Figures and the widget for notebooks/10_sharded_data_parallel: model state per rank
-(`memory_bars`), one rank's bytes through a step (`memory_trace`), and `zero_explorer()`
-(memory per rank from train/memory.py, step time from timing.py).
-"""
+(`memory_bars`), one rank's bytes through a step (`memory_trace`), `zero_explorer()`."""
 
 from __future__ import annotations
 

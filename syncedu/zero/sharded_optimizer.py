@@ -1,18 +1,15 @@
 """`ShardedOptimizer`: ZeRO stage 1 as an optimizer, over any `torch.optim` optimizer.
 
-Rajbhandari et al., SC 2020, stage 1 (P_os): whole parameters and gradients on
-every rank, the optimizer state of 1/N of them. torch's `ZeroRedundancyOptimizer`
-hands each rank whole parameters (greedily by size); here the trainable parameters
-are laid end to end in group order (tied weights once) and cut by `shards.Layout`.
-Rank r's shard is a list of pieces, views of the parameters; the local
-optimizer `.optim` holds those pieces, so element-wise optimizers (SGD, Adam, AdamW)
-do the arithmetic of the unsharded one. A step:
+Rajbhandari et al., SC 2020, stage 1 (P_os). torch's `ZeroRedundancyOptimizer` hands each
+rank whole parameters (greedily by size); here the trainable ones are laid end to end in
+group order (tied weights once) and cut by `shards.Layout`. Rank r's shard is a list of
+pieces (views of the parameters) that the local optimizer `.optim` holds, so element-wise
+optimizers (SGD, Adam, AdamW) do the unsharded one's arithmetic. A step:
 
-1. gradients: averaged already (DDP or `dp.DataParallel`), or with
-   `reduce_scatter=True` averaged here by a ring reduce-scatter (the first half of
-   an allreduce), so each rank receives the mean of its shard only;
-2. the hyperparameters of `param_groups` (which a scheduler may change) copied into
-   the local groups, then `.optim.step()` on the shard;
+1. gradients: averaged already (DDP or `dp.DataParallel`), or with `reduce_scatter=True`
+   by a ring reduce-scatter here (an allreduce's first half): each rank gets its shard's;
+2. the hyperparameters of `param_groups` (a scheduler may change them) copied into the
+   local groups, then `.optim.step()` on the shard;
 3. the updated shards all-gathered (the second half), so the ranks agree again.
 """
 
@@ -34,8 +31,6 @@ from syncedu.zero.shards import (
     unflatten,
 )
 
-__all__ = ["ShardedOptimizer"]
-
 
 def _groups(params) -> list[dict]:
     """Parameter groups as torch takes them: an iterable of tensors or of dicts."""
@@ -56,11 +51,7 @@ def _options(group: dict) -> dict:
 
 class ShardedOptimizer(torch.optim.Optimizer):
     """ZeRO-1 over `optimizer_cls` (a class, e.g. `torch.optim.AdamW`; `**kwargs` its defaults).
-
-    A `torch.optim.Optimizer` itself, as torch's ZeroRedundancyOptimizer, so schedulers
-    take it; its `param_groups` hold the whole parameters. `reduce_scatter`: average the
-    gradients here instead of trusting DDP / `dp.DataParallel` to have done it.
-    """
+    An Optimizer itself (schedulers take it) whose `param_groups` hold whole parameters."""
 
     def __init__(self, params, optimizer_cls, comm=None, *, reduce_scatter: bool = False,
                  **kwargs):
@@ -157,13 +148,6 @@ class ShardedOptimizer(torch.optim.Optimizer):
         for p, v in zip(self.params, unflatten(flat, self.params)):
             p.copy_(v)
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for p in (p for g in self.param_groups for p in g["params"] if p.grad is not None):
-            if set_to_none:
-                p.grad = None
-            else:
-                p.grad.detach_().zero_()
-
     # ------------------------------------------------------------ state
     @property
     def state_bytes(self) -> int:
@@ -172,8 +156,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def state_dict(self) -> dict:
-        """The whole optimizer's state in torch's format (a collective: every rank calls it);
-        per-element state is all-gathered, scalars (`step`) come from the first element's owner."""
+        """The whole optimizer's state in torch's format (a collective: every rank calls it)."""
         elem, scalar = self._state_names()  # Step 1: the same names on every rank
         index = self._index()
         # Step 2: per parameter, "has state" and its scalars, from its first element's owner.
@@ -204,8 +187,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         return {"state": state, "param_groups": groups}
 
     def _state_names(self) -> tuple[list[str], list[str]]:
-        """(per-element, scalar) state names: those of `optimizer_cls` stepped on one-element
-        probes with this optimizer's groups (no traffic: every rank finds the same)."""
+        """(per-element, scalar) state names, from one-element probes (the same on every rank)."""
         probes = [torch.zeros(1, requires_grad=True) for _ in self.optim.param_groups]
         opt = type(self.optim)([{**_options(g), "params": [p]}
                                 for g, p in zip(self.optim.param_groups, probes)])

@@ -1,13 +1,10 @@
 """What ZeRO is built from: one flat buffer cut into N shards, the two halves of an
-allreduce on it, and a meter of the model-state bytes a rank really holds.
+allreduce on it (Patarasuk & Yuan 2009; ZeRO, Rajbhandari et al., SC 2020, shards what
+lies between them), and a meter of the model-state bytes a rank really holds.
 
-A ring allreduce *is* a reduce-scatter followed by an all-gather (Patarasuk &
-Yuan 2009); ZeRO (Rajbhandari et al., SC 2020) shards what lies between them.
-The trainable parameters, in module order, make one buffer; rank r owns its
-contiguous shard r (`Layout`), cut as `comm.all_reduce` cuts it (`ring_chunks`),
-so every element is summed in data parallelism's order. A layer is a slice [a, b)
-of the buffer; its piece on rank j is the slice's overlap with shard j (often
-empty), moved by lesson 02's ring with uneven chunks.
+Rank r owns contiguous shard r (`Layout`), cut as `comm.all_reduce` cuts it, so every
+element is summed in data parallelism's order. A layer is a slice [a, b) of the buffer;
+its piece on rank j (often empty) is its overlap with shard j.
 """
 
 from __future__ import annotations
@@ -20,8 +17,10 @@ from torch import nn
 
 from syncedu.collectives.algorithms import ring_all_gather_chunks, ring_reduce_scatter_chunks
 from syncedu.comm.ledger import ring_chunks
+from syncedu.comm.torch_comm import TorchComm
 from syncedu.dp.data_parallel import sync_paused
 from syncedu.train.memory import held_bytes
+from syncedu.train.sampling import check_int
 
 _KINDS = ("params", "grads", "optimizer")
 
@@ -34,10 +33,8 @@ class Layout:
     world_size: int
 
     def __post_init__(self):
-        if not isinstance(self.world_size, int) or self.world_size < 1:
-            raise ValueError(f"world_size={self.world_size!r} must be an int >= 1")
-        if not isinstance(self.numel, int) or self.numel < 0:
-            raise ValueError(f"numel={self.numel!r} must be an int >= 0")
+        check_int("world_size", self.world_size)
+        check_int("numel", self.numel, 0)
 
     @property
     def sizes(self) -> list[int]:
@@ -66,10 +63,7 @@ class Layout:
 
 def default_comm(comm):
     """`comm`, or (None) torch.distributed's default group as a `TorchComm`."""
-    if comm is None:
-        from syncedu.comm import TorchComm
-        comm = TorchComm()
-    return comm
+    return TorchComm() if comm is None else comm
 
 
 def check_bool(name: str, value) -> None:
@@ -84,17 +78,13 @@ def flatten(tensors) -> torch.Tensor:
 
 def unflatten(flat: torch.Tensor, like) -> list[torch.Tensor]:
     """`flat` cut into views shaped like `like` (tensors or sizes): the inverse of `flatten`."""
-    out, a = [], 0
-    for shape in (getattr(t, "shape", t) for t in like):
-        out.append(flat[a: a + shape.numel()].view(shape))
-        a += shape.numel()
-    return out
+    shapes = [getattr(t, "shape", t) for t in like]
+    return [v.view(s) for v, s in zip(flat.split([s.numel() for s in shapes]), shapes)]
 
 
 @torch.no_grad()
 def broadcast_params(comm, params) -> torch.Tensor:
-    """Rank 0's `params` on every rank, as DDP starts: one broadcast of one flat buffer
-    (returned)."""
+    """Rank 0's `params` on every rank, as DDP starts: one broadcast of one flat buffer."""
     flat = flatten(params)
     comm.broadcast(flat, src=0)
     for p, v in zip(params, unflatten(flat, params)):
@@ -126,8 +116,7 @@ def ring_all_gather_pieces(comm, pieces: list[torch.Tensor]) -> None:
 
 
 class Synced(nn.Module):
-    """What every sharded wrapper shares with DDP: the forward decides whether the coming
-    backward synchronizes, and `no_sync()` pauses it for accumulation."""
+    """As DDP: the forward decides whether the backward synchronizes; `no_sync()` pauses it."""
 
     def __init__(self):
         super().__init__()
@@ -141,7 +130,7 @@ class Synced(nn.Module):
 
 
 class MemoryMeter:
-    """Peak bytes of model state a `ZeroDataParallel` held: `peak` = {"params", "grads",
+    """Peak model-state bytes a `ZeroDataParallel` held: `peak` = {"params", "grads",
     "optimizer", "total"} (each its own maximum; "total" the largest sum at one sample)."""
 
     def __init__(self, owner):
@@ -189,26 +178,20 @@ class Unit:
 
 
 def layer_units(module: nn.Module) -> list[Unit]:
-    """One unit per module that owns trainable parameters, in module order, each parameter
-    once (tied weights with their first owner)."""
+    """One unit per module owning trainable parameters, in order (tied: the first owner)."""
     seen: set[int] = set()
-
-    def fresh(params) -> list:
-        out = [p for p in params if p.requires_grad and id(p) not in seen]
-        seen.update(id(p) for p in out)
-        return out
-
-    groups = [(name or "model", m, fresh(m.parameters(recurse=False)))
-              for name, m in module.named_modules()]
-    groups = [g for g in groups if g[2]]
-    if not groups:
+    out, a = [], 0
+    for name, m in module.named_modules():
+        params = [p for p in m.parameters(recurse=False)
+                  if p.requires_grad and id(p) not in seen]
+        seen.update(map(id, params))
+        if params:
+            out.append(Unit(name or "model", m, params, a))
+            a = out[-1].b
+    if not out:
         raise ValueError("module has no trainable parameters to shard")
-    kinds = {(p.dtype, p.device) for _, _, ps in groups for p in ps}
+    kinds = {(p.dtype, p.device) for u in out for p in u.params}
     if len(kinds) > 1:
         raise ValueError(f"module's trainable parameters must share one dtype and device, "
                          f"got {sorted(map(str, kinds))}")
-    out, a = [], 0
-    for name, m, params in groups:
-        out.append(Unit(name, m, params, a))
-        a = out[-1].b
     return out

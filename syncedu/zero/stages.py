@@ -1,31 +1,22 @@
 """ZeRO stages 1-3 from scratch: sharded data parallelism on `Comm`.
 
-Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
-Parameter Models", SC 2020. Data parallelism keeps parameters, gradients and
-optimizer state whole on every rank; ZeRO keeps 1/N of some of them per rank:
+Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter
+Models", SC 2020: stage 1 shards the optimizer state, 2 also the gradients (both send
+2 Psi per step, as an allreduce), 3 also the parameters (3 Psi). The trainable
+parameters make one flat buffer of N contiguous shards (`shards.Layout`); stages 2-3
+move it one layer (`shards.Unit`) at a time. A step:
 
-| stage | sharded                         | traffic per step         |
-|-------|---------------------------------|--------------------------|
-| 1     | optimizer state                 | 2 Psi, as an allreduce   |
-| 2     | + gradients                     | 2 Psi                    |
-| 3     | + parameters                    | 3 Psi (1.5x)             |
-
-All trainable parameters live in one flat buffer of N contiguous shards
-(`shards.Layout`); stages 2 and 3 move it one layer (`shards.Unit`) at a time. A step:
-
-1. forward; stage 3 all-gathers a layer's parameters just before it runs and
-   frees them right after;
-2. backward; stage 3 all-gathers the layer again before its backward; stages 2
-   and 3 reduce-scatter a layer's gradients as soon as they are complete and
-   free them; stage 1 reduce-scatters whole gradients after backward
-   (`finish_gradient_synchronization`);
+1. forward; stage 3 all-gathers a layer's parameters just before it runs, frees them after;
+2. backward; stage 3 all-gathers the layer again; stages 2-3 reduce-scatter a layer's
+   gradients once complete and free them; stage 1 reduce-scatters the whole gradients
+   after backward (`finish_gradient_synchronization`);
 3. `step()`: torch's SGD, Adam or AdamW on this rank's shard only;
 4. stages 1 and 2 all-gather the updated shards; stage 3 leaves them sharded.
 
-Contiguous shards sum every element in the order of data parallelism's ring
-allreduce, so the results agree to the bit. Under `no_sync()` stage 1 accumulates
-whole gradients; stages 2-3 hold none, so every micro-batch is reduce-scattered and
-the shards add up. `memory.peak`: the most model-state bytes this rank held.
+Contiguous shards sum in the order of a ring allreduce, so the results agree to the bit.
+Under `no_sync()` stage 1 accumulates whole gradients; stages 2-3 hold none, so they
+reduce-scatter every micro-batch and add up the shards. `memory.peak`: the most
+model-state bytes this rank held.
 """
 
 from __future__ import annotations
@@ -77,9 +68,7 @@ class ZeroConfig:
 
 class ZeroDataParallel(Synced):
     """Wrap `module` for ZeRO stage `config.stage`; also the optimizer (`step`, `zero_grad`).
-
-    `config` is a `ZeroConfig`, or give its fields as keywords (`stage=2, optimizer="adam"`).
-    """
+    `config`: a `ZeroConfig`, or its fields as keywords (`stage=2, optimizer="adam"`)."""
 
     def __init__(self, module: nn.Module, comm, config: ZeroConfig | None = None, **fields):
         super().__init__()
@@ -91,9 +80,7 @@ class ZeroDataParallel(Synced):
         self.params = [p for u in self.units for p in u.params]
         self.layout = Layout(self.units[-1].b, comm.world_size)
         self.flat_grad: torch.Tensor | None = None
-        with torch.no_grad():
-            flat = broadcast_params(comm, self.params)
-            self.shard = nn.Parameter(self._shard_from(flat))
+        self.shard = nn.Parameter(self._shard_from(broadcast_params(comm, self.params)))
         self.opt = make_optimizer([self.shard], cfg)  # Step 3's optimizer, on the shard only
         if self.stage == 1:  # stage 1 keeps whole gradients, views of one buffer
             self.flat_grad = self.shard.new_zeros(self.layout.numel)

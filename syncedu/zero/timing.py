@@ -1,25 +1,20 @@
-"""How long a ZeRO step takes on a network: the alpha-beta model, with and without
-prefetching stage 3's all-gathers, and the simulator that checks the modes without
-prefetch (our ZeRO does not prefetch).
+"""How long a ZeRO step takes on a network: the alpha-beta model with and without stage
+3's prefetch, and the simulator that checks the modes without it (ours does not prefetch).
 
-L equal layers, Psi parameters of `itemsize` bytes, forward compute F per step
-(backward 2F), N ranks; AG and RS of one layer's Psi/L (`step_time`):
+L equal layers, Psi parameters of `itemsize` bytes, forward compute F per step (backward
+2F), N ranks; AG and RS of one layer's Psi/L (`step_time`):
 
-1. data parallelism and ZeRO-1 wait for a reduce-scatter and an all-gather of the
-   whole model: t = 3F + RS(Psi) + AG(Psi); ZeRO-2 reduce-scatters layer by layer:
-   t = 3F + L RS + AG(Psi);
-2. ZeRO-3 without prefetch: every layer waits for its all-gather, twice:
-   t = 3F + L (2 AG + RS);
-3. ZeRO-3 with prefetch (FSDP's): layer l+1's all-gather runs while layer l
-   computes, so only the first gather of each pass and the last reduce-scatter show:
+1. data parallelism and ZeRO-1: t = 3F + RS(Psi) + AG(Psi); ZeRO-2 reduce-scatters layer
+   by layer: t = 3F + L RS + AG(Psi);
+2. ZeRO-3 without prefetch, every layer waits for its all-gather twice: t = 3F + L (2 AG + RS);
+3. ZeRO-3 with prefetch (FSDP's): layer l+1's all-gather runs while layer l computes:
    t = AG + (L-1) max(F/L, AG) + F/L + AG + (L-1) max(2F/L, AG + RS) + 2F/L + RS.
    The gather hides when AG <= F/L (`hides`).
 
-`simulate_step` runs our ZeRO (or "flat" DP, stage 0) on simulated ranks. The model
-assumes every layer cut N ways (as `FullyShard`); our flat shards can put a whole
-layer on one rank, whose ring gather then passes the whole layer across N-1
-links one after another, so on a bandwidth-bound link the model is low by more
-than 2x (lesson 10 shows it).
+`simulate_step` runs our ZeRO (or "flat" DP, stage 0) on simulated ranks. The model cuts
+every layer N ways (as `FullyShard`); our flat shards can put a whole layer on one rank,
+whose ring gather passes it across N-1 links in turn, so on a bandwidth-bound link the
+model is low by more than 2x (lesson 10 shows it).
 """
 
 from __future__ import annotations
@@ -31,6 +26,7 @@ from torch import nn
 from syncedu.collectives.cost import collective_time
 from syncedu.comm import sim
 from syncedu.dp.data_parallel import DataParallel
+from syncedu.train.sampling import check_int
 from syncedu.zero.stages import ZeroDataParallel
 
 MODES = ("dp", "zero1", "zero2", "zero3", "zero3_prefetch")
@@ -41,9 +37,7 @@ def step_time(mode: str, psi: float, layers: int, n: int, network, forward_secon
     """Seconds of one step in `mode` (see `MODES` and the module docstring)."""
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is unknown; choose one of {MODES}")
-    if not isinstance(layers, int) or layers < 1:
-        raise ValueError(f"layers={layers!r} must be an int >= 1")
-    f, size = forward_seconds / layers, psi * itemsize
+    f, size = forward_seconds / check_int("layers", layers), psi * itemsize
     if n == 1:
         return 3 * forward_seconds
     ag = collective_time("all_gather", size / layers, n, network)

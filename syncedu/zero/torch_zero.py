@@ -1,14 +1,8 @@
-"""The library versions of ZeRO on the same model and batches as ours, one worker each
-(programs that show torch's own API, so they keep their own loop):
-
-- `ddp_worker(comm, steps, optimizer, zero=False)`: `DistributedDataParallel`, with
-  torch's optimizer or (`zero=True`) `ZeroRedundancyOptimizer` (ZeRO-1 by whole tensors);
-- `fsdp_worker(comm, steps, optimizer)`: FSDP2's `fully_shard` on every Linear and the
-  root (ZeRO-3: `DTensor` shards, all-gathered per layer, gradients reduce-scattered).
-
-Each returns `(params, extra)`: the final parameters by the plain module's names, and
-what the lesson shows (optimizer-state elements on this rank; for FSDP2 also the local
-shard's size and the parameter type).
+"""The library versions of ZeRO on our model and batches, one worker each (they show
+torch's own API, so they keep their own loop): `ddp_worker` (DDP, with torch's optimizer
+or `ZeroRedundancyOptimizer`: ZeRO-1 by whole tensors) and `fsdp_worker` (FSDP2's
+`fully_shard` on every Linear and the root: ZeRO-3 on `DTensor` shards). Each returns the
+final parameters by name and what the lesson shows (optimizer-state elements, ...).
 """
 
 from __future__ import annotations
@@ -43,9 +37,10 @@ def torch_optimizer(params, optimizer: str, zero: bool = False):
 
 
 def _state_elements(opt) -> int:
-    inner = getattr(opt, "optim", opt)  # ZeroRedundancyOptimizer keeps its shard's optimizer
+    """Optimizer-state elements on this rank (ZeroRedundancyOptimizer's shard; DTensors local)."""
+    inner = getattr(opt, "optim", opt)
     local = [getattr(t, "to_local", lambda t=t: t)() for s in inner.state.values()
-             for t in s.values() if isinstance(t, torch.Tensor)]  # FSDP2's are DTensors
+             for t in s.values() if isinstance(t, torch.Tensor)]
     return sum(t.numel() for t in local if t.dim() > 0)
 
 

@@ -1,8 +1,5 @@
-"""`train.run("zero1" | "zero2" | "zero3", ...)`: ZeRO's stages in the training loop.
-
-`ZeroDataParallel` is both model and optimizer; `close` all-gathers stage 3's parameters
-once more, so the history gets whole ones (one all-gather more in the ledger).
-"""
+"""`train.run("zero1" | "zero2" | "zero3", ...)`: `ZeroDataParallel` as model and optimizer;
+`close` all-gathers stage 3's parameters once more (the ledger shows it) for the history."""
 
 from __future__ import annotations
 

@@ -39,8 +39,7 @@ class CountingHookState:
     def __init__(self, comm, inner=None):
         self.comm, self.inner = comm, inner  # inner: (state, hook) of a compressor, or None
         self.events: list[tuple[float, float, int]] = []
-        self.link_free = 0.0
-        self.lock = threading.Lock()
+        self.link_free, self.lock = 0.0, threading.Lock()
 
     def due(self, start: float, nbytes: int) -> float:
         """When an emulated transfer started at `start` would end (0 without emulation)."""

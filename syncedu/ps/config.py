@@ -34,11 +34,9 @@ def _steps(steps, workers: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class PSConfig:
-    """A parameter-server job. `steps` may be an int or one count per worker.
-
-    `compute_seconds`: modeled compute per gradient, times the rank's `Network.slowdown`
-    and, if `variability` > 0, a seeded factor 1 - v + v * Exp(1) of mean 1 (slow steps).
-    """
+    """A parameter-server job. `steps` may be an int or one count per worker. `compute_seconds`:
+    modeled compute per gradient, times the rank's `Network.slowdown` and, if `variability` > 0,
+    a seeded factor 1 - v + v * Exp(1) of mean 1 (slow steps)."""
 
     mode: str
     workers: int

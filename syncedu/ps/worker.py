@@ -43,10 +43,8 @@ class WorkerLog:
 
 
 def run_worker(comm, cfg: PSConfig, params: torch.Tensor, grad_fn, step=None) -> WorkerLog:
-    """Run worker `comm.rank`: `grad_fn(c, params) -> (loss, flat gradient)` for each step c.
-
-    `step`: Steps 3-4 (default `push_pull`; Exercise 04.1 passes the learner's).
-    """
+    """Run worker `comm.rank`: `grad_fn(c, params) -> (loss, flat gradient)` for each step c;
+    `step`: Steps 3-4 (default `push_pull`; Exercise 04.1 passes the learner's)."""
     step = push_pull if step is None else step
     rng = random.Random(cfg.seed * 1_000_003 + 7_919 * comm.rank)
     v = cfg.variability

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from syncedu.comm.ledger import Ledger
 from syncedu.syncbn import sync_batchnorm as syncbn
 from syncedu.train import data, models, runner
+from syncedu.train.sampling import check_int
 
 MODES = ("plain", "syncbn", "single")
 
@@ -47,11 +48,8 @@ class BNConfig:
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode={self.mode!r} must be one of {MODES}")
-        for name, low in (("world_size", 1), ("per_rank_batch", 1), ("steps", 1),
-                          ("channels", 1), ("test_size", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name}={value!r} must be an int >= {low}")
+        for name in ("world_size", "per_rank_batch", "steps", "channels", "test_size"):
+            check_int(name, getattr(self, name), 1)
         if not self.lr > 0 or not 0 <= self.momentum < 1:
             raise ValueError(f"lr={self.lr} must be > 0 and momentum={self.momentum} in [0, 1)")
 

@@ -1,18 +1,17 @@
 """The small-batch BatchNorm experiment: plain BN vs SyncBN vs one process.
 
-Data-parallel `SmallCNN` on the 8x8 digits, `per_rank_batch` (2-4, a detector's
-batch per GPU; MegDet, Peng et al. 2018) samples per rank and step. Modes:
-"plain" (each rank's BN on its own tiny batch, its own running statistics),
-"syncbn" (the layers converted to `SyncBatchNorm`), "single" (one process on the
-global batch, the reference). Steps of one run on every rank:
+Data-parallel `SmallCNN` on the 8x8 digits, `per_rank_batch` samples per rank and step (2-4,
+a detector's batch per GPU; MegDet, Peng et al. 2018). Modes: "plain" (each rank's BN on its
+own tiny batch and running statistics), "syncbn" (layers converted to `SyncBatchNorm`),
+"single" (one process on the global batch, the reference). Steps on every rank:
 
 1. build the model with the same seed on every rank (same initial weights);
 2. for each step take this rank's slice of the global batch, forward, backward;
 3. average every gradient (ledger op "gradients"), then the same SGD step;
 4. in eval mode, the test accuracy with this rank's running statistics.
 
-Not `train.run`'s loop: it reports only rank 0, and this needs every rank's own
-running statistics and accuracy on held-out images.
+Not `train.run`'s loop: it reports only rank 0, and this needs every rank's own running
+statistics and accuracy on held-out images.
 """
 
 from __future__ import annotations

@@ -206,11 +206,9 @@ def convert(module: nn.Module, comm: Comm) -> nn.Module:
     if isinstance(module, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)):
         new = SyncBatchNorm(module.num_features, comm, module.eps, module.momentum,
                             module.affine, module.track_running_stats)
-        if module.affine:
-            new.weight, new.bias = module.weight, module.bias
-        if module.track_running_stats:
-            new.running_mean, new.running_var = module.running_mean, module.running_var
-            new.num_batches_tracked = module.num_batches_tracked
+        for name in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked"):
+            if getattr(module, name) is not None:
+                setattr(new, name, getattr(module, name))
         new.train(module.training)
         return new
     for name, child in module.named_children():

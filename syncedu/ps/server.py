@@ -44,7 +44,6 @@ class Applied:
 class ServerLog:
     """What one server returns: its final shard and every gradient it applied."""
 
-    rank: int
     shard: torch.Tensor
     events: list[Applied] = field(default_factory=list)
     per_worker: list[int] = field(default_factory=list)
@@ -73,7 +72,7 @@ class _Replies:
 
 def serve(comm, cfg: PSConfig, shard: torch.Tensor) -> ServerLog:
     """Run server rank `comm.rank` on its range of the parameters (initially `shard`)."""
-    log = ServerLog(comm.rank, shard, per_worker=[0] * cfg.workers, start=comm.now())
+    log = ServerLog(shard, per_worker=[0] * cfg.workers, start=comm.now())
     replies = _Replies(comm, cfg.workers)
     try:
         if cfg.mode == "sync":

@@ -29,7 +29,6 @@ from syncedu.ps.config import PULL_TAG, PUSH_TAG, PSConfig, shard_ranges
 class WorkerLog:
     """What one worker returns: its losses, and when it was busy."""
 
-    rank: int
     losses: list[float] = field(default_factory=list)
     busy: float = 0.0  # seconds computing (Step 2)
     start: float = 0.0
@@ -48,7 +47,7 @@ def run_worker(comm, cfg: PSConfig, params: torch.Tensor, grad_fn, step=None) ->
     step = push_pull if step is None else step
     rng = random.Random(cfg.seed * 1_000_003 + 7_919 * comm.rank)
     v = cfg.variability
-    log = WorkerLog(comm.rank, start=comm.now())
+    log = WorkerLog(start=comm.now())
     steps = cfg.steps[comm.rank]
     for c in range(steps):  # Step 1: `params` are the shared initial ones
         t0 = comm.now()

@@ -53,11 +53,8 @@ class CountingHookState:
 
 
 def counting_hook(state: CountingHookState, bucket):
-    """DDP comm hook: allreduce-average the bucket, charged to the ledger.
-
-    No return annotation: DDP checks it, and `from __future__ import annotations` would
-    make it a string.
-    """
+    """DDP comm hook: allreduce-average the bucket, charged to the ledger (no return
+    annotation: DDP checks it, and `from __future__ import annotations` makes it a string)."""
     buf = bucket.buffer()
     charge_ring_allreduce(state.comm, buf.numel(), buf.element_size())  # Step 1
     start, nbytes = time.perf_counter(), buf.numel() * buf.element_size()
@@ -89,10 +86,8 @@ def compressed_hook(state: CountingHookState, bucket):
 
 def wrap_ddp(module, comm, bucket_cap_mb: float = 25.0, hook: bool = True, compression=None):
     """DDP around `module` on the comm's group, with the counting hook; returns (ddp, events).
-
-    `hook=False` leaves DDP's own allreduce (faster by a Python call per bucket,
-    but its traffic then reaches neither the ledger nor the timeline).
-    """
+    `hook=False` leaves DDP's own allreduce (faster by a Python call per bucket, but its
+    traffic then reaches neither the ledger nor the timeline)."""
     device_ids = [comm.device.index] if comm.device.type == "cuda" else None
     ddp = DistributedDataParallel(module, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb,
                                   process_group=getattr(comm, "group", None))

@@ -1,10 +1,9 @@
 """`PSConfig`: one parameter-server job, validated (frozen and picklable, sent to every rank).
 
-Modes (Li et al., OSDI 2014, section 3; SSP: Ho et al., NeurIPS 2013): "sync"
-(bulk synchronous), "async" (no bound), "ssp" (a worker may start step c only
-once every worker has pushed step c - staleness - 1). Staleness is counted in
-steps: a gradient of step c computed on parameters that held every worker's
-gradients of steps < k has staleness c - k.
+Modes (Li et al., OSDI 2014, section 3; SSP: Ho et al., NeurIPS 2013): "sync" (bulk
+synchronous), "async" (no bound), "ssp" (a worker may start step c only once every worker has
+pushed step c - staleness - 1). Staleness is counted in steps: a gradient of step c computed on
+parameters that held every worker's gradients of steps < k has staleness c - k.
 """
 
 from __future__ import annotations

@@ -1,22 +1,21 @@
 """The server side of a parameter server: receive gradients, update a shard, reply.
 
-Each server holds one flat range of the parameters (`shard_ranges`), so the
-gradient traffic of W workers is split over S servers. `serve_sync` (mode
-"sync"), for each step c:
+Each server holds one flat range of the parameters (`shard_ranges`), so the gradient traffic of
+W workers is split over S servers. `serve_sync` (mode "sync"), for each step c:
 
 1. receive step c's push from every worker, in worker order;
-2. average the W gradients and update once: shard -= lr * mean (plain SGD on
-   the global batch, so the run equals one process);
+2. average the W gradients and update once: shard -= lr * mean (plain SGD on the global batch,
+   so the run equals one process);
 3. reply to every worker with the new shard (not after the last step).
 
-`serve_bounded` ("async", "ssp"; bound tau = inf or `staleness`), until every
-worker has pushed all its steps:
+`serve_bounded` ("async", "ssp"; bound tau = inf or `staleness`), until every worker has pushed
+all its steps:
 
-1. receive the next push from any worker (`comm.recv_any`: on simulated ranks
-   the earliest in logical time, so runs repeat);
+1. receive the next push from any worker (`comm.recv_any`: on simulated ranks the earliest in
+   logical time, so runs repeat);
 2. apply it at once: shard -= (lr / W) * gradient, and record its staleness;
-3. reply to every waiting worker at most tau steps ahead of the slowest
-   unfinished one; the others wait for a slower worker's push.
+3. reply to every waiting worker at most tau steps ahead of the slowest unfinished one; the
+   others wait for a slower worker's push.
 """
 
 from __future__ import annotations

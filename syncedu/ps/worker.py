@@ -2,15 +2,14 @@
 
 Steps of `run_worker`, for each of its steps c:
 
-1. start from the initial parameters every rank built from the seed (no pull
-   before the first step);
-2. compute the loss and gradient of this worker's part of global batch c
-   (`grad_fn`) and charge the modeled compute (`comm.compute`; the network's
-   `slowdown` stretches it: a straggler);
+1. start from the initial parameters every rank built from the seed (no pull before the first
+   step);
+2. compute the loss and gradient of this worker's part of global batch c (`grad_fn`) and charge
+   the modeled compute (`comm.compute`; the network's `slowdown` stretches it: a straggler);
 3. push: one `isend` per server, its flat range of the gradient plus the loss;
-4. pull (not after the last step): one `recv` per server, its range of the
-   parameters; time spent waiting (an "ssp" server holds the reply while the
-   worker is too far ahead) is the worker's idle time.
+4. pull (not after the last step): one `recv` per server, its range of the parameters; time
+   spent waiting (an "ssp" server holds the reply while the worker is too far ahead) is the
+   worker's idle time.
 
 Source: Li et al., OSDI 2014 (push/pull, bounded delay).
 """

@@ -151,12 +151,10 @@ def compare(per_rank_batch: int = 2, world_size: int = 4, steps: int = 150,
 def stat_noise(batch_sizes=(1, 2, 4, 8, 16, 32), *, params: dict | None = None, layer: int = 1,
                draws: int = 400, seed: int = 0,
                channels: int = 8) -> dict[int, tuple[float, float]]:
-    """How far one batch's BatchNorm statistics fall from the whole training set's.
-
-    At BatchNorm layer `layer` (1 or 2) of the SmallCNN (seeded weights, or `params`),
-    for each batch size b: {b: RMS over `draws` batches and the channels of
-    (batch mean - mean) / std, and of batch var / var - 1}.
-    """
+    """How far one batch's BatchNorm statistics fall from the whole training set's: at layer
+    `layer` (1 or 2) of the SmallCNN (seeded weights, or `params`), for each batch size b,
+    {b: RMS over `draws` batches and the channels of (batch mean - mean) / std, and of batch
+    var / var - 1}."""
     if layer not in (1, 2):
         raise ValueError(f"layer={layer!r} must be 1 or 2")
     model = models.make("cnn", seed=seed, channels=channels).eval()

@@ -106,9 +106,9 @@ class _SyncBNFunction(torch.autograd.Function):
 class SyncBatchNorm(nn.Module):
     """BatchNorm over the batch of all ranks of `comm`; inputs (N, C) or (N, C, ...).
 
-    Same parameters and buffers as `nn.BatchNorm*d`; in eval mode with running
-    statistics it sends nothing. Every rank must call forward and backward, also
-    one with an empty (0, C, ...) batch (its loss still on the output: `out.sum() * 0`).
+    Same parameters and buffers as `nn.BatchNorm*d`; in eval mode it sends nothing. Every
+    rank must call forward and backward, also one with an empty (0, C, ...) batch (its loss
+    still on the output: `out.sum() * 0`).
     """
 
     def __init__(self, num_features: int, comm: Comm, eps: float = 1e-5,
@@ -198,11 +198,9 @@ def _check_args(num_features, comm, eps, momentum) -> None:
 
 
 def convert(module: nn.Module, comm: Comm) -> nn.Module:
-    """Replace every BatchNorm1d/2d/3d (and nn.SyncBatchNorm) inside `module` by ours.
-
-    Like `nn.SyncBatchNorm.convert_sync_batchnorm`: the new layers take over the old
-    ones' tensors (an optimizer built before still works); a BatchNorm `module` is replaced.
-    """
+    """Replace every BatchNorm1d/2d/3d (and nn.SyncBatchNorm) inside `module` by ours, like
+    `nn.SyncBatchNorm.convert_sync_batchnorm`: the new layers take over the old ones' tensors
+    (an optimizer built before still works); a BatchNorm `module` is replaced."""
     if isinstance(module, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)):
         new = SyncBatchNorm(module.num_features, comm, module.eps, module.momentum,
                             module.affine, module.track_running_stats)

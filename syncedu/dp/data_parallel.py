@@ -149,9 +149,8 @@ class CompressedSync(GradSync):
         elif strategy == "flat":
             self.groups = [("bucket0", params)] if params else []
         else:
-            self.groups = [(f"bucket{b.index}", b.params)
-                           for b in build_buckets(params, int(bucket_cap_mb * MB))] \
-                if params else []
+            self.groups = [(f"bucket{b.index}", b.params)  # (no bucket for no parameters)
+                           for b in build_buckets(params, int(bucket_cap_mb * MB))]
 
     def finish(self) -> None:
         for key, group in self.groups:

@@ -28,15 +28,11 @@ class GradSync:
     """One way to average gradients: `arm(on)` at forward, `finish()` after backward."""
 
     def __init__(self, params: list[nn.Parameter], comm, *, timeout: float = 300.0):
-        self.params, self.comm, self.timeout = params, comm, timeout
-        self.armed = False
+        self.params, self.comm, self.timeout, self.armed = params, comm, timeout, False
         self.events: list[tuple[float, float, int]] = []  # (start, end, bytes) per allreduce
 
     def arm(self, on: bool) -> None:
         self.armed = on
-
-    def finish(self) -> None:
-        raise NotImplementedError
 
     def close(self) -> None:
         pass
@@ -73,10 +69,8 @@ class FlatSync(GradSync):
         grads = [_grad(p) for p in self.params]
         flat = torch.cat([g.reshape(-1) for g in grads])
         self._all_reduce(flat)
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
+        for g, part in zip(grads, flat.split([g.numel() for g in grads])):
+            g.copy_(part.view_as(g))
 
 
 class BucketedSync(GradSync):
@@ -155,9 +149,8 @@ class CompressedSync(GradSync):
         elif strategy == "flat":
             self.groups = [("bucket0", params)] if params else []
         else:
-            self.groups = [(f"bucket{b.index}", b.params)
-                           for b in build_buckets(params, int(bucket_cap_mb * MB))] \
-                if params else []
+            self.groups = [(f"bucket{b.index}", b.params)  # (no bucket for no parameters)
+                           for b in build_buckets(params, int(bucket_cap_mb * MB))]
 
     def finish(self) -> None:
         for key, group in self.groups:

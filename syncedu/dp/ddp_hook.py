@@ -39,8 +39,7 @@ class CountingHookState:
     def __init__(self, comm, inner=None):
         self.comm, self.inner = comm, inner  # inner: (state, hook) of a compressor, or None
         self.events: list[tuple[float, float, int]] = []
-        self.link_free = 0.0
-        self.lock = threading.Lock()
+        self.link_free, self.lock = 0.0, threading.Lock()
 
     def due(self, start: float, nbytes: int) -> float:
         """When an emulated transfer started at `start` would end (0 without emulation)."""
@@ -54,11 +53,8 @@ class CountingHookState:
 
 
 def counting_hook(state: CountingHookState, bucket):
-    """DDP comm hook: allreduce-average the bucket, charged to the ledger.
-
-    No return annotation: DDP checks it, and `from __future__ import annotations` would
-    make it a string.
-    """
+    """DDP comm hook: allreduce-average the bucket, charged to the ledger (no return
+    annotation: DDP checks it, and `from __future__ import annotations` makes it a string)."""
     buf = bucket.buffer()
     charge_ring_allreduce(state.comm, buf.numel(), buf.element_size())  # Step 1
     start, nbytes = time.perf_counter(), buf.numel() * buf.element_size()
@@ -90,10 +86,8 @@ def compressed_hook(state: CountingHookState, bucket):
 
 def wrap_ddp(module, comm, bucket_cap_mb: float = 25.0, hook: bool = True, compression=None):
     """DDP around `module` on the comm's group, with the counting hook; returns (ddp, events).
-
-    `hook=False` leaves DDP's own allreduce (faster by a Python call per bucket,
-    but its traffic then reaches neither the ledger nor the timeline).
-    """
+    `hook=False` leaves DDP's own allreduce (faster by a Python call per bucket, but its
+    traffic then reaches neither the ledger nor the timeline)."""
     device_ids = [comm.device.index] if comm.device.type == "cuda" else None
     ddp = DistributedDataParallel(module, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb,
                                   process_group=getattr(comm, "group", None))

@@ -1,9 +1,8 @@
 """Checkers for notebooks/03_data_parallel's exercises: two syncs and two quick checks.
 
-Each sync runs on 2 and 3 simulated ranks, on a model with odd sizes, a frozen layer and
-a tied weight; the checker watches every allreduce (when it started, whether it was
-waited on inside backward, what it carried) and the ledger, then the gradients, and
-names the first mistake.
+Each sync runs on 2 and 3 simulated ranks; the checker watches every allreduce (when it
+started, whether it was waited on inside backward, what it carried) and the ledger, then
+the gradients, and names the first mistake.
 """
 
 from __future__ import annotations
@@ -21,7 +20,8 @@ from syncedu.ui.checkers import attempt, checker, number, verdict
 
 
 class CheckerNet(nn.Module):
-    """The checkers' model: odd sizes, a frozen layer, and layer `b` applied twice (tied)."""
+    """The checkers' model: odd sizes, a frozen layer, and layer `b` applied twice (tied).
+    The same seed on every rank: no broadcast in these exercises."""
 
     def __init__(self, seed: int = 0):
         super().__init__()
@@ -36,10 +36,6 @@ class CheckerNet(nn.Module):
         h = torch.tanh(self.frozen(torch.tanh(self.a(x))))
         h = torch.tanh(self.b(torch.tanh(self.b(h))))  # the same weight twice
         return self.c(h)
-
-
-def _model():  # the same on every rank: no broadcast in these exercises
-    return CheckerNet(seed=0)
 
 
 def _data(rank: int, batch: int):
@@ -60,7 +56,7 @@ def _frozen_hint(errors, *words):
 
 
 def _grads_worker(comm, sync, batch=6):
-    model = _model()  # same start on every rank
+    model = CheckerNet()  # same start on every rank
     x, y = _data(comm.rank, batch)
     F.cross_entropy(model(x), y).backward()
     comm.ledger.reset()
@@ -71,9 +67,8 @@ def _grads_worker(comm, sync, batch=6):
 
 def matches_whole_batch(res, factor: float = 1.0) -> bool:
     """Does every rank's (gradients, (x, y)), times `factor`, equal one model's on all data?"""
-    model = _model()
-    x = torch.cat([r[1][0] for r in res])
-    y = torch.cat([r[1][1] for r in res])
+    model = CheckerNet()
+    x, y = (torch.cat(t) for t in zip(*(xy for _, xy in res)))
     F.cross_entropy(model(x), y).backward()
     pairs = [(g, p.grad) for grads, _ in res for g, p in zip(grads, model.parameters())]
     return all((g is None) == (want is None)
@@ -99,10 +94,8 @@ def _grads_mistake(pairs, n: int) -> str | None:
 def _other_ops(res) -> str | None:
     """A collective besides all_reduce (e.g. an all_gather doing the work of a dummy allreduce)."""
     others = sorted(set(res.ledger.ops) - {"all_reduce"})
-    if others:
-        return (f"{', '.join(others)} used besides all_reduce: the averaging must be done by "
-                f"the allreduce of the gradients themselves")
-    return None
+    return (f"{', '.join(others)} used besides all_reduce: the averaging must be done by the "
+            f"allreduce of the gradients themselves") if others else None
 
 
 @checker
@@ -129,7 +122,7 @@ BUCKET_CAPS = (300, 700)  # bytes: 3 and 2 buckets of the checker's model under 
 
 def ready_points(cap: int) -> list[int]:
     """How many gradients backward has produced when each DDP bucket is complete."""
-    buckets = build_buckets(trainable_parameters(_model()), cap)
+    buckets = build_buckets(trainable_parameters(CheckerNet()), cap)
     return list(accumulate(len(b.params) for b in buckets))
 
 
@@ -148,7 +141,7 @@ class _Watched:
 
 
 def _overlap_worker(comm, bucketed_sync, cap, batch=5):
-    model = _model()
+    model = CheckerNet()
     phase, ready, calls, waits = ["setup"], [0], [], []
     for p in trainable_parameters(model):  # registered first: they run before the learner's
         p.register_post_accumulate_grad_hook(lambda p: ready.__setitem__(0, ready[0] + 1))
@@ -199,7 +192,7 @@ def _overlap_mistake(res, cap: int) -> str | None:
                 f"them) and close a bucket once it holds cap_bytes or more (DDP's rule)"
                 + (", not before the parameter that would overflow it: that one goes in"
                    if len(calls) > len(points) else "") + "; use the cap you are given")
-    sizes = [b.buffer.numel() for b in build_buckets(trainable_parameters(_model()), cap)]
+    sizes = [b.buffer.numel() for b in build_buckets(trainable_parameters(CheckerNet()), cap)]
     for i, ((_, _, numel, _), size) in enumerate(zip(calls, sizes)):
         if numel != size:
             return (f"bucket {i}'s allreduce carried {numel} elements, but its gradients are "

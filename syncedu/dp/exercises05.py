@@ -1,10 +1,8 @@
-"""Checker for notebooks/05_gradient_accumulation's build-it exercise, `accumulate`.
-
-Two steps of the learner's `train_step` on 2 and 3 simulated ranks; the checker counts
-`optimizer.step()` calls, compares the ledger with one synchronization per step (and
-where `no_sync()` was active at each forward and backward), then the parameters with two
-SGD steps on the whole batches and with the usual wrong answers.
-"""
+"""Checker for notebooks/05_gradient_accumulation's build-it exercise, `accumulate`: two
+steps of the learner's `train_step` on 2 and 3 simulated ranks; it counts `optimizer.step()`
+calls, compares the ledger with one sync per step (and where `no_sync()` was active at each
+forward and backward), then the parameters with two SGD steps on the whole batches and with
+the usual wrong answers."""
 
 from __future__ import annotations
 
@@ -29,14 +27,11 @@ def _micro_batches(rank: int, k: int, per_micro: int, step: int = 0):
 
 def _spy(wrapped: DataParallel, log: list) -> None:
     """Record, per forward and per backward, whether `no_sync()` was active then."""
-    def before_forward(module, args):
-        log.append(("forward", not module.require_sync))
-
     def after_forward(module, args, out):
         if out.requires_grad:
             out.register_hook(lambda g: log.append(("backward", not module.require_sync)))
 
-    wrapped.register_forward_pre_hook(before_forward)
+    wrapped.register_forward_pre_hook(lambda m, args: log.append(("forward", not m.require_sync)))
     wrapped.register_forward_hook(after_forward)
 
 
@@ -146,10 +141,9 @@ def accumulate(train_step, world_sizes=(2, 3), k: int = 3, per_micro: int = 3) -
         steps = res[0][1]
         if steps != STEPS:
             return verdict(name, False, f"with {n} ranks optimizer.step() ran {steps} times "
-                            f"in {STEPS} calls of K={k} micro-batches: step once per call, "
-                            f"after the last backward "
-                            f"(stepping each micro-batch takes {k} small steps, not one "
-                            f"step on the large batch)")
+                            f"in {STEPS} calls of K={k} micro-batches: step once per call, after "
+                            f"the last backward (stepping each micro-batch takes {k} small "
+                            f"steps, not one step on the large batch)")
         why = (_traffic_mistake(res, _one_sync_bytes(n), k, n)
                or _params_mistake(res, n, k, per_micro))
         if why:

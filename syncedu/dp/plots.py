@@ -8,11 +8,9 @@ from syncedu.ui.plots import COLORS
 
 
 def timeline(rows: dict, *, title: str = "one step: compute vs communication"):
-    """Gantt chart (ms): `rows` maps a row label to segments `(kind, start, end)` in seconds.
-
-    "comm" goes on a lane below the rest, so overlap shows; a "compute" span is drawn
-    only in a row that has no finer forward/backward segments.
-    """
+    """Gantt chart (ms): `rows` maps a row label to segments `(kind, start, end)` in seconds;
+    "comm" goes on a lane below the rest, so overlap shows; a "compute" span is drawn only in
+    a row that has no finer forward/backward segments."""
     fig, ax = plt.subplots(figsize=(9, 0.9 + 0.8 * len(rows)))
     labels = []
     for i, (name, segs) in enumerate(rows.items()):

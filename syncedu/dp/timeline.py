@@ -78,11 +78,8 @@ def step_time(buckets: list[int], world_size: int, network: Network, **kwargs) -
 
 def accumulation_time(k: int, world_size: int, network: Network, grad_bytes: int, *,
                       micro_compute: float, sync_every: bool = False) -> float:
-    """Seconds per optimizer step with `k` micro-batches, without overlap.
-
-    With `no_sync` one allreduce per optimizer step; with `sync_every` (or the
-    partial-`no_sync` mistake) one per micro-batch.
-    """
+    """Seconds per optimizer step with `k` micro-batches, without overlap: one allreduce per
+    step with `no_sync`, one per micro-batch with `sync_every` (or the partial-`no_sync` bug)."""
     if k < 1:
         raise ValueError(f"k={k} must be >= 1")
     one = ring_seconds("all_reduce", grad_bytes, world_size, network)

@@ -1,10 +1,9 @@
 """`PSConfig`: one parameter-server job, validated (frozen and picklable, sent to every rank).
 
-Modes (Li et al., OSDI 2014, section 3; SSP: Ho et al., NeurIPS 2013): "sync"
-(bulk synchronous), "async" (no bound), "ssp" (a worker may start step c only
-once every worker has pushed step c - staleness - 1). Staleness is counted in
-steps: a gradient of step c computed on parameters that held every worker's
-gradients of steps < k has staleness c - k.
+Modes (Li et al., OSDI 2014, section 3; SSP: Ho et al., NeurIPS 2013): "sync" (bulk
+synchronous), "async" (no bound), "ssp" (a worker may start step c only once every worker has
+pushed step c - staleness - 1). Staleness is counted in steps: a gradient of step c computed on
+parameters that held every worker's gradients of steps < k has staleness c - k.
 """
 
 from __future__ import annotations
@@ -34,11 +33,9 @@ def _steps(steps, workers: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class PSConfig:
-    """A parameter-server job. `steps` may be an int or one count per worker.
-
-    `compute_seconds`: modeled compute per gradient, times the rank's `Network.slowdown`
-    and, if `variability` > 0, a seeded factor 1 - v + v * Exp(1) of mean 1 (slow steps).
-    """
+    """A parameter-server job. `steps` may be an int or one count per worker. `compute_seconds`:
+    modeled compute per gradient, times the rank's `Network.slowdown` and, if `variability` > 0,
+    a seeded factor 1 - v + v * Exp(1) of mean 1 (slow steps)."""
 
     mode: str
     workers: int

@@ -31,10 +31,8 @@ def server_ingress(answer, cases=((3, 1), (4, 2), (5, 3))) -> bool:
 
 @checker
 def ssp_rule(answer) -> bool:
-    """Exercise 04.2: `answer(next_step, clocks, tau)`: may the server reply now?
-
-    The slowest worker sits first, then last, in `clocks`: "worker 0 is the slowest" fails.
-    """
+    """Exercise 04.2: `answer(next_step, clocks, tau)`: may the server reply now? (The slowest
+    worker sits first, then last, in `clocks`: "worker 0 is the slowest" fails.)"""
     name = "Exercise 2 (the bounded-staleness rule)"
     for next_step, low, tau in itertools.product(range(6), range(6), range(4)):
         if low > next_step:

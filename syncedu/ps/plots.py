@@ -1,7 +1,5 @@
-"""Figures for the parameter-server lesson: the architecture, idle time, loss, staleness, traffic.
-
-Each function returns a `matplotlib.figure.Figure` and runs nothing.
-"""
+"""Figures for the parameter-server lesson (each returns a Figure and runs nothing): the
+architecture, idle time, loss, staleness, traffic."""
 
 from __future__ import annotations
 
@@ -60,12 +58,11 @@ def idle_and_loss_vs_tau(taus, idle, final_loss, seconds):
     return fig
 
 
-def loss_vs_time(histories: dict, window: int | None = None):
+def loss_vs_time(histories: dict):
     """Running-mean minibatch loss of each run against (logical) time."""
     fig, ax = plt.subplots(figsize=(6.5, 3.3))
     for label, h in histories.items():
-        t, loss = h.loss_vs_time(window)
-        ax.plot(t, loss, label=label)
+        ax.plot(*h.loss_vs_time(), label=label)
     ax.set(xlabel="seconds (logical on simulated ranks)", ylabel="minibatch loss (running mean)")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -75,8 +72,7 @@ def loss_vs_time(histories: dict, window: int | None = None):
 def run_panels(h, title: str = ""):
     """One run at a glance: loss vs time, idle share per worker, staleness histogram."""
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(11, 3.0))
-    t, loss = h.loss_vs_time()
-    a.plot(t, loss)
+    a.plot(*h.loss_vs_time())
     a.set(xlabel="seconds", ylabel="loss (running mean)")
     b.bar(range(len(h.idle_fraction)), h.idle_fraction, color="#8ecae6")
     b.set(ylim=(0, 1), xlabel="worker", ylabel="idle share")

@@ -1,22 +1,21 @@
 """The server side of a parameter server: receive gradients, update a shard, reply.
 
-Each server holds one flat range of the parameters (`shard_ranges`), so the
-gradient traffic of W workers is split over S servers. `serve_sync` (mode
-"sync"), for each step c:
+Each server holds one flat range of the parameters (`shard_ranges`), so the gradient traffic of
+W workers is split over S servers. `serve_sync` (mode "sync"), for each step c:
 
 1. receive step c's push from every worker, in worker order;
-2. average the W gradients and update once: shard -= lr * mean (plain SGD on
-   the global batch, so the run equals one process);
+2. average the W gradients and update once: shard -= lr * mean (plain SGD on the global batch,
+   so the run equals one process);
 3. reply to every worker with the new shard (not after the last step).
 
-`serve_bounded` ("async", "ssp"; bound tau = inf or `staleness`), until every
-worker has pushed all its steps:
+`serve_bounded` ("async", "ssp"; bound tau = inf or `staleness`), until every worker has pushed
+all its steps:
 
-1. receive the next push from any worker (`comm.recv_any`: on simulated ranks
-   the earliest in logical time, so runs repeat);
+1. receive the next push from any worker (`comm.recv_any`: on simulated ranks the earliest in
+   logical time, so runs repeat);
 2. apply it at once: shard -= (lr / W) * gradient, and record its staleness;
-3. reply to every waiting worker at most tau steps ahead of the slowest
-   unfinished one; the others wait for a slower worker's push.
+3. reply to every waiting worker at most tau steps ahead of the slowest unfinished one; the
+   others wait for a slower worker's push.
 """
 
 from __future__ import annotations
@@ -44,7 +43,6 @@ class Applied:
 class ServerLog:
     """What one server returns: its final shard and every gradient it applied."""
 
-    rank: int
     shard: torch.Tensor
     events: list[Applied] = field(default_factory=list)
     per_worker: list[int] = field(default_factory=list)
@@ -73,7 +71,7 @@ class _Replies:
 
 def serve(comm, cfg: PSConfig, shard: torch.Tensor) -> ServerLog:
     """Run server rank `comm.rank` on its range of the parameters (initially `shard`)."""
-    log = ServerLog(comm.rank, shard, per_worker=[0] * cfg.workers, start=comm.now())
+    log = ServerLog(shard, per_worker=[0] * cfg.workers, start=comm.now())
     replies = _Replies(comm, cfg.workers)
     try:
         if cfg.mode == "sync":

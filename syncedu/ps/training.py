@@ -1,15 +1,13 @@
 """`ps.run`: train the lessons' MLP on digits through a parameter server; `ps_rank`.
 
-Steps:
-
 1. validate the job (`PSConfig`; `global_batch` must split over the workers);
-2. on every rank: `train.run`'s seeded model, flattened; worker w's c-th
-   gradient is that of its `sampling.shard` of global batch c: `train.run`'s data;
-3. `ps_rank` on `workers + servers` ranks where `runner` puts them, after a
-   barrier the ledger does not keep;
-4. gather a `PSHistory`: the servers' shards joined, counts, staleness per
-   applied gradient (the largest over the servers), idle per worker, and the
-   final parameters' loss and accuracy on the whole data set.
+2. on every rank: `train.run`'s seeded model, flattened; worker w's c-th gradient is that of its
+   `sampling.shard` of global batch c: `train.run`'s data;
+3. `ps_rank` on `workers + servers` ranks where `runner` puts them, after a barrier the ledger
+   does not keep;
+4. gather a `PSHistory`: the servers' shards joined, counts, staleness per applied gradient (the
+   largest over the servers), idle per worker, and the final parameters' loss and accuracy on
+   the whole data set.
 """
 
 from __future__ import annotations
@@ -55,10 +53,9 @@ class PSHistory:
     def staleness_histogram(self) -> dict[int, int]:
         return dict(sorted(collections.Counter(self.staleness).items()))
 
-    def loss_vs_time(self, window: int | None = None) -> tuple[list[float], list[float]]:
-        """(times, running mean of the last `window` applied losses; default W)."""
-        window = window or self.config.workers
-        losses = [e.loss for e in self.events]
+    def loss_vs_time(self) -> tuple[list[float], list[float]]:
+        """(times, running mean of the last W applied losses)."""
+        window, losses = self.config.workers, [e.loss for e in self.events]
         means = [sum(losses[max(0, i + 1 - window):i + 1]) / min(i + 1, window)
                  for i in range(len(losses))]
         return [e.time for e in self.events], means
@@ -98,9 +95,7 @@ def _grad_fn(cfg: PSConfig, x, y, global_batch: int, rank: int):
 def ps_rank(comm, cfg: PSConfig, params: torch.Tensor, grad_fn=None,
             worker_step=None) -> WorkerLog | ServerLog:
     """One rank of a parameter-server job (Step 3) on the flat initial `params`; its log.
-
-    `grad_fn(step, params) -> (loss, flat gradient)`: the workers' computation.
-    """
+    `grad_fn(step, params) -> (loss, flat gradient)`: the workers' computation."""
     if comm.world_size != cfg.world_size:
         raise ValueError(f"the run has {comm.world_size} ranks; workers={cfg.workers} + "
                          f"servers={cfg.servers} need {cfg.world_size}")
@@ -132,12 +127,10 @@ def run(mode: str, workers: int, *, servers: int = 1, staleness: int = 0, steps,
         global_batch: int, lr: float = 0.1, seed: int = 0, network: Network | None = None,
         simulate: bool = False, compute_seconds: float = 0.01, variability: float = 0.0,
         pool=None, timeout: float = 300.0, worker_step=None) -> PSHistory:
-    """Train through a parameter server (the module docstring's steps).
-
-    `steps`: an int, or one count per worker in "async"/"ssp"; `compute_seconds`,
-    `variability`: see `PSConfig`; `pool`: a warm `launch.Pool(workers + servers)`;
-    `worker_step`: replaces `ps.worker.push_pull` (Exercise 04.1 plugs the learner's in).
-    """
+    """Train through a parameter server (the module docstring's steps). `steps`: an int, or
+    one count per worker in "async"/"ssp"; `compute_seconds`, `variability`: see `PSConfig`;
+    `pool`: a warm `launch.Pool(workers + servers)`; `worker_step`: replaces
+    `ps.worker.push_pull` (Exercise 04.1 plugs the learner's in)."""
     cfg = PSConfig(mode=mode, workers=workers, servers=servers, staleness=staleness,  # Step 1
                    steps=steps, lr=lr, compute_seconds=compute_seconds,
                    variability=variability, seed=seed)

@@ -2,15 +2,14 @@
 
 Steps of `run_worker`, for each of its steps c:
 
-1. start from the initial parameters every rank built from the seed (no pull
-   before the first step);
-2. compute the loss and gradient of this worker's part of global batch c
-   (`grad_fn`) and charge the modeled compute (`comm.compute`; the network's
-   `slowdown` stretches it: a straggler);
+1. start from the initial parameters every rank built from the seed (no pull before the first
+   step);
+2. compute the loss and gradient of this worker's part of global batch c (`grad_fn`) and charge
+   the modeled compute (`comm.compute`; the network's `slowdown` stretches it: a straggler);
 3. push: one `isend` per server, its flat range of the gradient plus the loss;
-4. pull (not after the last step): one `recv` per server, its range of the
-   parameters; time spent waiting (an "ssp" server holds the reply while the
-   worker is too far ahead) is the worker's idle time.
+4. pull (not after the last step): one `recv` per server, its range of the parameters; time
+   spent waiting (an "ssp" server holds the reply while the worker is too far ahead) is the
+   worker's idle time.
 
 Source: Li et al., OSDI 2014 (push/pull, bounded delay).
 """
@@ -29,7 +28,6 @@ from syncedu.ps.config import PULL_TAG, PUSH_TAG, PSConfig, shard_ranges
 class WorkerLog:
     """What one worker returns: its losses, and when it was busy."""
 
-    rank: int
     losses: list[float] = field(default_factory=list)
     busy: float = 0.0  # seconds computing (Step 2)
     start: float = 0.0
@@ -43,14 +41,12 @@ class WorkerLog:
 
 
 def run_worker(comm, cfg: PSConfig, params: torch.Tensor, grad_fn, step=None) -> WorkerLog:
-    """Run worker `comm.rank`: `grad_fn(c, params) -> (loss, flat gradient)` for each step c.
-
-    `step`: Steps 3-4 (default `push_pull`; Exercise 04.1 passes the learner's).
-    """
+    """Run worker `comm.rank`: `grad_fn(c, params) -> (loss, flat gradient)` for each step c;
+    `step`: Steps 3-4 (default `push_pull`; Exercise 04.1 passes the learner's)."""
     step = push_pull if step is None else step
     rng = random.Random(cfg.seed * 1_000_003 + 7_919 * comm.rank)
     v = cfg.variability
-    log = WorkerLog(comm.rank, start=comm.now())
+    log = WorkerLog(start=comm.now())
     steps = cfg.steps[comm.rank]
     for c in range(steps):  # Step 1: `params` are the shared initial ones
         t0 = comm.now()

@@ -1,8 +1,5 @@
-"""Lesson 06, SyncBatchNorm: BatchNorm statistics over the global batch.
-
-Open `sync_batchnorm.py` first (`SyncBatchNorm`, `convert`), then `experiment.py`;
-the notebook's helpers (`lesson06`, `plots`, `exercises06`) need matplotlib and ipywidgets.
-"""
+"""Lesson 06, SyncBatchNorm: BatchNorm statistics over the global batch; the notebook's
+helpers (`lesson06`, `plots`, `exercises06`) need matplotlib and ipywidgets."""
 
 from __future__ import annotations
 

@@ -1,18 +1,17 @@
 """The small-batch BatchNorm experiment: plain BN vs SyncBN vs one process.
 
-Data-parallel `SmallCNN` on the 8x8 digits, `per_rank_batch` (2-4, a detector's
-batch per GPU; MegDet, Peng et al. 2018) samples per rank and step. Modes:
-"plain" (each rank's BN on its own tiny batch, its own running statistics),
-"syncbn" (the layers converted to `SyncBatchNorm`), "single" (one process on the
-global batch, the reference). Steps of one run on every rank:
+Data-parallel `SmallCNN` on the 8x8 digits, `per_rank_batch` samples per rank and step (2-4,
+a detector's batch per GPU; MegDet, Peng et al. 2018). Modes: "plain" (each rank's BN on its
+own tiny batch and running statistics), "syncbn" (layers converted to `SyncBatchNorm`),
+"single" (one process on the global batch, the reference). Steps on every rank:
 
 1. build the model with the same seed on every rank (same initial weights);
 2. for each step take this rank's slice of the global batch, forward, backward;
 3. average every gradient (ledger op "gradients"), then the same SGD step;
 4. in eval mode, the test accuracy with this rank's running statistics.
 
-Not `train.run`'s loop: it reports only rank 0, and this needs every rank's own
-running statistics and accuracy on held-out images.
+Not `train.run`'s loop: it reports only rank 0, and this needs every rank's own running
+statistics and accuracy on held-out images.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ import torch.nn.functional as F
 from syncedu.comm.ledger import Ledger
 from syncedu.syncbn import sync_batchnorm as syncbn
 from syncedu.train import data, models, runner
+from syncedu.train.sampling import check_int
 
 MODES = ("plain", "syncbn", "single")
 
@@ -47,11 +47,8 @@ class BNConfig:
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode={self.mode!r} must be one of {MODES}")
-        for name, low in (("world_size", 1), ("per_rank_batch", 1), ("steps", 1),
-                          ("channels", 1), ("test_size", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name}={value!r} must be an int >= {low}")
+        for name in ("world_size", "per_rank_batch", "steps", "channels", "test_size"):
+            check_int(name, getattr(self, name), 1)
         if not self.lr > 0 or not 0 <= self.momentum < 1:
             raise ValueError(f"lr={self.lr} must be > 0 and momentum={self.momentum} in [0, 1)")
 
@@ -154,12 +151,10 @@ def compare(per_rank_batch: int = 2, world_size: int = 4, steps: int = 150,
 def stat_noise(batch_sizes=(1, 2, 4, 8, 16, 32), *, params: dict | None = None, layer: int = 1,
                draws: int = 400, seed: int = 0,
                channels: int = 8) -> dict[int, tuple[float, float]]:
-    """How far one batch's BatchNorm statistics fall from the whole training set's.
-
-    At BatchNorm layer `layer` (1 or 2) of the SmallCNN (seeded weights, or `params`),
-    for each batch size b: {b: RMS over `draws` batches and the channels of
-    (batch mean - mean) / std, and of batch var / var - 1}.
-    """
+    """How far one batch's BatchNorm statistics fall from the whole training set's: at layer
+    `layer` (1 or 2) of the SmallCNN (seeded weights, or `params`), for each batch size b,
+    {b: RMS over `draws` batches and the channels of (batch mean - mean) / std, and of batch
+    var / var - 1}."""
     if layer not in (1, 2):
         raise ValueError(f"layer={layer!r} must be 1 or 2")
     model = models.make("cnn", seed=seed, channels=channels).eval()

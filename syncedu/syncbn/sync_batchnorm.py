@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from syncedu.comm.base import Comm
+from syncedu.train.sampling import check_int
 
 FORWARD_OP, BACKWARD_OP, CHECK_OP = "syncbn_forward", "syncbn_backward", "syncbn_check"
 
@@ -105,9 +106,9 @@ class _SyncBNFunction(torch.autograd.Function):
 class SyncBatchNorm(nn.Module):
     """BatchNorm over the batch of all ranks of `comm`; inputs (N, C) or (N, C, ...).
 
-    Same parameters and buffers as `nn.BatchNorm*d`; in eval mode with running
-    statistics it sends nothing. Every rank must call forward and backward, also
-    one with an empty (0, C, ...) batch (its loss still on the output: `out.sum() * 0`).
+    Same parameters and buffers as `nn.BatchNorm*d`; in eval mode it sends nothing. Every
+    rank must call forward and backward, also one with an empty (0, C, ...) batch (its loss
+    still on the output: `out.sum() * 0`).
     """
 
     def __init__(self, num_features: int, comm: Comm, eps: float = 1e-5,
@@ -117,33 +118,24 @@ class SyncBatchNorm(nn.Module):
         _check_args(num_features, comm, eps, momentum)
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
-        self.comm = comm
-        self._channels_checked = False
+        self.comm, self._channels_checked = comm, False
         kw = {"device": device, "dtype": dtype}
-        if affine:
-            self.weight = nn.Parameter(torch.ones(num_features, **kw))
-            self.bias = nn.Parameter(torch.zeros(num_features, **kw))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-        if track_running_stats:
-            self.register_buffer("running_mean", torch.zeros(num_features, **kw))
-            self.register_buffer("running_var", torch.ones(num_features, **kw))
-            self.register_buffer("num_batches_tracked",
-                                 torch.tensor(0, dtype=torch.long, device=device))
-        else:
-            for name in ("running_mean", "running_var", "num_batches_tracked"):
-                self.register_buffer(name, None)
+        self.register_parameter("weight", nn.Parameter(torch.ones(num_features, **kw))
+                                if affine else None)
+        self.register_parameter("bias", nn.Parameter(torch.zeros(num_features, **kw))
+                                if affine else None)
+        track = track_running_stats
+        self.register_buffer("running_mean", torch.zeros(num_features, **kw) if track else None)
+        self.register_buffer("running_var", torch.ones(num_features, **kw) if track else None)
+        self.register_buffer("num_batches_tracked",
+                             torch.tensor(0, dtype=torch.long, device=device) if track else None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input(x)
-        if not self.training and self.track_running_stats:
-            # Eval: running statistics, no communication at all.
-            return F.batch_norm(x, self.running_mean, self.running_var, self.weight,
-                                self.bias, False, 0.0, self.eps)
         if not self.training:
-            # No running statistics in eval: like torch, normalize with the LOCAL batch.
-            return F.batch_norm(x, None, None, self.weight, self.bias, True, 0.0, self.eps)
+            # Eval sends nothing: running statistics, or (without them, as torch) the LOCAL batch.
+            return F.batch_norm(x, self.running_mean, self.running_var, self.weight,
+                                self.bias, not self.track_running_stats, 0.0, self.eps)
         if not self._channels_checked:
             self._check_channels(x.device)
         mean, m2, n = global_stats(x, self.comm)
@@ -195,8 +187,7 @@ class SyncBatchNorm(nn.Module):
 
 
 def _check_args(num_features, comm, eps, momentum) -> None:
-    if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 1:
-        raise ValueError(f"num_features={num_features!r} must be an int >= 1")
+    check_int("num_features", num_features, 1)
     if not isinstance(comm, Comm):
         raise TypeError(f"comm must be a syncedu Comm (the `comm` a worker receives), "
                         f"got {type(comm).__name__}")
@@ -207,19 +198,15 @@ def _check_args(num_features, comm, eps, momentum) -> None:
 
 
 def convert(module: nn.Module, comm: Comm) -> nn.Module:
-    """Replace every BatchNorm1d/2d/3d (and nn.SyncBatchNorm) inside `module` by ours.
-
-    Like `nn.SyncBatchNorm.convert_sync_batchnorm`: the new layers take over the old
-    ones' tensors (an optimizer built before still works); a BatchNorm `module` is replaced.
-    """
+    """Replace every BatchNorm1d/2d/3d (and nn.SyncBatchNorm) inside `module` by ours, like
+    `nn.SyncBatchNorm.convert_sync_batchnorm`: the new layers take over the old ones' tensors
+    (an optimizer built before still works); a BatchNorm `module` is replaced."""
     if isinstance(module, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)):
         new = SyncBatchNorm(module.num_features, comm, module.eps, module.momentum,
                             module.affine, module.track_running_stats)
-        if module.affine:
-            new.weight, new.bias = module.weight, module.bias
-        if module.track_running_stats:
-            new.running_mean, new.running_var = module.running_mean, module.running_var
-            new.num_batches_tracked = module.num_batches_tracked
+        for name in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked"):
+            if getattr(module, name) is not None:
+                setattr(new, name, getattr(module, name))
         new.train(module.training)
         return new
     for name, child in module.named_children():

@@ -134,13 +134,10 @@ def allreduce_time(algorithm: str, nbytes: float, world_size: int, network,
     n = world_size
     if n == 1:
         return 0.0
-    if algorithm == "naive":
-        return naive_time(nbytes, n, network)
     if algorithm in ("ring", "ring_pipelined"):
         return ring_time(nbytes, n, network, segments)
-    formulas = {"tree": tree_time, "halving_doubling": halving_doubling_time,
-                "recursive_doubling": recursive_doubling_time,
-                "hierarchical": hierarchical_time}
+    formulas = {"naive": naive_time, "tree": tree_time, "halving_doubling": halving_doubling_time,
+                "recursive_doubling": recursive_doubling_time, "hierarchical": hierarchical_time}
     if algorithm not in formulas:
         raise ValueError(f"algorithm={algorithm!r} is unknown; choose one of {list(ALLREDUCE)}")
     return formulas[algorithm](nbytes, n, network)

@@ -176,8 +176,7 @@ class Comm(ABC):
         self._check_list(input_list, "input_list", output)
         op, then = self._op(op, output)
         n = self.world_size
-        # A ring in which rank r ends up owning chunk r: r sends all chunks but
-        # its own and receives all but r - 1's (all the size of `output`).
+        # Ring, rank r ending with chunk r: it sends every chunk but its own, gets all but r-1's.
         part = output.nbytes
         self._charge_builtin("reduce_scatter", sent=(n - 1) * part, received=(n - 1) * part,
                              msgs_sent=n - 1, msgs_received=n - 1)

@@ -16,6 +16,7 @@ import torch.distributed as dist
 from .base import Comm, Work
 from .emulation import Emulator
 from .trace import Trace
+from .work import CollectiveWork
 
 _OPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX,
         "min": dist.ReduceOp.MIN}
@@ -38,19 +39,6 @@ class TorchWork(Work):
         if self._after is not None:
             after, self._after = self._after, None
             after()
-
-
-class TracedSend(Work):
-    """A send's handle that traces the message (`end`: the send completed) once waited for."""
-
-    def __init__(self, work, comm, dst: int, nbytes: int, tag: int, op: str, start: float):
-        self._work, self._comm, self._msg = work, comm, (dst, nbytes, tag, op, start)
-
-    def wait(self, timeout: float | None = None) -> None:
-        self._work.wait(timeout)
-        if self._msg is not None:
-            (dst, nbytes, tag, op, start), self._msg = self._msg, None
-            self._comm.trace.add(self._comm.rank, dst, nbytes, tag, op, start, self._comm.now())
 
 
 class TorchComm(Comm):
@@ -94,7 +82,9 @@ class TorchComm(Comm):
             work = self._emu.isend(lambda: self._raw_isend(tensor, dst, tag), tensor, dst)
         else:
             work = TorchWork(self._raw_isend(tensor, dst, tag))
-        return TracedSend(work, self, dst, tensor.nbytes, tag, op, start)
+        nbytes = tensor.nbytes  # traced once waited for (`end`: the send completed)
+        return CollectiveWork(work, lambda: self.trace.add(self.rank, dst, nbytes, tag, op, start,
+                                                            self.now()))
 
     def _raw_isend(self, tensor, dst, tag):
         return dist.isend(tensor, self._global(dst), group=self.group, tag=tag)

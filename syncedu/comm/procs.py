@@ -140,8 +140,7 @@ class Ranks:
         """Pass waiting output lines to `sink`; `block` > 0: wait that long for the first."""
         while True:
             try:
-                rank, line = (self._lines.get(timeout=block) if block > 0
-                              else self._lines.get_nowait())
+                rank, line = self._lines.get(timeout=block)  # block=0: only what is there
             except queue.Empty:
                 return
             block = 0.0

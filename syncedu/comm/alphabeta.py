@@ -78,7 +78,7 @@ def naive_time(nbytes: float, n: int, network) -> float:
                 + (n - 1 - crossing) * intra.transfer_time(nbytes))
 
 
-def _step(nbytes: float, n: int, mask: int, network, flows_per_nic: int) -> float:
+def _step(nbytes: float, mask: int, network, flows_per_nic: int) -> float:
     """One step of a log-depth algorithm between ranks `mask` apart (crossing nodes or not)."""
     intra, inter, per_node, nodes, f = _links(network)
     if nodes > 1 and mask >= per_node:
@@ -89,13 +89,13 @@ def _step(nbytes: float, n: int, mask: int, network, flows_per_nic: int) -> floa
 def tree_time(nbytes: float, n: int, network) -> float:
     """Binomial reduce + broadcast: 2 sum over rounds of t(S) (one flow per node per round)."""
     k = math.ceil(math.log2(n)) if n > 1 else 0
-    return 2 * sum(_step(nbytes, n, 1 << i, network, 1) for i in range(k))
+    return 2 * sum(_step(nbytes, 1 << i, network, 1) for i in range(k))
 
 
 def _fold(nbytes: float, n: int, network) -> tuple[int, float]:
     """(p, time of folding in and out the N - p extra ranks: 2 t(S) if any)."""
     p = 1 << (n.bit_length() - 1)
-    return p, (2 * _step(nbytes, n, 1, network, 1) if n != p else 0.0)
+    return p, (2 * _step(nbytes, 1, network, 1) if n != p else 0.0)
 
 
 def halving_doubling_time(nbytes: float, n: int, network) -> float:
@@ -103,7 +103,7 @@ def halving_doubling_time(nbytes: float, n: int, network) -> float:
     p, fold = _fold(nbytes, n, network)
     steps, d, size = 0.0, p // 2, nbytes / 2
     while d:  # every rank of a node sends at once in a crossing step: f flows per NIC
-        steps += 2 * _step(size, n, d, network, 1 << 30)
+        steps += 2 * _step(size, d, network, 1 << 30)
         d, size = d // 2, size / 2
     return fold + steps
 
@@ -111,8 +111,7 @@ def halving_doubling_time(nbytes: float, n: int, network) -> float:
 def recursive_doubling_time(nbytes: float, n: int, network) -> float:
     """Thakur et al. 2005 (short messages): log2 p swaps of the whole vector."""
     p, fold = _fold(nbytes, n, network)
-    return fold + sum(_step(nbytes, n, 1 << i, network, 1 << 30)
-                      for i in range(p.bit_length() - 1))
+    return fold + sum(_step(nbytes, 1 << i, network, 1 << 30) for i in range(p.bit_length() - 1))
 
 
 def hierarchical_time(nbytes: float, n: int, network) -> float:
@@ -134,13 +133,10 @@ def allreduce_time(algorithm: str, nbytes: float, world_size: int, network,
     n = world_size
     if n == 1:
         return 0.0
-    if algorithm == "naive":
-        return naive_time(nbytes, n, network)
     if algorithm in ("ring", "ring_pipelined"):
         return ring_time(nbytes, n, network, segments)
-    formulas = {"tree": tree_time, "halving_doubling": halving_doubling_time,
-                "recursive_doubling": recursive_doubling_time,
-                "hierarchical": hierarchical_time}
+    formulas = {"naive": naive_time, "tree": tree_time, "halving_doubling": halving_doubling_time,
+                "recursive_doubling": recursive_doubling_time, "hierarchical": hierarchical_time}
     if algorithm not in formulas:
         raise ValueError(f"algorithm={algorithm!r} is unknown; choose one of {list(ALLREDUCE)}")
     return formulas[algorithm](nbytes, n, network)

@@ -1,12 +1,9 @@
 """`Comm`: the one interface every algorithm in syncedu is written against.
 
-One rank's view of `world_size` ranks (`TorchComm`, `SimComm` or `LocalComm`).
-This base class does what they share, so they cannot drift apart:
-
-1. validate arguments (`ValueError`/`TypeError` naming the parameter);
-2. charge the ledger: point-to-point by payload bytes ("counted"), built-ins
-   as a ring would send them ("modeled"; the simulator counts their messages);
-3. call the backend's `_isend`, `_irecv`, `_all_reduce`, ... to move the data.
+One rank's view of `world_size` ranks (`TorchComm`, `SimComm` or `LocalComm`). This base
+class validates the arguments, charges the ledger (point-to-point by payload bytes,
+"counted"; built-ins as a ring would send them, "modeled", unless the backend counts their
+messages) and calls the backend's `_isend`, `_all_reduce`, ... hooks to move the data.
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ from collections.abc import Iterator
 
 import torch
 
-from .ledger import RankLedger, ring_allreduce_elements
+from .ledger import RankLedger, ring_allreduce_charge
 from .network import Network
 from .work import CollectiveWork, Work
 
@@ -70,8 +67,11 @@ class Comm(ABC):
 
     def _charge_builtin(self, op: str, sent: int = 0, received: int = 0, msgs_sent: int = 0,
                         msgs_received: int = 0) -> None:
-        """A built-in by formula, "modeled" (the simulator counts its messages instead)."""
-        self._charge(op, sent, received, msgs_sent, msgs_received, kind="modeled")
+        """A built-in by formula, "modeled"; only the call where its messages are counted."""
+        if self.counts_builtins:
+            self._charge(op)
+        else:
+            self._charge(op, sent, received, msgs_sent, msgs_received, kind="modeled")
 
     def _charge_chain(self, op: str, nbytes: int, first: int) -> None:
         """A chain first -> first+1 -> ... -> first-1: all send but the last, receive but first."""
@@ -123,8 +123,7 @@ class Comm(ABC):
             _check_tensor(tensor, "tensor")
 
     def recv_any(self, tensor: torch.Tensor, tag: int = 0) -> int:
-        """Receive the next `tag` message from any rank (the first to arrive; simulated: the
-        earliest in logical time); return that rank."""
+        """Receive the next `tag` message from any rank (the first to arrive); return that rank."""
         _check_tensor(tensor, "tensor")
         self._charge("recv", received=tensor.nbytes, msgs_received=1)
         return self._recv_any(tensor, tag)
@@ -165,13 +164,8 @@ class Comm(ABC):
         _check_tensor(tensor, "tensor")
         op, then = self._op(op, tensor)
         n = self.world_size
-        if self.counts_builtins:  # (its messages will be counted: skip the formula)
-            self._charge_builtin("all_reduce")
-        else:
-            sent, recv = ring_allreduce_elements(tensor.numel(), n, self.rank)
-            es = tensor.element_size()
-            self._charge_builtin("all_reduce", sent=sent * es, received=recv * es,
-                                 msgs_sent=2 * (n - 1), msgs_received=2 * (n - 1))
+        self._charge_builtin("all_reduce", **ring_allreduce_charge(
+            tensor.numel(), tensor.element_size(), n, self.rank))
         work = self._all_reduce(tensor, op, async_op) if n > 1 else None
         return self._done(work, async_op, tensor, then)
 
@@ -182,15 +176,12 @@ class Comm(ABC):
         self._check_list(input_list, "input_list", output)
         op, then = self._op(op, output)
         n = self.world_size
-        # A ring in which rank r ends up owning chunk r: r sends all chunks but
-        # its own and receives all but r - 1's (all the size of `output`).
+        # Ring, rank r ending with chunk r: it sends every chunk but its own, gets all but r-1's.
         part = output.nbytes
         self._charge_builtin("reduce_scatter", sent=(n - 1) * part, received=(n - 1) * part,
                              msgs_sent=n - 1, msgs_received=n - 1)
-        if n > 1:
-            work = self._reduce_scatter(output, input_list, op, async_op)
-        else:
-            work = None
+        work = self._reduce_scatter(output, input_list, op, async_op) if n > 1 else None
+        if n == 1:
             output.copy_(input_list[0])
         return self._done(work, async_op, output, then)
 
@@ -204,10 +195,8 @@ class Comm(ABC):
         part = tensor.nbytes
         self._charge_builtin("all_gather", sent=(n - 1) * part, received=(n - 1) * part,
                              msgs_sent=n - 1, msgs_received=n - 1)
-        if n > 1:
-            work = self._all_gather(tensor_list, tensor, async_op)
-        else:
-            work = None
+        work = self._all_gather(tensor_list, tensor, async_op) if n > 1 else None
+        if n == 1:
             tensor_list[0].copy_(tensor)
         return self._done(work, async_op, tensor_list)
 

@@ -1,10 +1,9 @@
 """Network emulation on real processes: each rank delays its own traffic (no root, no `tc`).
 
-1. Point-to-point: one send port per rank, as in the simulator; a message holds
-   it latency + n / bandwidth (+ jitter and loss) and is handed to torch then by
-   a sender thread per peer. Not emulated: receive ports and NIC sharing.
-2. Collectives: torch's built-in, then a wait until `alphabeta.collective_time`
-   has passed since the call.
+1. Point-to-point: one send port per rank, as in the simulator; a message holds it latency
+   + n / bandwidth (+ jitter and loss) and is handed to torch then by a sender thread per
+   peer. Not emulated: receive ports and NIC sharing.
+2. Collectives: torch's built-in, then a wait until `alphabeta.collective_time` has passed.
 3. Compute: `comm.compute(seconds)` sleeps seconds x the rank's slowdown (base.Comm).
 """
 

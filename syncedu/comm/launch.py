@@ -183,12 +183,8 @@ atexit.register(lambda: [p.close() for p in list(_live_pools)])
 def run(fn, world_size: int, args=(), kwargs=None, *, backend: str = "auto",
         timeout: float | None = DEFAULT_TIMEOUT, network: Network | None = None,
         threads: int | None = None, output: str = "live") -> RunResult:
-    """Start `world_size` ranks, run `fn(comm, *args, **kwargs)` on each, return the values.
-
-    1. validate; 2. start the ranks in a process group (a fresh rendezvous); 3. run `fn`
-    after a barrier, so `.seconds` starts together; 4. collect values, ledgers and times,
-    or the first failure (`WorkerError`, `TimeoutError`); 5. stop and reap every rank.
-    """
+    """Start `world_size` ranks in a fresh process group, run `fn(comm, *args, **kwargs)` on
+    each after a barrier, return the values (or raise the first failure); reap every rank."""
     check_call(fn, args, kwargs)  # before any process starts; Pool checks the rest
     pool = Pool(world_size, backend=backend, timeout=timeout, network=network,
                 threads=threads, output=output)

@@ -23,14 +23,20 @@ def ring_allreduce_elements(numel: int, world_size: int, rank: int) -> tuple[int
     """Elements rank `rank` sends and receives in a ring allreduce (Patarasuk & Yuan 2009):
     every chunk but r, then every chunk but r + 1; it receives what r - 1 sends."""
     n = world_size
-    if n == 1:
-        return 0, 0
-    c = ring_chunks(numel, n)
+    base, extra = divmod(numel, n)  # chunk c has base + (c < extra) elements (ring_chunks)
 
     def sent_by(r: int) -> int:
-        return 2 * numel - c[r] - c[(r + 1) % n]
+        return 0 if n == 1 else 2 * (numel - base) - (r < extra) - ((r + 1) % n < extra)
 
     return sent_by(rank), sent_by((rank - 1) % n)
+
+
+def ring_allreduce_charge(numel: int, element_size: int, world_size: int, rank: int) -> dict:
+    """`RankLedger.record`'s bytes and messages of rank `rank` in one ring allreduce."""
+    sent, received = ring_allreduce_elements(numel, world_size, rank)
+    msgs = 2 * (world_size - 1)
+    return dict(sent=sent * element_size, received=received * element_size, msgs_sent=msgs,
+                msgs_received=msgs)
 
 
 @dataclass

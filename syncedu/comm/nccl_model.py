@@ -71,21 +71,21 @@ class NcclSystem:
     tree_pattern: bool = False  # NCCL_TOPO_PATTERN_TREE: tree bandwidth x 0.85
 
     def __post_init__(self) -> None:
-        ok = {"n_ranks": isinstance(self.n_ranks, int) and self.n_ranks >= 2,
-              "n_nodes": isinstance(self.n_nodes, int) and 1 <= self.n_nodes <= self.n_ranks
-              and self.n_ranks % self.n_nodes == 0,
-              "bw_intra": self.bw_intra > 0, "bw_inter": self.bw_inter > 0,
-              "n_channels": isinstance(self.n_channels, int) and self.n_channels >= 1,
-              "arch": self.arch in ARCHS, "intra": self.intra in ("nvlink", "pci"),
-              "cpu": self.cpu in NET_OVERHEAD, "latency_inter": self.latency_inter >= 0}
-        allowed = {"n_ranks": "an int >= 2", "n_nodes": "an int dividing n_ranks",
-                   "bw_intra": "GB/s > 0", "bw_inter": "GB/s > 0", "n_channels": "an int >= 1",
-                   "arch": f"one of {ARCHS}", "intra": "'nvlink' or 'pci'",
-                   "cpu": f"one of {tuple(NET_OVERHEAD)}", "latency_inter": "us >= 0"}
-        for name, good in ok.items():
+        rules = {  # field: (valid, what is allowed)
+            "n_ranks": (isinstance(self.n_ranks, int) and self.n_ranks >= 2, "an int >= 2"),
+            "n_nodes": (isinstance(self.n_nodes, int) and 1 <= self.n_nodes <= self.n_ranks
+                        and self.n_ranks % self.n_nodes == 0, "an int dividing n_ranks"),
+            "bw_intra": (self.bw_intra > 0, "GB/s > 0"),
+            "bw_inter": (self.bw_inter > 0, "GB/s > 0"),
+            "n_channels": (isinstance(self.n_channels, int) and self.n_channels > 0, "an int >= 1"),
+            "arch": (self.arch in ARCHS, f"one of {ARCHS}"),
+            "intra": (self.intra in ("nvlink", "pci"), "'nvlink' or 'pci'"),
+            "cpu": (self.cpu in NET_OVERHEAD, f"one of {tuple(NET_OVERHEAD)}"),
+            "latency_inter": (self.latency_inter >= 0, "us >= 0")}
+        for name, (good, allowed) in rules.items():
             if not good:
                 raise ValueError(f"NcclSystem.{name}={getattr(self, name)!r} is invalid: must "
-                                 f"be {allowed[name]}")
+                                 f"be {allowed}")
 
 
 def _log2i(x: int) -> int:

@@ -1,26 +1,22 @@
 """`Network`: a small, validated model of the wires between ranks.
 
-The alpha-beta model (Hockney 1994; Thakur, Rabenseifner & Gropp 2005): a message
-of n bytes takes latency + n / bandwidth (alphabeta.py has every collective's
-formula), plus per-rank `slowdown` of compute, seeded `jitter` and `loss`. The
-simulator runs its clock on it; real ranks wait as it says (emulation.py).
-
-`Network.cluster(...)`: consecutive ranks share a node (as torchrun numbers them);
-a message between nodes uses `inter` and a NIC of each node, which carries one
-message's bytes at a time (`nics="per_gpu"`: a rail-optimized DGX H100).
-
+The alpha-beta model (Hockney 1994; Thakur, Rabenseifner & Gropp 2005): a message of n
+bytes takes latency + n / bandwidth (alphabeta.py), plus per-rank `slowdown` of compute,
+seeded `jitter` and `loss`. `Network.cluster(...)`: consecutive ranks share a node (as
+torchrun numbers them); a message between nodes uses `inter` and a NIC of each node, which
+carries one message's bytes at a time (`nics="per_gpu"`: a rail-optimized DGX H100).
 The simulator's assumptions are named fields:
 
-- `latency_model`: "port" holds the sender's port for latency + n / bandwidth (k
-  messages cost k (alpha + n beta)); "wire" makes latency a delay off the port
-  (alpha + k n beta), as in LogGP (Alexandrov et al. 1995) and NCCL (nccl_model.py);
-- `eager_limit` (Open MPI's `btl_tcp_eager_limit`): a larger send's `wait()`
-  returns once the matching receive is posted, so an unsafe exchange deadlocks;
-- `builtin_algorithm`: broadcast and reduce as a "ring" chain or "binomial"
-  trees (MPICH's choice for short messages, Thakur et al. 2005).
+- `latency_model`: "port" holds the sender's port for latency + n / bandwidth (k messages
+  cost k (alpha + n beta)); "wire" makes latency a delay off the port (alpha + k n beta),
+  as in LogGP (Alexandrov et al. 1995) and NCCL (nccl_model.py);
+- `eager_limit` (Open MPI's `btl_tcp_eager_limit`): a larger send's `wait()` returns once
+  the matching receive is posted, so an unsafe exchange deadlocks;
+- `builtin_algorithm`: broadcast and reduce as a "ring" chain or "binomial" trees (MPICH's
+  choice for short messages, Thakur et al. 2005).
 
-`PRESETS`: one link, one direction, from public specifications (nvlink4: H100
-SXM, 900 GB/s both ways; infiniband_ndr: 400 Gb/s; wan: ~40 ms one way).
+`PRESETS`: one link, one direction, from public specifications (nvlink4: H100 SXM, 900 GB/s
+both ways; infiniband_ndr: 400 Gb/s; wan: ~40 ms one way).
 """
 
 from __future__ import annotations
@@ -32,7 +28,7 @@ from dataclasses import dataclass
 
 LATENCY_MODELS = ("port", "wire")
 BUILTIN_ALGORITHMS = ("ring", "binomial")
-EAGER_LIMIT = 64 * 1024  # bytes: Open MPI's btl_tcp_eager_limit (module docstring)
+EAGER_LIMIT = 64 * 1024  # bytes: Open MPI's btl_tcp_eager_limit
 
 
 @dataclass(frozen=True)
@@ -99,12 +95,12 @@ class Network:
     def cluster(cls, nodes: int, gpus_per_node: int, intra="nvlink4", inter="infiniband_ndr",
                 nics_per_node: int = 1, nics: str | None = None, **changes) -> Network:
         """A `Cluster`; `intra`/`inter`: `Network`s or preset names; `nics`: per_node/per_gpu."""
+        if nics is not None and nics not in NICS:
+            raise ValueError(f"Network.cluster: nics={nics!r} must be one of {NICS} or None")
         if nics is not None:
-            if nics not in NICS:
-                raise ValueError(f"Network.cluster: nics={nics!r} must be one of {NICS} or None")
             nics_per_node = gpus_per_node if nics == "per_gpu" else 1
         return Cluster(nodes=nodes, gpus_per_node=gpus_per_node, intra=intra, inter=inter,
-                           nics_per_node=nics_per_node, **changes)
+                       nics_per_node=nics_per_node, **changes)
 
     def slowdown_of(self, rank: int) -> float:
         """Compute slowdown of `rank` (1.0 when no slowdown was given)."""

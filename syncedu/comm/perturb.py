@@ -56,5 +56,4 @@ def install(comm) -> None:
         return wrapper
 
     for name in _WRAPPED:
-        if hasattr(comm, name):
-            setattr(comm, name, delayed(getattr(comm, name)))
+        setattr(comm, name, delayed(getattr(comm, name)))

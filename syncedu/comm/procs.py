@@ -1,13 +1,11 @@
 """`Ranks`: a set of live rank processes, their pipes and their output (behind `launch`).
 
-1. start `world_size` processes (`python -m syncedu.comm._worker`), each in its own
-   session (a kill reaches anything it started), with one end of a socket pair
-   and a share of the CPU threads;
-2. rendezvous through a file store in a fresh temporary folder (nothing listens);
-3. pump every rank's output line by line into the caller's `sys.stdout`, marked `[rank r]`;
-4. wait for replies with a deadline, noticing a rank that raised, died (its pipe
-   closes) or is too slow;
-5. on any failure or interrupt kill every rank's process group and reap it.
+1. start `world_size` processes (`python -m syncedu.comm._worker`), each in its own session
+   (a kill reaches anything it started), with one end of a socket pair and a share of the
+   CPU threads; they rendezvous through a file store in a fresh folder (nothing listens);
+2. pump every rank's output line by line into the caller's `sys.stdout`, marked `[rank r]`;
+3. wait for replies with a deadline, noticing a rank that raised, died (its pipe closes)
+   or is too slow; on any failure or interrupt kill every rank's process group and reap it.
 """
 
 from __future__ import annotations
@@ -143,8 +141,7 @@ class Ranks:
         """Pass waiting output lines to `sink`; `block` > 0: wait that long for the first."""
         while True:
             try:
-                rank, line = (self._lines.get(timeout=block) if block > 0
-                              else self._lines.get_nowait())
+                rank, line = self._lines.get(timeout=block)  # block=0: only what is there
             except queue.Empty:
                 return
             block = 0.0

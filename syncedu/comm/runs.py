@@ -34,26 +34,18 @@ def check_call(fn, args, kwargs) -> None:
 
 
 def check_ranks(world_size, limit: int, network, timeout, output, hint: str = "") -> None:
-    """What every run checks: world size (1..`limit`), network, timeout and output mode."""
-    check_world_size(world_size, limit, hint)
-    check_network(network, world_size)
-    check_timeout(timeout)
-    check_output(output)
-
-
-def check_world_size(world_size, limit: int, hint: str = "") -> None:
+    """What every run checks: world size (1..`limit`), network (None, or a `Network` with one
+    `slowdown` factor per rank, if any), timeout and output mode."""
     if not isinstance(world_size, int) or isinstance(world_size, bool) \
             or not 1 <= world_size <= limit:
         raise ValueError(f"world_size={world_size!r} must be an int in 1..{limit}{hint}")
-
-
-def check_network(network, world_size: int) -> None:
-    """None, or a `Network` whose `slowdown` (if any) has one factor per rank."""
-    if network is None:
-        return
-    if not isinstance(network, Network):
+    if network is not None and not isinstance(network, Network):
         raise ValueError(f"network must be a syncedu.Network or None, got {network!r}")
-    network.check_world_size(world_size)
+    if network is not None:
+        network.check_world_size(world_size)
+    check_timeout(timeout)
+    if output not in OUTPUT_MODES:
+        raise ValueError(f"output={output!r} must be one of {OUTPUT_MODES}")
 
 
 def check_timeout(timeout) -> None:
@@ -68,8 +60,3 @@ def check_progress(progress) -> None:
             or callable(getattr(progress, "update", None))):
         raise ValueError(f"progress={progress!r} must be None or False (no bar), True (a tqdm "
                          "bar of messages) or an object with .update(n), such as a tqdm bar")
-
-
-def check_output(output) -> None:
-    if output not in OUTPUT_MODES:
-        raise ValueError(f"output={output!r} must be one of {OUTPUT_MODES}")

@@ -1,22 +1,18 @@
 """Simulated ranks: N ranks in one process, in-memory links, a logical clock.
 
 `run(fn, world_size)` returns a `RunResult` whose `.seconds` is logical time under a
-`Network` model, `.ledger` counted from the messages and `.trace` every message.
-One rank runs at a time and hands over when it must wait, so the same call
-always gives the same values, ledger, trace, seconds and prints.
-
+`Network` model, `.ledger` counted from the messages and `.trace` every message. One rank
+runs at a time and hands over when it must wait, so a run always repeats exactly.
 One send, in the order of the files it passes through:
 
 1. the call (this file): `comm.isend(t, dst)` copies `t` and charges the ledger;
 2. the links and clocks (sim_links.py): the sender's port, NIC and latency model;
 3. delivery (sim_delivery.py): matched to a posted receive by (source, tag), or queued;
-4. the handles (sim_handles.py): `recv` books the receiver's port and moves its
-   clock to the arrival; `send` moves the sender's clock to when its port is
-   free, so compute between `isend` and `wait` overlaps the transfer.
+4. the handles (sim_handles.py): `recv` books the receiver's port and moves its clock to
+   the arrival; `send` moves the sender's clock to when its port is free (so compute
+   between `isend` and `wait` overlaps the transfer).
 
-So a naive allreduce at its root pays 2(N-1)(alpha + S/bandwidth), a ring
-2(N-1)(alpha + S/(N bandwidth)) (alphabeta.py). Built-in collectives are
-message schedules through steps 2-4 (sim_collectives.py).
+Built-in collectives are message schedules through steps 2-4 (sim_collectives.py).
 """
 
 from __future__ import annotations
@@ -97,32 +93,27 @@ class SimComm(Comm):
         handle.wait()  # books the receive port, advances the clock, checks, copies
         return msg.src
 
-    def _charge_builtin(self, op: str, **charge) -> None:
-        """Only the call: its bytes are counted from its messages (sim_collectives.py)."""
-        self.ledger.record(self._scopes[-1] if self._scopes else op, kind="counted")
-
-    def _collective(self, call: Call, async_op: bool) -> Work:
+    def _collective(self, call: Call) -> Work:
         call.name = self._scopes[-1] if self._scopes else call.kind
         return self._world.join(self.rank, call)
 
     def _all_reduce(self, tensor, op, async_op):
-        return self._collective(Call("all_reduce", self.rank, tensor, op=op), async_op)
+        return self._collective(Call("all_reduce", self.rank, tensor, op=op))
 
     def _reduce_scatter(self, output, inputs, op, async_op):
-        return self._collective(Call("reduce_scatter", self.rank, output, list(inputs), op=op),
-                                async_op)
+        return self._collective(Call("reduce_scatter", self.rank, output, list(inputs), op=op))
 
     def _all_gather(self, outputs, tensor, async_op):
-        return self._collective(Call("all_gather", self.rank, tensor, list(outputs)), async_op)
+        return self._collective(Call("all_gather", self.rank, tensor, list(outputs)))
 
     def _broadcast(self, tensor, src, async_op):
-        return self._collective(Call("broadcast", self.rank, tensor, root=src), async_op)
+        return self._collective(Call("broadcast", self.rank, tensor, root=src))
 
     def _reduce(self, tensor, dst, op, async_op):
-        return self._collective(Call("reduce", self.rank, tensor, op=op, root=dst), async_op)
+        return self._collective(Call("reduce", self.rank, tensor, op=op, root=dst))
 
     def _barrier(self, async_op):
-        return self._collective(Call("barrier", self.rank), async_op)
+        return self._collective(Call("barrier", self.rank))
 
 
 def run(fn, world_size: int, args=(), kwargs=None, *, network: Network | None = None,

@@ -198,20 +198,14 @@ def _fast(mover: Mover, nbytes, steps, sizes) -> None:
         timed = _replay(mover, nbytes, steps)
     deps, ends, chunks = timed
     kind = calls[0].kind
-    if kind == "all_reduce":
-        flats = [flat_view(c.tensor) for c in calls]
-        total = sim_fast.ring_values(torch.stack(flats), mover.op, sizes)
-        for f in flats:
-            f.copy_(total)
-    elif kind == "reduce_scatter":
-        rows = torch.stack([torch.cat([flat_view(p) for p in c.parts]) for c in calls])
-        total = sim_fast.ring_values(rows, mover.op, sizes).view(n, -1)
-        for k, c in enumerate(calls):
-            flat_view(c.tensor).copy_(total[k])
-    else:
+    if kind == "all_gather":
         sources = [flat_view(c.tensor) for c in calls]
         for c in calls:  # N^2 copies: one C++ loop per rank
             torch._foreach_copy_([flat_view(p) for p in c.parts], sources)
+    else:  # all_reduce: every rank gets the total; reduce_scatter: rank r gets its chunk r
+        total = sim_fast.ring_values(torch.stack(_ring_buffers(calls, kind)), mover.op, sizes)
+        for r, c in enumerate(calls):
+            flat_view(c.tensor).copy_(total if kind == "all_reduce" else total.view(n, -1)[r])
     sent, received, count = sim_fast.ring_counts(nbytes, steps, n)
     mover.sent += sent
     mover.received += received
@@ -230,10 +224,8 @@ def _replay(mover: Mover, nbytes, steps):
     for s in steps:
         sent = chunk_sent(ranks, s, n).tolist()
         size = [int(nbytes[c]) for c in sent]
-        out = []
-        for r in range(n):  # every rank sends to r + 1 (senders' order) ...
-            start, dur, end = depart(r, (r + 1) % n, size[r])
-            out.append((start, dur, end, wires.left))
+        # every rank sends to r + 1 (senders' order) ...
+        out = [(*depart(r, (r + 1) % n, size[r]), wires.left) for r in range(n)]
         dep, arr = [0.0] * n, [0.0] * n
         for r in range(n):  # ... and receives from r - 1 (receivers' order)
             src = (r - 1) % n

@@ -2,12 +2,12 @@
 
 One `World` per run (nothing at module level, so runs may nest) holds:
 
-- **mailboxes**: per receiver, unmatched messages and receives keyed by
-  (source, channel), matched first-in first-out as MPI matches by (source, tag);
-- **collective rendezvous**: built-ins matched by call number; the last rank to
-  join runs the message schedule (sim_collectives.py);
-- **the baton**: one rank runs until it must wait or has sent `BACKLOG` messages
-  nobody received, then the next ready one: runs repeat, and deadlocks are exact;
+- **mailboxes**: per receiver, unmatched messages and receives keyed by (source, channel),
+  matched first-in first-out as MPI matches by (source, tag);
+- **collective rendezvous**: built-ins matched by call number; the last rank to join runs
+  the message schedule (sim_collectives.py);
+- **the baton**: one rank runs until it must wait or has sent `BACKLOG` messages nobody
+  received, then the next ready one: runs repeat, and deadlocks are exact;
 - **the watch**: a failure, deadlock or timeout wakes every parked rank with `Cancelled`.
 """
 
@@ -152,19 +152,19 @@ class World:
         return handle
 
     def recv_any(self, rank: int, chan) -> Message:
-        """Park `rank` until no other rank can run (any might still send an earlier
-        message); then take its earliest message on `chan`."""
+        """Park `rank` until no other rank can run (any might still send an earlier message);
+        then take its earliest message on `chan`."""
         self.sched.check_can_park(rank)
         with self.lock:
             self.check()
             st = self.ranks[rank]
             st.any_chan, st.parked = chan, True
-            if self._earliest(rank) is not None:
+            if self._earliest(rank):
                 self.idle.append(rank)
             self._pass_or_deadlock()
         self._turn(rank)
         with self.lock:
-            key = self._earliest(rank)
+            key = self._earliest(rank)[1:]
             st.any_chan = None
             msg = st.unmatched[key].popleft()
             if msg.rdv is not None:
@@ -179,16 +179,11 @@ class World:
             st.waiting = None
             self.ready.append(rdv.rank)
 
-    def _earliest(self, rank: int):
-        """The (src, chan) key of `rank`'s earliest-arriving message on its any_chan."""
+    def _earliest(self, rank: int) -> tuple:
+        """(arrival, src, chan) of `rank`'s earliest-arriving message on its any_chan, or ()."""
         st = self.ranks[rank]
-        best, key = None, None
-        for (src, chan), queue in st.unmatched.items():
-            if chan == st.any_chan and queue:
-                msg = queue[0]
-                if best is None or (msg.start + msg.dur, src) < best:
-                    best, key = (msg.start + msg.dur, src), (src, chan)
-        return key
+        return min(((q[0].start + q[0].dur, src, chan) for (src, chan), q in st.unmatched.items()
+                    if chan == st.any_chan and q), default=())
 
     def launch(self, comms: list, body) -> None:
         """Start every rank (parked) running `body(comm)`; rank 0 goes first."""
@@ -260,17 +255,13 @@ class World:
         if self.ready:
             rank = self.ready.popleft()
         elif self.idle:
-            rank = min(self.idle, key=lambda r: (self._arrival(r), r))
+            rank = min(self.idle, key=lambda r: (self._earliest(r)[0], r))
             self.idle.remove(rank)
         else:
             return False
         self.ranks[rank].parked = False
         self.sched.wake(rank)
         return True
-
-    def _arrival(self, rank: int) -> float:
-        msg = self.ranks[rank].unmatched[self._earliest(rank)][0]
-        return msg.start + msg.dur
 
     def _pass_or_deadlock(self) -> None:
         if not self._pass_baton():  # nobody can run: every unfinished rank waits

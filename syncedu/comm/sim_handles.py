@@ -82,6 +82,5 @@ class RecvWork(Work):
 
 def flat_view(t: torch.Tensor) -> torch.Tensor:
     """A flat view of `t` outside autograd (a parameter may be received into)."""
-    if t.requires_grad:
-        t = t.detach()
+    t = t.detach() if t.requires_grad else t
     return t if t.dim() == 1 else t.view(-1)  # the common 1-D case costs nothing

@@ -16,6 +16,7 @@ import torch.distributed as dist
 from .base import Comm, Work
 from .emulation import Emulator
 from .trace import Trace
+from .work import CollectiveWork
 
 _OPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX,
         "min": dist.ReduceOp.MIN}
@@ -38,19 +39,6 @@ class TorchWork(Work):
         if self._after is not None:
             after, self._after = self._after, None
             after()
-
-
-class TracedSend(Work):
-    """A send's handle that traces the message (`end`: the send completed) once waited for."""
-
-    def __init__(self, work, comm, dst: int, nbytes: int, tag: int, op: str, start: float):
-        self._work, self._comm, self._msg = work, comm, (dst, nbytes, tag, op, start)
-
-    def wait(self, timeout: float | None = None) -> None:
-        self._work.wait(timeout)
-        if self._msg is not None:
-            (dst, nbytes, tag, op, start), self._msg = self._msg, None
-            self._comm.trace.add(self._comm.rank, dst, nbytes, tag, op, start, self._comm.now())
 
 
 class TorchComm(Comm):
@@ -94,7 +82,9 @@ class TorchComm(Comm):
             work = self._emu.isend(lambda: self._raw_isend(tensor, dst, tag), tensor, dst)
         else:
             work = TorchWork(self._raw_isend(tensor, dst, tag))
-        return TracedSend(work, self, dst, tensor.nbytes, tag, op, start)
+        nbytes = tensor.nbytes  # traced once waited for (`end`: the send completed)
+        return CollectiveWork(work, lambda: self.trace.add(self.rank, dst, nbytes, tag, op, start,
+                                                            self.now()))
 
     def _raw_isend(self, tensor, dst, tag):
         return dist.isend(tensor, self._global(dst), group=self.group, tag=tag)
@@ -108,35 +98,31 @@ class TorchComm(Comm):
         src = dist.recv(tensor, None, group=self.group, tag=tag)  # a global rank
         return src if self.group is None else dist.get_group_rank(self.group, src)
 
-    # Each runs torch's built-in; with emulation, waiting on it then also waits until the
-    # modeled time since the call has passed (Emulator.hold).
-    def _timed(self, kind: str, nbytes: int, call, async_op: bool) -> Work:
+    # Each runs torch's built-in `dist.<kind>`; with emulation, waiting on it then also waits
+    # until the modeled time since the call has passed (Emulator.hold).
+    def _timed(self, kind: str, nbytes: int, async_op: bool, *args, **kwargs) -> Work:
         t0 = time.perf_counter()
-        work = call(async_op)
+        work = getattr(dist, kind)(*args, group=self.group, async_op=async_op, **kwargs)
         return TorchWork(work, None if self._emu is None else
                          (lambda: self._emu.hold(kind, nbytes, t0)))
 
     def _broadcast(self, tensor, src, async_op):
-        return self._timed("broadcast", tensor.nbytes, lambda a: dist.broadcast(
-            tensor, self._global(src), group=self.group, async_op=a), async_op)
+        return self._timed("broadcast", tensor.nbytes, async_op, tensor, self._global(src))
 
     def _reduce(self, tensor, dst, op, async_op):
-        return self._timed("reduce", tensor.nbytes, lambda a: dist.reduce(
-            tensor, self._global(dst), op=_OPS[op], group=self.group, async_op=a), async_op)
+        return self._timed("reduce", tensor.nbytes, async_op, tensor, self._global(dst),
+                           op=_OPS[op])
 
     def _all_reduce(self, tensor, op, async_op):
-        return self._timed("all_reduce", tensor.nbytes, lambda a: dist.all_reduce(
-            tensor, op=_OPS[op], group=self.group, async_op=a), async_op)
+        return self._timed("all_reduce", tensor.nbytes, async_op, tensor, op=_OPS[op])
 
     def _reduce_scatter(self, output, inputs, op, async_op):  # Gloo has it since torch 2.8
-        return self._timed("reduce_scatter", output.nbytes * self.world_size, lambda a:
-                           dist.reduce_scatter(output, list(inputs), op=_OPS[op],
-                                               group=self.group, async_op=a), async_op)
+        return self._timed("reduce_scatter", output.nbytes * self.world_size, async_op, output,
+                           list(inputs), op=_OPS[op])
 
     def _all_gather(self, outputs, tensor, async_op):
-        return self._timed("all_gather", tensor.nbytes * self.world_size, lambda a: dist.all_gather(
-            list(outputs), tensor, group=self.group, async_op=a), async_op)
+        return self._timed("all_gather", tensor.nbytes * self.world_size, async_op,
+                           list(outputs), tensor)
 
     def _barrier(self, async_op):
-        return self._timed("barrier", 0, lambda a: dist.barrier(group=self.group, async_op=a),
-                           async_op)
+        return self._timed("barrier", 0, async_op)

@@ -149,12 +149,9 @@ class Trace:
         """The records of one op (and/or one sender, one receiver), as a new Trace."""
         cols = self._columns()
         keep = np.ones(len(cols[0]), dtype=bool)
-        if op is not None:
-            keep &= cols[4] == op
-        if src is not None:
-            keep &= cols[0] == src
-        if dst is not None:
-            keep &= cols[1] == dst
+        for column, value in ((4, op), (0, src), (1, dst)):
+            if value is not None:
+                keep &= cols[column] == value
         out = Trace.__new__(Trace)
         out.__setstate__({"cols": tuple(c[keep] for c in cols), "limit": self.limit, "dropped": 0})
         return out

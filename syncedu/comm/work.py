@@ -33,15 +33,16 @@ class ThreadWork(Work):
 
 
 class CollectiveWork(Work):
-    """An asynchronous built-in: the backend's handle `inner` (or None), then `then()` once."""
+    """The backend's handle `inner` (or None), then `then()` once: an asynchronous built-in
+    (`then`: e.g. "avg"'s division), a real rank's traced send."""
 
     def __init__(self, inner: Work | None, then=None):
         self._inner, self._then = inner, then
 
     def wait(self, timeout: float | None = None) -> None:
-        if self._inner is not None:
-            inner, self._inner = self._inner, None
-            inner.wait(timeout)
+        if self._inner is not None:  # (a wait that timed out may be retried)
+            self._inner.wait(timeout)
+            self._inner = None
         if self._then is not None:
             then, self._then = self._then, None
             then()

@@ -22,12 +22,7 @@ MODELS = ("mlp", "cnn")
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """A seeded job: model, data, optimizer, strategy, accumulation.
-
-    `compression` is kept as given and resolved on each rank; `compute_seconds` is modeled
-    compute per micro-batch; with `warmup_steps` > 0 the rate grows linearly from
-    lr / warmup_steps to `lr` (Goyal et al. 2017).
-    """
+    """A seeded job: model, data, optimizer, strategy, accumulation."""
 
     strategy: str
     world_size: int
@@ -39,18 +34,18 @@ class TrainConfig:
     model: str = "mlp"
     dataset: str = "digits"
     momentum: float = 0.0
-    warmup_steps: int = 0
+    warmup_steps: int = 0  # > 0: the rate grows from lr / warmup_steps to lr (Goyal et al. 2017)
     bucket_cap_mb: float = 25.0
     mistake: str | None = None
     set_epoch: bool = True
-    compute_seconds: float = 0.0
+    compute_seconds: float = 0.0  # modeled compute per micro-batch
     timeline_steps: int = 3
     synthetic_size: int = 2048
     model_kwargs: tuple = ()
     ddp_hook: bool = True  # count DDP's traffic with a comm hook (False: DDP's own C++ path)
     optimizer: str = "sgd"
     sync_every: int = 1  # local_sgd: average the parameters every sync_every optimizer steps
-    compression: object = None  # None, "fp16", "bf16", a name or a compress object
+    compression: object = None  # None, "fp16", "bf16", a name or an object (resolved per rank)
     weight_decay: float = 0.0
     betas: tuple = (0.9, 0.999)  # adam / adamw only
     eps: float = 1e-8  # adam / adamw only

@@ -38,13 +38,9 @@ class LayerCompute:
             return  # evaluation is not part of a training step
         share = self.shares[id(module)]
         self.comm.compute(share * FORWARD_SHARE)  # Step 3
-        if isinstance(output, torch.Tensor) and output.requires_grad:
-            output.register_hook(self._backward_charge(share * (1 - FORWARD_SHARE)))  # Step 4
-
-    def _backward_charge(self, seconds: float):
-        def charge(grad: torch.Tensor) -> None:
-            self.comm.compute(seconds)
-        return charge
+        if isinstance(output, torch.Tensor) and output.requires_grad:  # Step 4
+            backward = share * (1 - FORWARD_SHARE)
+            output.register_hook(lambda grad: self.comm.compute(backward))
 
     def close(self) -> None:
         for h in self._hooks:

@@ -3,7 +3,8 @@
 DDP allreduces its buckets itself, bypassing any `Comm`, so a comm hook (the
 protocol of torch's `ddp_comm_hooks`) does the allreduce instead and:
 
-1. charges the bucket to `comm.ledger` as a ring would send it (as `Comm.all_reduce`);
+1. charges the bucket to `comm.ledger` as a ring would send it, "modeled" (by formula, as
+   `Comm.all_reduce` charges a built-in: Gloo and NCCL hide their messages);
 2. starts `dist.all_reduce(bucket, async_op=True)` on the comm's process group;
 3. when it completes, divides by the world size (DDP averages), records `(start, end,
    bytes)` for the timeline and, if the comm emulates a `Network`, first waits until
@@ -21,16 +22,14 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from syncedu.comm.emulation import ring_seconds
-from syncedu.comm.ledger import ring_allreduce_elements
+from syncedu.comm.ledger import ring_allreduce_charge
 from syncedu.train.compression import resolve
 
 
 def charge_ring_allreduce(comm, numel: int, element_size: int) -> None:
-    """Charge `comm`'s ledger one ring allreduce, for traffic that bypasses `comm`."""
-    n = comm.world_size
-    sent, recv = ring_allreduce_elements(numel, n, comm.rank)
-    comm.ledger.record("all_reduce", sent=sent * element_size, received=recv * element_size,
-                       msgs_sent=2 * (n - 1), msgs_received=2 * (n - 1))
+    """Charge `comm`'s ledger one ring allreduce by formula, for traffic that bypasses `comm`."""
+    comm.ledger.record("all_reduce", kind="modeled",
+                       **ring_allreduce_charge(numel, element_size, comm.world_size, comm.rank))
 
 
 class CountingHookState:

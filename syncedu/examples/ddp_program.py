@@ -29,7 +29,8 @@ Steps (each repeated as a `# Step N` comment below):
    is complete, and every rank can load it with `map_location` (a run given
    an existing `--checkpoint` resumes from it);
 6. the ranks' losses averaged once at the end; rank 0 writes the final
-   parameters (`--out`); `destroy_process_group`.
+   parameters (`--out`); `destroy_process_group`; `leave()` exits without the
+   interpreter's teardown (a Gloo thread can still be freeing tensors then).
 
 With the sampler's `drop_last=True` and the loader's `drop_last=True`, step j
 of epoch e reads exactly `sampling.global_batches`' batch (the same
@@ -58,7 +59,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from syncedu.train import data, models
 
-__all__ = ["Config", "setup", "cleanup", "train", "free_port", "spawn", "main"]
+__all__ = ["Config", "setup", "cleanup", "train", "free_port", "spawn", "leave", "main"]
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,22 @@ def spawn(world_size: int, cfg: Config) -> None:
 
 def _spawned(rank: int, world_size: int, cfg: Config) -> None:
     train(rank, world_size, cfg)  # mp.spawn passes the rank first
+    leave()
+
+
+def leave() -> None:
+    """After Step 6, on success: exit without the interpreter's teardown.
+
+    A Gloo worker thread may still be freeing the last collective's tensors when the
+    main thread exits; freeing them takes the GIL, which a finalizing interpreter no longer
+    hands out, so that thread is unwound mid-destructor: std::terminate, SIGABRT, "terminate
+    called without an active exception" (a core dump here: ~AsyncAllreduceWork ->
+    decref_pyobject -> take_gil -> pthread_exit; 2 of 10 runs under load). The race is
+    described in pytorch/pytorch PR 179291. Everything is written by now: flush and go.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _parse(argv) -> tuple[int | None, Config]:
@@ -254,6 +271,7 @@ def main(argv=None) -> None:
         raise ValueError(f"global_batch={cfg.global_batch} must be a multiple of "
                          f"world_size={world_size}")
     train(int(os.environ["RANK"]), world_size, cfg)
+    leave()
 
 
 if __name__ == "__main__":

@@ -184,6 +184,7 @@ def main(argv=None) -> None:
         worker(Config(epochs=a.epochs, global_batch=a.global_batch, lr=a.lr,
                       checkpoint=a.checkpoint, out=a.out, timeout=a.timeout),
                a.crash_rank, a.crash_epoch)
+        ddp_program.leave()  # no teardown for Gloo's threads to abort in (see leave())
 
 
 if __name__ == "__main__":

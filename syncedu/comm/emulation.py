@@ -3,7 +3,10 @@
 1. Point-to-point: one send port per rank, as in the simulator; a message holds it latency
    + n / bandwidth (+ jitter and loss) and is handed to torch then by a sender thread per
    peer. Not emulated: receive ports and NIC sharing.
-2. Collectives: torch's built-in, then a wait until `alphabeta.collective_time` has passed.
+2. Collectives: torch's built-in, then a wait until `alphabeta.collective_time` has passed
+   since the rank's link was free: collectives in flight together queue on it, one after
+   another in the order they are waited for (as buckets on one NIC, and as the simulator's
+   ports make them). Not emulated: p2p sends and collectives sharing that link.
 3. Compute: `comm.compute(seconds)` sleeps seconds x the rank's slowdown (base.Comm).
 """
 
@@ -30,6 +33,7 @@ class Emulator:
         self._rng = network.rng(rank)
         self._links: dict[int, queue.Queue] = {}
         self._free_at = 0.0  # when the send port is free again
+        self._ring_free_at = 0.0  # when the link is free of collectives again (step 2)
         self._lock = threading.Lock()
 
     def isend(self, start, tensor, dst: int) -> Work:
@@ -67,10 +71,13 @@ class Emulator:
                 handle.finish()
 
     def hold(self, kind: str, nbytes: int, t0: float) -> None:
-        """Wait until the modeled time of a collective started at `t0` has passed."""
+        """Wait until a collective started at `t0` has had its modeled time on the link."""
         steps = 2 * (self.world_size - 1)
         noise = sum(self.network.noise(self._rng) for _ in range(steps)) if steps else 0.0
-        left = t0 + alphabeta.collective_time(kind, nbytes, self.world_size, self.network)
-        left += noise - time.perf_counter()
+        with self._lock:
+            due = max(t0, self._ring_free_at) + noise + alphabeta.collective_time(
+                kind, nbytes, self.world_size, self.network)
+            self._ring_free_at = due
+        left = due - time.perf_counter()
         if left > 0:
             time.sleep(left)

@@ -220,18 +220,20 @@ def spawn(world_size: int, cfg: Config) -> None:
 
 def _spawned(rank: int, world_size: int, cfg: Config) -> None:
     train(rank, world_size, cfg)  # mp.spawn passes the rank first
-    leave()
+    leave()  # sync: exit without teardown (a Gloo thread may still be freeing tensors)
 
 
 def leave() -> None:
-    """After Step 6, on success: exit without the interpreter's teardown.
+    """After Step 6, on success: exit at once, without the interpreter's teardown.
 
-    A Gloo worker thread may still be freeing the last collective's tensors when the
-    main thread exits; freeing them takes the GIL, which a finalizing interpreter no longer
-    hands out, so that thread is unwound mid-destructor: std::terminate, SIGABRT, "terminate
-    called without an active exception" (a core dump here: ~AsyncAllreduceWork ->
-    decref_pyobject -> take_gil -> pthread_exit; 2 of 10 runs under load). The race is
-    described in pytorch/pytorch PR 179291. Everything is written by now: flush and go.
+    A workaround for a PyTorch race, not part of DDP. At exit a Gloo worker thread may
+    still be freeing the last allreduce's tensors (the group outlives destroy_process_group
+    while the DDP model holds it); that takes the GIL, and Python (3.11 here) ends a thread that
+    asks for it during finalization with pthread_exit, whose unwinding through a noexcept
+    destructor calls std::terminate: SIGABRT, "terminate called without an active exception"
+    (a core dump here; pytorch/pytorch issue 190489 shows the same abort). `os._exit` skips
+    atexit handlers: close whatever you add that writes (a log, a SummaryWriter, an
+    mp.Queue) before it. After a successful run `main()` therefore never returns.
     """
     sys.stdout.flush()
     sys.stderr.flush()
@@ -271,7 +273,7 @@ def main(argv=None) -> None:
         raise ValueError(f"global_batch={cfg.global_batch} must be a multiple of "
                          f"world_size={world_size}")
     train(int(os.environ["RANK"]), world_size, cfg)
-    leave()
+    leave()  # sync: exit without teardown (a Gloo thread may still be freeing tensors)
 
 
 if __name__ == "__main__":

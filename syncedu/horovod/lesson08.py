@@ -22,10 +22,13 @@ def have_horovod() -> bool:
     return ok
 
 
-def script(fn, call: str) -> str:
-    """The source of `fn` (a function defined in a cell) plus a `__main__` that runs `call`."""
+def script(fn, call: str, leave: bool = False) -> str:
+    """The source of `fn` (a function defined in a cell) plus a `__main__` that runs `call`;
+    `leave`: then exits without the interpreter's teardown (`ddp_program.leave`: a Gloo thread
+    may still be freeing the last allreduce's tensors, and abort the rank)."""
+    tail = "    from syncedu.examples.ddp_program import leave\n    leave()\n" if leave else ""
     return (textwrap.dedent(inspect.getsource(fn)) + "\n\nif __name__ == \"__main__\":\n"
-            f"    {call}\n")
+            f"    {call}\n" + tail)
 
 
 def timelines(rows: list, ddp_segments: list, *, title: str = ""):

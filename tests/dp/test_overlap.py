@@ -7,6 +7,8 @@ after backward. A `BucketedSync` that sent everything in `finish()` would be
 no faster than "flat" and fail here.
 """
 
+import statistics
+
 import pytest
 
 from syncedu import Network, launch, train
@@ -54,12 +56,13 @@ def test_bucketed_overlaps_on_simulated_ranks():
 def test_bucketed_overlaps_on_real_ranks_with_emulated_network(monkeypatch):
     # Timing, so no seeded send delays (they would land inside backward for bucketed only).
     monkeypatch.delenv("SYNCEDU_PERTURB", raising=False)
-    seconds = {"flat": [], "bucketed": []}
-    with launch.Pool(2, network=EMULATED["network"], output="quiet") as pool:
-        for _ in range(3):  # alternated, best of three: drift on the machine hits both alike
-            for s in seconds:
-                h = train.run(s, 2, pool=pool, compute_seconds=EMULATED["compute_seconds"],
-                              progress=False, **JOB)
-                seconds[s].append(h.train_seconds)
-    flat, bucketed = min(seconds["flat"]), min(seconds["bucketed"])
-    assert bucketed <= 0.9 * flat, seconds
+    ratios = []
+    with launch.Pool(2, network=EMULATED["network"], output="quiet", threads=1) as pool:
+        for r in range(3):  # alternated: drift on the machine hits both alike
+            order = ("flat", "bucketed") if r % 2 == 0 else ("bucketed", "flat")
+            took = {s: train.run(s, 2, pool=pool, compute_seconds=EMULATED["compute_seconds"],
+                                 progress=False, **JOB).train_seconds for s in order}
+            ratios.append(took["bucketed"] / took["flat"])
+    # The logical clock gives 0.79 for this job; a sync that sent its four buckets only after
+    # backward would give 1.07 (flat's bytes in four messages queued on the link): 0.95 between.
+    assert statistics.median(ratios) <= 0.95, ratios

@@ -102,7 +102,9 @@ def _result(replies: list) -> RunResult:
 
 class Pool:
     """Live ranks with their process group, reused by every `pool.run` (a context manager);
-    after a failure the next `run` starts fresh ones. `output`: "live", "ordered", "quiet"."""
+    after a failure the next `run` starts fresh ones. `output`: "live", "ordered", "quiet".
+    `threads`: torch threads per rank (None: a fair share of the cores; a number given is
+    kept even in test runs, which otherwise vary it: comm/perturb.py)."""
 
     def __init__(self, world_size: int, *, backend: str = "auto",
                  timeout: float | None = DEFAULT_TIMEOUT, network: Network | None = None,

@@ -74,6 +74,8 @@ class HorovodComm:
     def __init__(self, hvd):
         self.hvd = hvd
         self.rank, self.world_size = hvd.rank(), hvd.size()
+        # where this rank sits, as every Comm says it (DESIGN: local_rank, local_world_size, node)
+        self.local_rank, self.local_world_size, self.node = hvd.local_rank(), hvd.local_size(), 0
         self.ledger = RankLedger(self.rank)
         self._t0 = time.perf_counter()
 

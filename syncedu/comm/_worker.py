@@ -38,8 +38,7 @@ def _setup(cfg: dict):
     from syncedu.comm import perturb
     from syncedu.comm.torch_comm import TorchComm
 
-    threads = cfg["threads"]  # as asked for (pinned), else perturbed in test runs
-    torch.set_num_threads(threads if cfg["pin_threads"] else perturb.threads(threads, cfg["rank"]))
+    torch.set_num_threads(perturb.threads(cfg["threads"], cfg["rank"], cfg["pin_threads"]))
     if cfg["backend"] == "nccl":
         torch.cuda.set_device(cfg["rank"])
     store = dist.FileStore(cfg["store"], cfg["world_size"])

@@ -33,10 +33,11 @@ def seed() -> int | None:
             from None
 
 
-def threads(default: int, rank: int) -> int:
-    """Step 1: this rank's torch thread count (1 or 2 when perturbed, else `default`)."""
+def threads(default: int, rank: int, pinned: bool = False) -> int:
+    """Step 1: this rank's torch thread count (1 or 2 when perturbed, else `default`;
+    `pinned`: the caller asked for `default`, keep it)."""
     s = seed()
-    if s is None:
+    if s is None or pinned:
         return default
     return 1 + random.Random(s * 7919 + rank).randrange(2)
 

@@ -69,12 +69,13 @@ def allreduce_time(algorithm: str, nbytes: float, world_size: int, network: Netw
     return seconds
 
 
-def collective_time(op: str, nbytes: float, world_size: int, network: Network) -> float:
+def collective_time(op: str, nbytes: float, world_size: int, network: Network, *,
+                    itemsize: int = 4) -> float:
     """Seconds of a built-in collective as `Comm` charges and the simulator times it
-    (`alphabeta.collective_time`; `nbytes`: the whole tensor)."""
+    (`alphabeta.collective_time`; `nbytes`: the whole tensor of `itemsize`-byte elements)."""
     if op not in COLLECTIVES:
         raise ValueError(f"op={op!r} is unknown; choose one of {COLLECTIVES}")
-    return alphabeta.collective_time(op, nbytes, world_size, network)
+    return alphabeta.collective_time(op, nbytes, world_size, network, itemsize=itemsize)
 
 
 def ps_time(nbytes: float, workers: int, network: Network, servers: int = 1) -> float:

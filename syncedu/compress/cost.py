@@ -22,14 +22,15 @@ def wire_seconds(name: str, nbytes: float, world_size: int, network: Network, *,
     if name == "fp32":  # one ring allreduce of S (fp16: of S / 2)
         return cost.collective_time("all_reduce", nbytes, n, network)
     if name == "fp16":
-        return cost.collective_time("all_reduce", nbytes / 2, n, network)
+        return cost.collective_time("all_reduce", nbytes / 2, n, network, itemsize=2)
     if name == "powersgd":  # two allreduces (P, then Q), about equal for square matrices
         return 2 * cost.collective_time("all_reduce", nbytes / powersgd_factor / 2, n, network)
     if name == "topk":  # two all-gathers, as topk.py sends them: values, then indices
         k = max(1, math.ceil(ratio * nbytes / 4))
         return 2 * cost.collective_time("all_gather", n * k * 4, n, network)
     if name == "signsgd":  # packed signs, then the scales
-        return (cost.collective_time("all_gather", n * math.ceil(nbytes / 4 / 8), n, network)
+        return (cost.collective_time("all_gather", n * math.ceil(nbytes / 4 / 8), n, network,
+                                     itemsize=1)
                 + cost.collective_time("all_gather", n * 4, n, network))
     raise ValueError(f"name={name!r} is unknown; choose one of {COMPRESSORS}")
 

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from syncedu.train.compression import resolve
 from syncedu.train.optimizers import check_optimizer_options
 from syncedu.train.sampling import check_int
+from syncedu.train.strategies import CHECKS
 
 # Every name train.run accepts; each topic registers its factories (train/strategies.py).
-STRATEGIES = ("single", "naive", "flat", "bucketed", "ddp", "local_sgd",
-              "zero1", "zero2", "zero3", "horovod")
+STRATEGIES = ("single", "naive", "flat", "bucketed", "ddp", "local_sgd", "diloco",
+              "noise_scale", "zero1", "zero2", "zero3", "horovod")
 # Strategies whose gradient traffic a compressor can shrink.
 COMPRESSIBLE = ("naive", "flat", "bucketed", "ddp", "horovod")
 # Accumulation mistakes: "sync_every" (no `no_sync`), "partial_no_sync" (`no_sync` around
@@ -45,6 +46,8 @@ class TrainConfig:
     ddp_hook: bool = True  # count DDP's traffic with a comm hook (False: DDP's own C++ path)
     optimizer: str = "sgd"
     sync_every: int = 1  # local_sgd: average the parameters every sync_every optimizer steps
+    start_local_at: int = 0  # local_sgd: average every step until then (post-local SGD)
+    strategy_config: object = None  # a topic's own settings, e.g. tuning's DiLoCoConfig
     compression: object = None  # None, "fp16", "bf16", a name or an object (resolved per rank)
     weight_decay: float = 0.0
     betas: tuple = (0.9, 0.999)  # adam / adamw only
@@ -59,7 +62,7 @@ class TrainConfig:
                              f"be 1, got {self.world_size}")
         for name, low in (("steps", 1), ("global_batch", 1), ("accumulation", 1),
                           ("warmup_steps", 0), ("timeline_steps", 0), ("synthetic_size", 2),
-                          ("sync_every", 1)):
+                          ("sync_every", 1), ("start_local_at", 0)):
             check_int(name, getattr(self, name), low)
         if self.global_batch % (self.world_size * self.accumulation):
             raise ValueError(f"global_batch={self.global_batch} must be a multiple of "
@@ -85,13 +88,19 @@ class TrainConfig:
         if self.optimizer != "sgd" and self.momentum:
             raise ValueError(f"momentum={self.momentum!r} applies to optimizer='sgd' only "
                              f"(Adam keeps its own moments): leave it 0")
-        if self.sync_every != 1 and self.strategy != "local_sgd":
-            raise ValueError(f"sync_every={self.sync_every} applies to strategy='local_sgd' "
-                             f"only; the other strategies synchronize every step")
+        for name, default in (("sync_every", 1), ("start_local_at", 0)):
+            if getattr(self, name) != default and self.strategy != "local_sgd":
+                raise ValueError(f"{name}={getattr(self, name)} applies to strategy='local_sgd' "
+                                 f"only; the other strategies synchronize every step")
         if self.compression is not None and self.strategy not in COMPRESSIBLE:
             raise ValueError(f"compression={self.compression!r} needs a strategy that sends "
                              f"gradients, one of {COMPRESSIBLE}; got strategy={self.strategy!r}")
         resolve(self.compression)  # raises ValueError naming what is allowed
+        if self.strategy in CHECKS:
+            CHECKS[self.strategy](self)  # the topic's own rules
+        elif self.strategy_config is not None:
+            raise ValueError(f"strategy_config= applies to a strategy that takes one, not "
+                             f"strategy={self.strategy!r}")
 
     def lr_at(self, step: int) -> float:
         """Learning rate of optimizer step `step` (0-based), warm-up included."""

@@ -38,12 +38,14 @@ class History:
     compute_seconds: float
     comm_wait_seconds: float
     comm_busy_seconds: float
-    step_seconds: list[float]
+    step_seconds: list[float]  # rank 0's, per optimizer step (logical when simulated)
     accuracy: float
+    final_loss: float  # of the final parameters on the whole dataset
     timeline: list[tuple[str, float, float]] = field(repr=False)
     sim_seconds: float | None = None
     # Per rank, bytes of model state (ZeRO: its peaks; else what is held after the last step).
     model_state_bytes: list[dict] | None = None
+    extra: dict = field(default_factory=dict)  # rank 0's `Parts.report()` (strategy-specific)
 
     @property
     def steps_per_second(self) -> float:
@@ -126,5 +128,6 @@ def _history(cfg: TrainConfig, values: list[train_rank.RankResult]) -> History:
                    comm_wait_seconds=sum(v.wait for v in values) / n,
                    comm_busy_seconds=sum(v.busy for v in values) / n,
                    step_seconds=values[0].steps, accuracy=values[0].accuracy,
+                   final_loss=values[0].final_loss, extra=values[0].extra,
                    timeline=values[0].timeline, sim_seconds=values[0].sim_seconds,
                    model_state_bytes=[v.model_state for v in values])

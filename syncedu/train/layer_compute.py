@@ -9,6 +9,9 @@ allreduce can only hide behind the backward of the layers after it.
    before its parameters' gradients are ready, and charges its backward share.
 
 Simulated ranks move the logical clock; real ranks sleep (a slower device, no CPU taken).
+The shares are fixed at construction, the hooks come with `attach()`: the harness builds
+it before the strategy wraps the model (ZeRO-3 frees the parameters it counts) and attaches
+it after (so a wrapper's hooks, e.g. ZeRO-3's all-gather, run before a layer computes).
 """
 
 from __future__ import annotations
@@ -31,7 +34,11 @@ class LayerCompute:
         sizes = [sum(p.numel() for p in m.parameters(recurse=False)) for m in layers]
         total = sum(sizes) or 1
         self.shares = {id(m): seconds * n / total for m, n in zip(layers, sizes)}  # Step 2
-        self._hooks = [m.register_forward_hook(self._after_forward) for m in layers]
+        self._layers, self._hooks = layers, []
+
+    def attach(self) -> LayerCompute:
+        self._hooks = [m.register_forward_hook(self._after_forward) for m in self._layers]
+        return self
 
     def _after_forward(self, module: nn.Module, _inputs, output) -> None:
         if not (module.training and torch.is_grad_enabled()):

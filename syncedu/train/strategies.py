@@ -8,9 +8,11 @@ rank's `Comm` and the `TrainConfig`, and returns what one rank's loop needs:
 3. optional hooks: `no_sync()`, `finish()` after the last backward (wait for the gradient
    traffic), `after_step()`, `close()` after the last step (it may communicate: every rank
    must end with the same parameters); `events`, the `(start, end, bytes)` of each transfer;
-4. `memory()`: peak bytes of model state if the strategy measures it (ZeRO), else None.
+4. `memory()`: peak bytes of model state if the strategy measures it (ZeRO), else None;
+   `report()`: a dict of what else it measured, returned as `History.extra`.
 
-Topics register theirs with `@register("name")`; only "single" lives here.
+Topics register theirs with `@register("name")` (`check=`: a function that validates the
+`TrainConfig` in the caller, before any rank starts); only "single" lives here.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from torch import nn
 from syncedu.train.optimizers import make_optimizer
 
 FACTORIES: dict[str, Callable] = {}
+CHECKS: dict[str, Callable] = {}  # name -> check(cfg), raising ValueError
 # Strategies that start their own ranks -> fn(cfg, *, pool, network, timeout) -> results.
 LAUNCHERS: dict[str, Callable] = {}
 
@@ -40,13 +43,16 @@ class Parts:
     after_step: Callable[[], object] = lambda: None
     close: Callable[[], None] = lambda: None
     memory: Callable[[], dict | None] = lambda: None
+    report: Callable[[], dict] = dict
 
 
-def register(*names: str):
+def register(*names: str, check: Callable | None = None):
     """Decorator: make `factory(module, comm, cfg) -> Parts` the strategy `names`."""
     def add(factory):
         for name in names:
             FACTORIES[name] = factory
+            if check is not None:
+                CHECKS[name] = check
         return factory
     return add
 

@@ -34,15 +34,17 @@ class RankResult:
     loss: list[float]  # this rank's shard mean loss per optimizer step
     params: dict[str, torch.Tensor]  # final parameters by the plain module's names
     accuracy: float  # on the whole dataset, at the end
+    final_loss: float  # cross-entropy of the final parameters on the whole dataset
     elapsed: float  # seconds of the training steps, from a common barrier
     compute: float  # seconds computing (forward, backward, optimizer step)
     wait: float  # seconds waiting for communication (exposed)
     busy: float  # seconds a gradient transfer was in flight, overlapped or not
-    steps: list[float]  # seconds of each step
+    steps: list[float]  # seconds of each step (logical on simulated ranks)
     timeline: list[tuple[str, float, float]]  # (kind, start, end) of the last steps
     ledger: RankLedger  # the training traffic
     model_state: dict | None  # peak bytes of params, grads, optimizer state (train/memory.py)
     sim_seconds: float | None  # logical seconds (simulated ranks only)
+    extra: dict  # what the strategy reports (`Parts.report`), e.g. the noise scale per step
 
 
 class Session:
@@ -55,10 +57,10 @@ class Session:
         self.x, self.y = self.dataset.tensors
         self.module = models.make(cfg.model, seed=cfg.seed, **dict(cfg.model_kwargs))
         self.module.to(comm.device)
+        charge = LayerCompute(self.module, comm, cfg.compute_seconds)
         parts = self.parts = train_strategies.build(self.module, comm, cfg)  # Step 1
         self.model, self.events, self.opt = parts.model, parts.events, parts.optimizer
-        self.charge = LayerCompute(self.module, comm, cfg.compute_seconds) \
-            if cfg.compute_seconds else None
+        self.charge = charge.attach() if cfg.compute_seconds else None
         self.batches = sampling.global_batches(self.dataset, cfg.steps, cfg.global_batch,
                                                seed=cfg.seed, set_epoch=cfg.set_epoch)
         self.loss: list[float] = []
@@ -139,7 +141,10 @@ class Session:
         first_record = self.cfg.steps - self.cfg.timeline_steps
         with self._charged():
             for step in range(start, stop):
+                logical0 = self.comm.now()
                 self.step(step, step >= first_record)
+                if self.comm.backend == "sim":  # a step's seconds are logical there
+                    self.times["steps"][-1] = self.comm.now() - logical0
 
     def _close(self) -> None:
         """The strategy's last word (e.g. local SGD's final average), charged to the run."""
@@ -155,16 +160,19 @@ class Session:
         params = {k: v.detach().cpu().clone() for k, v in self.module.named_parameters()}
         with torch.no_grad():
             self.module.eval()
-            pred = self.module(self.x.to(self.comm.device)).argmax(1).cpu()
+            out = self.module(self.x.to(self.comm.device)).cpu()
+        pred = out.argmax(1)
         first = self.timeline[0][1] if self.timeline else 0.0
         comm_ev = [("comm", s, e) for s, e, _ in self.events if s >= first] if self.timeline else []
         return RankResult(
             loss=self.loss, params=params, accuracy=(pred == self.y).float().mean().item(),
+            final_loss=F.cross_entropy(out, self.y).item(),
             elapsed=self.elapsed, compute=self.times["compute"], wait=self.times["wait"],
             busy=sum(e - s for s, e, _ in self.events), steps=self.times["steps"],
             timeline=[(k, s - first, e - first) for k, s, e in self.timeline + comm_ev],
             ledger=self.ledger, model_state=state,
-            sim_seconds=self.sim_elapsed if self.comm.backend == "sim" else None)
+            sim_seconds=self.sim_elapsed if self.comm.backend == "sim" else None,
+            extra=self.parts.report())
 
 
 def train_all(comm, cfg) -> RankResult:

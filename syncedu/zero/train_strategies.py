@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from syncedu.train.layer_compute import LayerCompute
 from syncedu.train.strategies import Parts, register
 from syncedu.zero.stages import ZeroDataParallel
 
@@ -12,10 +11,6 @@ STAGE_OF = {"zero1": 1, "zero2": 2, "zero3": 3}
 
 @register(*STAGE_OF)
 def _zero(module, comm, cfg) -> Parts:
-    if cfg.strategy == "zero3" and cfg.compute_seconds:
-        # Stage 3 frees the parameters as it wraps, and the harness's own LayerCompute,
-        # built later, would charge nothing: build it while the layers have their sizes.
-        LayerCompute(module, comm, cfg.compute_seconds)
     zero = ZeroDataParallel(module, comm, stage=STAGE_OF[cfg.strategy],
                             optimizer=cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum,
                             weight_decay=cfg.weight_decay, betas=cfg.betas, eps=cfg.eps)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
 
-from syncedu import Network, sim
+from syncedu import Network, sim, train
 from syncedu.collectives import cost
 from syncedu.tuning import diloco, noise_scale, scaling, scaling_published
 from syncedu.tuning import experiments as tuning
@@ -387,3 +388,35 @@ def test_sync_every_checker_rejects_plausible_mistakes(capsys):
     for answer in (no_latency, largest, every_step):
         assert not ex.pick_sync_every.grade(answer), answer.__name__
         assert "the smallest H" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"strategy_config": None}, "strategy_config=DiLoCoConfig"),
+    ({"strategy_config": diloco.DiLoCoConfig(), "lr": 0.1}, "lr=0.0004"),
+    ({"strategy_config": diloco.DiLoCoConfig(), "lr": 4e-4, "optimizer": "sgd"}, "'adamw'"),
+])
+def test_diloco_strategy_names_the_inconsistent_parameter(options, named):
+    kw = {"optimizer": "adamw", "weight_decay": 0.1, **options}
+    with pytest.raises(ValueError, match=re.escape(named)):
+        train.run("diloco", 2, steps=2, global_batch=8, simulate=True, **kw)
+
+
+def test_strategy_options_are_refused_where_they_do_not_apply():
+    with pytest.raises(ValueError, match="start_local_at=3 applies to strategy='local_sgd'"):
+        train.run("flat", 2, steps=2, global_batch=8, simulate=True, start_local_at=3)
+    with pytest.raises(ValueError, match="strategy_config= applies to a strategy that takes"):
+        train.run("flat", 2, steps=2, global_batch=8, simulate=True,
+                  strategy_config=diloco.DiLoCoConfig())
+    with pytest.raises(ValueError, match="world_size=1 must be >= 2"):
+        train.run("noise_scale", 1, steps=2, global_batch=8, simulate=True)
+
+
+def test_simulated_step_seconds_are_logical_and_add_up_to_the_run():
+    # 0.02 s of modeled compute per step and one allreduce of the MLP's gradients on a WAN:
+    # each step's logical seconds, summed, are the run's (no final traffic for "flat").
+    wan = Network.preset("wan")
+    h = train.run("flat", 4, steps=3, global_batch=32, simulate=True, network=wan,
+                  compute_seconds=0.02)
+    one = 0.02 + cost.collective_time("all_reduce", 4 * 8970, 4, wan)
+    assert h.step_seconds == pytest.approx([one] * 3, rel=1e-9)
+    assert sum(h.step_seconds) == pytest.approx(h.seconds, rel=1e-12)

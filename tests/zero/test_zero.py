@@ -257,10 +257,10 @@ def test_measured_model_state_is_the_fp32_formula():
 def test_simulated_step_time_matches_the_model():
     from syncedu import Network
     from syncedu.zero import timing as zero_time
-    net = Network(latency=10e-6, bandwidth=1e9)
-    psi = 4 * (32 * 32 + 32)
+    net = Network(latency=10e-6, bandwidth=1e10)  # latency-bound: 16.6 KB a layer, 1.7 us
+    psi = 4 * (64 * 64 + 64)
     for stage, mode in ((0, "dp"), (1, "zero1"), (3, "zero3")):
-        simulated = zero_time.simulate_step(stage, 4, network=net, hidden=32, depth=4)
+        simulated = zero_time.simulate_step(stage, 4, network=net, depth=4)
         model = zero_time.step_time(mode, psi, 4, 4, net, 1e-3, itemsize=4)
         assert simulated == pytest.approx(model, rel=0.02), mode
     assert zero_time.step_time("zero3_prefetch", psi, 4, 4, net, 1e-3, itemsize=4) < \
@@ -281,5 +281,5 @@ def test_time_model_is_a_lower_bound_for_flat_shards_on_a_slow_link():
     assert [max(r["flat"]) for r in pieces] == [4160] * 4
     bound = 3e-3 + sum(3 * 3 * (link.latency + 4 * max(r["flat"]) / link.bandwidth) for r in pieces)
     model = zero_time.step_time("zero3", 4 * (64 * 64 + 64), 4, 4, link, 1e-3, itemsize=4)
-    simulated = zero_time.simulate_step(3, 4, network=link, hidden=64, depth=4)
+    simulated = zero_time.simulate_step(3, 4, network=link, depth=4)
     assert model < simulated < bound and simulated > 2 * model

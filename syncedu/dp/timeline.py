@@ -10,7 +10,8 @@ choice, e.g. Goyal et al. 2017's ResNet-50: ~100 MB of gradients, ~120 ms of bac
    bucket's allreduce is done (one link), and lasts `ring_seconds`: a ring on
    the `Network`, 2(N-1)(alpha + S/(N B)), as in the emulator and the simulator;
 4. without overlap all buckets go after backward; the optimizer step starts when
-   the last allreduce ends (`step` seconds).
+   the last allreduce ends (`step` seconds). An `overlap` share in between: the
+   buckets are ready over the backward's last `overlap` share (lesson 09's scaling model).
 """
 
 from __future__ import annotations
@@ -45,22 +46,26 @@ def bucket_sizes(total_bytes: int, cap_bytes: int) -> list[int]:
 
 
 def schedule(buckets: list[int], world_size: int, network: Network, *, forward: float,
-             backward: float, step: float = 0.0, overlap: bool = True) -> Schedule:
-    """Step 1-4: the timeline of one step with these bucket sizes (bytes, backward order)."""
+             backward: float, step: float = 0.0, overlap: bool | float = True) -> Schedule:
+    """Step 1-4: the timeline of one step with these bucket sizes (bytes, backward order);
+    `overlap`: True (1), False (0) or the share of the backward that hides communication."""
     if world_size < 1 or min(forward, backward, step) < 0 or not buckets:
         raise ValueError("world_size must be >= 1, times >= 0, and buckets non-empty")
+    if not 0 <= overlap <= 1:
+        raise ValueError(f"overlap={overlap!r} must be True, False or in [0, 1]")
     total = sum(buckets)
     segs = [("forward", 0.0, forward)]
     t, link, comm_total = forward, 0.0, 0.0
-    ready = []
+    produced = []
     for b in buckets:  # Step 2
         dt = backward * b / total
         segs.append(("backward", t, t + dt))
         t += dt
-        ready.append(t)
+        produced.append(t)
     end_backward = t
-    for b, r in zip(buckets, ready):  # Step 3
-        start = max(r if overlap else end_backward, link)
+    for b, p in zip(buckets, produced):  # Step 3 (Step 4's share: ready over the last part)
+        ready = p if overlap == 1 else end_backward - overlap * (end_backward - p)
+        start = max(ready, link)
         dur = ring_seconds("all_reduce", b, world_size, network)
         comm_total += dur
         if dur:

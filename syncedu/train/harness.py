@@ -46,6 +46,7 @@ class History:
     # Per rank, bytes of model state (ZeRO: its peaks; else what is held after the last step).
     model_state_bytes: list[dict] | None = None
     extra: dict = field(default_factory=dict)  # rank 0's `Parts.report()` (strategy-specific)
+    rank_step_seconds: list[list[float]] = field(default_factory=list, repr=False)  # per rank
 
     @property
     def steps_per_second(self) -> float:
@@ -129,5 +130,6 @@ def _history(cfg: TrainConfig, values: list[train_rank.RankResult]) -> History:
                    comm_busy_seconds=sum(v.busy for v in values) / n,
                    step_seconds=values[0].steps, accuracy=values[0].accuracy,
                    final_loss=values[0].final_loss, extra=values[0].extra,
+                   rank_step_seconds=[v.steps for v in values],
                    timeline=values[0].timeline, sim_seconds=values[0].sim_seconds,
                    model_state_bytes=[v.model_state for v in values])

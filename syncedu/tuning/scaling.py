@@ -12,10 +12,11 @@ compute / (compute + exposed), the throughput of N ranks over N times that of on
    `bucket_bytes` (each bucket pays the latency terms again);
 3. exposed time. Without buckets (the fluid limit), a share `overlap` of the
    backward hides communication: exposed = max(0, T_comm - overlap * T_b). With
-   buckets, bucket i of k is ready when the backward has produced it (over its
-   last `overlap` share), buckets go one at a time, and exposed = (when the last
-   is done) - T_b: tiny buckets are latency-bound, one huge bucket cannot overlap
-   (Li et al.'s bucket-size curve, PyTorch DDP, VLDB 2020).
+   buckets, lesson 03's timeline (`dp.timeline.schedule`): a bucket is ready when
+   the backward has produced its bytes (over its last `overlap` share), buckets go
+   one at a time, and exposed = (when the last is done) - T_b: tiny buckets are
+   latency-bound, one huge bucket cannot overlap (Li et al.'s bucket-size curve,
+   PyTorch DDP, VLDB 2020).
 
 `recommend` prices the lesson's options with this model and marks one:
 
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 
 from syncedu.collectives import cost
 from syncedu.comm.network import Network
+from syncedu.dp import timeline
 from syncedu.train.sampling import check_int
 
 # Backward costs about twice the forward (two matrix products per layer instead of one).
@@ -85,12 +87,10 @@ def step_time(model_bytes: float, compute_seconds: float, world_size: int, netwo
     if bucket_bytes is None:  # Step 3, fluid limit
         t_comm = comm_seconds(model_bytes, world_size, network)
         return compute_seconds + max(0.0, t_comm - overlap * backward)
-    sizes = _buckets(model_bytes, bucket_bytes)  # Step 2
-    k, done = len(sizes), 0.0
-    for i, size in enumerate(sizes, start=1):  # Step 3, one bucket at a time
-        ready = backward * (1 - overlap) + backward * overlap * i / k
-        done = max(done, ready) + cost.allreduce_time("ring", size, world_size, network)
-    return compute_seconds + max(0.0, done - backward)
+    # Steps 2-3, one bucket at a time: lesson 03's bucket timeline (dp/timeline.py).
+    return timeline.schedule(_buckets(model_bytes, bucket_bytes), world_size, network,
+                             forward=compute_seconds - backward, backward=backward,
+                             overlap=overlap).seconds
 
 
 def efficiency(model_bytes: float, compute_seconds: float, world_size: int, network: Network,

@@ -187,3 +187,20 @@ def test_line_budgets_that_hold():
     assert not over, f"files over 350 lines: {over}"
     engine = _lines(p for d in ("comm", "train") for p in (PKG / d).rglob("*.py"))
     assert engine <= 5_000, f"the engine (comm + train) is {engine:,} lines (budget 5,000)"
+
+
+def test_what_a_lesson_shows_and_calls_is_public():
+    # Issue 21: notebooks use only public names, and the functions a lesson show()s are
+    # public. A private name is `x._y` or `_Y` in a code cell (os._exit and torch's own
+    # private names, which a lesson quotes as torch's, aside).
+    import json
+    allowed = {"os._exit", "batchnorm._BatchNorm"}
+    found = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            if cell["cell_type"] != "code":
+                continue
+            for m in re.finditer(r"\b(\w+)\.(_[A-Za-z]\w*)", "".join(cell["source"])):
+                if m.group(0) not in allowed:
+                    found.append(f"{path.name} cell {i}: {m.group(0)}")
+    assert not found, found

@@ -118,7 +118,7 @@ class PowerSGD(Compressor):
                 parts[i] = chunk
         mats = [(i, parts[i].view(p[0], p[1]), p[2]) for i, p in enumerate(plan) if p]
         if mats:
-            approx = self._compress_matrices(comm, st, key, step, mats)
+            approx = self.compress_matrices(comm, st, key, step, mats)
             for (i, _, _), a in zip(mats, approx):
                 parts[i] = a.reshape(-1)
         out = torch.cat(parts)
@@ -129,7 +129,7 @@ class PowerSGD(Compressor):
             st["error"] = torch.cat(error)
         unflatten_(tensors, out)
 
-    def _compress_matrices(self, comm, st, key, step, mats):
+    def compress_matrices(self, comm, st, key, step, mats):
         n = comm.world_size
         qs = st.get("q") if self.warm_start else None
         if qs is None or [q.shape for q in qs] != [(m.shape[1], r) for _, m, r in mats]:

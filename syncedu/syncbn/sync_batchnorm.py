@@ -64,7 +64,7 @@ def global_stats(x: torch.Tensor, comm: Comm) -> tuple[torch.Tensor, torch.Tenso
     return mean, m2, n
 
 
-class _SyncBNFunction(torch.autograd.Function):
+class SyncBNFunction(torch.autograd.Function):
     """y = xhat * w + b with batch statistics given; backward all-reduces two sums."""
 
     @staticmethod
@@ -146,7 +146,7 @@ class SyncBatchNorm(nn.Module):
         if self.track_running_stats:
             self._update_running(mean, m2, n)
         invstd = torch.rsqrt(m2 / n + self.eps)
-        return _SyncBNFunction.apply(x, self.weight, self.bias, mean.to(x.dtype),
+        return SyncBNFunction.apply(x, self.weight, self.bias, mean.to(x.dtype),
                                      invstd.to(x.dtype), n, self.comm)
 
     def _update_running(self, mean: torch.Tensor, m2: torch.Tensor, n: int) -> None:

@@ -70,7 +70,7 @@ class _Gather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        return (None, None, *ctx.owner._backward(ctx.unit, grads, ctx.sync))
+        return (None, None, *ctx.owner.unit_backward(ctx.unit, grads, ctx.sync))
 
 
 class FullyShard(Synced):
@@ -102,8 +102,8 @@ class FullyShard(Synced):
         # Calling `.module` directly also decides whether this backward synchronizes.
         module.register_forward_pre_hook(self._arm)
         for u in self.units:
-            u.module.register_forward_pre_hook(self._pre_forward(u))
-            u.module.register_forward_hook(self._post_forward(u))
+            u.module.register_forward_pre_hook(self.pre_forward(u))
+            u.module.register_forward_hook(self.post_forward(u))
 
     # ------------------------------------------------------------ set-up
     def _shard_comm(self, comm):
@@ -138,7 +138,7 @@ class FullyShard(Synced):
               if self.reshard_after_forward else contextlib.nullcontext()):
             return self.module(*args, **kwargs)
 
-    def _pre_forward(self, u: RowUnit):
+    def pre_forward(self, u: RowUnit):
         def hook(module, args):
             fulls = _Gather.apply(self, u, *u.shards)  # Step 2
             u.held_forward += self._held(sum(f.nbytes for f in fulls))
@@ -152,7 +152,7 @@ class FullyShard(Synced):
             return None
         return hook
 
-    def _post_forward(self, u: RowUnit):
+    def post_forward(self, u: RowUnit):
         def hook(module, _args, _output):
             if self.reshard_after_forward:
                 self._held(-u.held_forward)
@@ -187,7 +187,7 @@ class FullyShard(Synced):
         return delta
 
     # ------------------------------------------------------------ backward
-    def _backward(self, u: RowUnit, grads, sync: bool) -> list:
+    def unit_backward(self, u: RowUnit, grads, sync: bool) -> list:
         """Step 3: reduce-scatter the unit's gradients (or, in no_sync, add them up)."""
         if u.cache is not None:
             self._held(-sum(f.nbytes for f in u.cache))

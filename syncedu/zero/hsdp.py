@@ -105,8 +105,8 @@ class HybridShard(FullyShard):
     def _shard_comm(self, comm):
         return groups(comm, self.nodes)[0]  # Step 1: this rank's node
 
-    def _backward(self, u, grads, sync: bool) -> list:
-        mine = super()._backward(u, grads, sync)  # the node's mean, or None (no_sync)
+    def unit_backward(self, u, grads, sync: bool) -> list:
+        mine = super().unit_backward(u, grads, sync)  # the node's mean, or None (no_sync)
         if mine[0] is None:
             return mine
         flat = flatten(mine)

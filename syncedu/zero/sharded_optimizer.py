@@ -113,7 +113,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     # ------------------------------------------------------------ a step
     @torch.no_grad()
-    def _average(self) -> None:
+    def average(self) -> None:
         """Step 1 (reduce_scatter=True): every rank receives the mean of its own shard."""
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         mean = ring_reduce_scatter_pieces(self.comm, self.layout.pieces(flatten(grads)))
@@ -136,7 +136,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         """Steps 1-3: average (optionally), update this rank's shard, all-gather."""
         if closure is not None:
             raise ValueError("closure is not supported: compute the loss and backward first")
-        self._average() if self.reduce_scatter else self._attach_grads()
+        self.average() if self.reduce_scatter else self._attach_grads()
         for full, local in zip(self.param_groups, self.optim.param_groups):  # Step 2
             local.update(_options(full))
         self.optim.step()

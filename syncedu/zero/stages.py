@@ -107,30 +107,30 @@ class ZeroDataParallel(Synced):
         hooks = []
         for u in self.units:
             if self.stage == 3:
-                hooks.append(u.module.register_forward_pre_hook(self._pre_forward(u)))
-            hooks.append(u.module.register_forward_hook(self._post_forward(u)))
+                hooks.append(u.module.register_forward_pre_hook(self.pre_forward(u)))
+            hooks.append(u.module.register_forward_hook(self.post_forward(u)))
             hooks += [p.register_post_accumulate_grad_hook(self._on_grad(u)) for p in u.params]
         return hooks
 
-    def _pre_forward(self, u: Unit):
+    def pre_forward(self, u: Unit):
         def hook(_module, _inputs):
-            self._gather(u)  # Step 1: the layer's whole parameters, just in time
+            self.gather(u)  # Step 1: the layer's whole parameters, just in time
             self.memory.sample(f"gather {u.name}")
         return hook
 
-    def _post_forward(self, u: Unit):
+    def post_forward(self, u: Unit):
         def hook(_module, _inputs, output):
             if self.stage == 3:
                 u.free()  # Step 1: ... and gone again (backward gathers them anew)
             if isinstance(output, torch.Tensor) and output.requires_grad:
                 # The gradient of the layer's output arrives just before its backward runs.
-                output.register_hook(self._pre_backward(u))
+                output.register_hook(self.pre_backward(u))
         return hook
 
-    def _pre_backward(self, u: Unit):
+    def pre_backward(self, u: Unit):
         def hook(_grad):
             if self.stage == 3:
-                self._gather(u)  # Step 2: backward needs the weights again
+                self.gather(u)  # Step 2: backward needs the weights again
             if u.flat_grad is None:
                 u.flat_grad = self.shard.new_zeros(u.b - u.a)
                 u.attach_grads(u.flat_grad)
@@ -143,7 +143,7 @@ class ZeroDataParallel(Synced):
             u.ready += 1
             if u.ready == len(u.params):  # Step 2: the layer's gradients are complete
                 self.memory.sample(f"grads {u.name}")
-                self._reduce(u)
+                self.reduce(u)
                 if self.stage == 3:
                     u.free()
                 self.memory.sample(f"reduced {u.name}")
@@ -154,7 +154,7 @@ class ZeroDataParallel(Synced):
         """Where this rank's piece of `u` lies in its shard."""
         return self.layout.within_shard(u.a, u.b, self.comm.rank)
 
-    def _gather(self, u: Unit) -> None:
+    def gather(self, u: Unit) -> None:
         """Stage 3: all-gather the layer's slice from the shards (unless it is here)."""
         if u.flat is None:
             u.flat = self.shard.new_empty(u.b - u.a)
@@ -164,7 +164,7 @@ class ZeroDataParallel(Synced):
             ring_all_gather_pieces(self.comm, pieces)
             u.attach(u.flat)
 
-    def _reduce(self, u: Unit) -> None:
+    def reduce(self, u: Unit) -> None:
         """Stages 2-3: reduce-scatter the layer's gradients; keep (add up) this rank's piece."""
         pieces = self.layout.pieces(u.flat_grad, u.a)
         mean = ring_reduce_scatter_pieces(self.comm, pieces).div_(self.comm.world_size)
@@ -220,7 +220,7 @@ class ZeroDataParallel(Synced):
         for u in self.units:
             was_free = u.flat is None and self.stage == 3
             if was_free:
-                self._gather(u)
+                self.gather(u)
             out.update({id(p): p.detach().clone() for p in u.params})
             if was_free:
                 u.free()
@@ -234,4 +234,4 @@ class ZeroDataParallel(Synced):
         if self.stage == 3:
             with torch.no_grad():
                 for u in self.units:
-                    self._gather(u)
+                    self.gather(u)

@@ -1,7 +1,7 @@
 """Lesson 09's experiments: DiLoCo against synchronous AdamW, the noise scale, the batch sweep.
 
 Each trains `train.run`'s MLP on its data, through `train.run`'s loop, on simulated ranks
-(the one-process batch sweep in this process):
+by default or on real ones (`simulate=False`; the one-process batch sweep in this process):
 
 1. `run_diloco`: "sync" is the "flat" strategy with AdamW, "local" is "local_sgd" with
    AdamW (`start_local_at`: post-local SGD), "diloco" is DiLoCo's outer step every
@@ -29,11 +29,12 @@ class TuningRun:
     """What `run_diloco` and `run_noise_scale` return (Step 3)."""
 
     loss: list[float]  # mean over ranks of the local loss, per step
-    times: list[float]  # logical seconds at the end of each step (rank 0, set-up excluded)
+    times: list[float]  # seconds at the end of each step (rank 0, set-up excluded; logical
+    # when simulated)
     final_loss: float  # loss of the final (common) parameters on all the data
     accuracy: float
     ledger: object  # the training traffic (set-up excluded)
-    seconds: float  # logical seconds of the training (rank 0, set-up excluded)
+    seconds: float  # seconds of the training (set-up excluded; logical when simulated)
     params: dict[str, torch.Tensor] = field(repr=False)
     noise: list[float] = field(default_factory=list)  # B_simple per step (noise-scale runs)
 
@@ -60,9 +61,10 @@ def steps_to(loss, target: float) -> int:
 
 
 def run_diloco(method: str, world_size: int, *, steps: int, global_batch: int, seed: int = 0,
-               network=None, compute_seconds: float = 0.0,
+               network=None, simulate: bool = True, pool=None, compute_seconds: float = 0.0,
                config: DiLoCoConfig | None = None, start_local_at: int = 0) -> TuningRun:
-    """Train with `method` ("sync", "diloco" or "local") on `world_size` simulated ranks."""
+    """Train with `method` ("sync", "diloco" or "local") on `world_size` ranks (simulated, or
+    real with `simulate=False`: then `times` are wall-clock seconds)."""
     if method not in METHODS:
         raise ValueError(f"method={method!r} is unknown; choose one of {METHODS}")
     config = config or DiLoCoConfig(inner_steps=10, inner_lr=3e-3, weight_decay=0.0)
@@ -72,15 +74,17 @@ def run_diloco(method: str, world_size: int, *, steps: int, global_batch: int, s
                          "diloco": ("diloco", {"strategy_config": config})}[method]
     return TuningRun.of(harness.run(
         strategy, world_size, steps=steps, global_batch=global_batch, seed=seed,
-        network=network, simulate=True, compute_seconds=compute_seconds, optimizer="adamw",
+        network=network, simulate=simulate, pool=pool, compute_seconds=compute_seconds,
+        optimizer="adamw",
         lr=config.inner_lr, weight_decay=config.weight_decay, **options))
 
 
-def run_noise_scale(world_size: int, *, steps: int, global_batch: int,
-                    lr: float = 0.1) -> TuningRun:
-    """Data-parallel SGD on simulated ranks, estimating B_simple at every step (Step 2)."""
+def run_noise_scale(world_size: int, *, steps: int, global_batch: int, lr: float = 0.1,
+                    network=None, simulate: bool = True, pool=None) -> TuningRun:
+    """Data-parallel SGD, estimating B_simple at every step (Step 2); ranks as `run_diloco`."""
     return TuningRun.of(harness.run("noise_scale", world_size, steps=steps,
-                                    global_batch=global_batch, lr=lr, simulate=True))
+                                    global_batch=global_batch, lr=lr, network=network,
+                                    simulate=simulate, pool=pool))
 
 
 LR_GRID = (1.6, 0.8, 0.4, 0.2, 0.1, 0.05)  # high first: a good rate early caps the rest

@@ -420,3 +420,18 @@ def test_simulated_step_seconds_are_logical_and_add_up_to_the_run():
     one = 0.02 + cost.collective_time("all_reduce", 4 * 8970, 4, wan)
     assert h.step_seconds == pytest.approx([one] * 3, rel=1e-9)
     assert sum(h.step_seconds) == pytest.approx(h.seconds, rel=1e-12)
+
+
+def test_diloco_and_noise_scale_run_on_real_ranks_too():
+    # Through train.run's loop, the same runs on real Gloo ranks: the same bytes as simulated
+    # (the ledger charges a built-in as a ring would send it), the same final parameters.
+    kw = dict(steps=8, global_batch=32, config=diloco.DiLoCoConfig(inner_steps=4, inner_lr=3e-3,
+                                                                    weight_decay=0.0))
+    from syncedu import launch
+    with launch.Pool(2, output="quiet") as pool:
+        real = tuning.run_diloco("diloco", 2, simulate=False, pool=pool, **kw)
+        noise = tuning.run_noise_scale(2, steps=5, global_batch=32, simulate=False, pool=pool)
+    simulated = tuning.run_diloco("diloco", 2, **kw)
+    assert real.bytes_sent == simulated.bytes_sent > 0
+    assert all(torch.allclose(real.params[k], simulated.params[k], atol=1e-6) for k in real.params)
+    assert len(noise.noise) == 5 and len(noise.times) == 5

@@ -38,7 +38,6 @@ class History:
     compute_seconds: float
     comm_wait_seconds: float
     comm_busy_seconds: float
-    step_seconds: list[float]  # rank 0's, per optimizer step (logical when simulated)
     accuracy: float
     final_loss: float  # of the final parameters on the whole dataset
     timeline: list[tuple[str, float, float]] = field(repr=False)
@@ -46,11 +45,17 @@ class History:
     # Per rank, bytes of model state (ZeRO: its peaks; else what is held after the last step).
     model_state_bytes: list[dict] | None = None
     extra: dict = field(default_factory=dict)  # rank 0's `Parts.report()` (strategy-specific)
-    rank_step_seconds: list[list[float]] = field(default_factory=list, repr=False)  # per rank
+    # Per rank, seconds of each optimizer step (logical when simulated).
+    rank_step_seconds: list[list[float]] = field(default_factory=list, repr=False)
 
     @property
     def steps_per_second(self) -> float:
         return len(self.loss) / self.train_seconds if self.train_seconds else float("inf")
+
+    @property
+    def step_seconds(self) -> list[float]:
+        """Rank 0's seconds of each optimizer step (logical when simulated)."""
+        return self.rank_step_seconds[0]
 
     @property
     def seconds(self) -> float:
@@ -128,7 +133,7 @@ def _history(cfg: TrainConfig, values: list[train_rank.RankResult]) -> History:
                    compute_seconds=sum(v.compute for v in values) / n,
                    comm_wait_seconds=sum(v.wait for v in values) / n,
                    comm_busy_seconds=sum(v.busy for v in values) / n,
-                   step_seconds=values[0].steps, accuracy=values[0].accuracy,
+                   accuracy=values[0].accuracy,
                    final_loss=values[0].final_loss, extra=values[0].extra,
                    rank_step_seconds=[v.steps for v in values],
                    timeline=values[0].timeline, sim_seconds=values[0].sim_seconds,

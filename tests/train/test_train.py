@@ -283,3 +283,18 @@ def test_timeline_model():
     assert serial.seconds == pytest.approx(0.03 + serial.comm)
     assert timeline.accumulation_time(4, 2, net, 1000, micro_compute=0.01, sync_every=True) > \
         timeline.accumulation_time(4, 2, net, 1000, micro_compute=0.01)
+
+
+def test_digits_read_from_the_bundled_file_equal_scikit_learns_loader():
+    """`data.digits()` reads sklearn's csv without importing sklearn: the same bits as
+    `load_digits()`, scaled by 1/16, in both shapes."""
+    from sklearn.datasets import load_digits
+
+    from syncedu.train import data
+
+    bunch = load_digits()
+    x, y = data.digits().tensors
+    assert x.shape == (1797, 64) and y.dtype == torch.int64
+    assert torch.equal(x, torch.tensor(bunch.data, dtype=torch.float32) / 16.0)
+    assert torch.equal(y, torch.tensor(bunch.target))
+    assert torch.equal(data.digits(images=True).tensors[0], x.view(-1, 1, 8, 8))

@@ -44,7 +44,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("A4", "opt = tf.train.AdamOptimizer(0.001 * hvd.size())",
           "multiply the learning rate by the number of workers",
           "true only below the critical batch and with warm-up (Goyal et al., for SGD): "
-          "measured past it (batches 32 to 512, critical batch about 6), the linearly "
+          "measured past it (batches 32 to 512, fitted critical batch under 16), the linearly "
           "scaled rate fails where a retuned one trains", 9),
     Claim("A5", "# 应用梯度压缩（可选） # opt = hvd.DistributedOptimizer(opt)",
           "hvd.DistributedOptimizer is optional gradient compression",

@@ -14,13 +14,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # SYNCEDU_PERTURB and OMP_NUM_THREADS run everything under conditions the notebooks were not
 # committed under (other thread counts, seeded send delays on real ranks: syncedu/comm/perturb.py),
 # so an output that depends on arrival order or thread count fails here, not on a learner's machine.
-# NUMERICS: one x86 code path on every CPU, so that the notebooks' outputs are the same bits on
-# an AVX-512 Xeon and an AVX2-only or AMD machine: torch's own kernels at AVX2, MKL in its
-# conditional-numerical-reproducibility mode for AVX2, oneDNN capped at AVX2 (other CPUs
-# ignore them). Without it lesson 09's steps-to-target (a loss threshold, trained at lr up to
-# 0.8) came out 56 on one 2-core machine and 62 on another for the same seed.
-NUMERICS := ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
-TEST_ENV := PYTHONHASHSEED=0 PYDEVD_DISABLE_FILE_VALIDATION=1 $(NUMERICS) \
+TEST_ENV := PYTHONHASHSEED=0 PYDEVD_DISABLE_FILE_VALIDATION=1 \
 	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 SYNCEDU_PERTURB=1 OMP_NUM_THREADS=1
 NBVAL_FLAGS := --nbval --nbval-current-env --nbval-cell-timeout=300 \
 	--nbval-sanitize-with tests/nbval_sanitize.cfg
@@ -34,7 +28,7 @@ setup:
 # course opens as soon as pip is done.
 lab:
 	@VENV=$(VENV) SYNCEDU_HOROVOD=background bash scripts/setup.sh
-	PYDEVD_DISABLE_FILE_VALIDATION=1 $(NUMERICS) $(VENV)/bin/jupyter lab $(ROOT_FLAG) \
+	PYDEVD_DISABLE_FILE_VALIDATION=1 $(VENV)/bin/jupyter lab $(ROOT_FLAG) \
 		--ip=127.0.0.1 --port=$(PORT) \
 		--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
 		--LabApp.news_url=None \

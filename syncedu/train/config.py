@@ -19,6 +19,7 @@ COMPRESSIBLE = ("naive", "flat", "bucketed", "ddp", "horovod")
 MISTAKES = (None, "sync_every", "partial_no_sync", "unscaled_loss")
 DATASETS = ("digits", "synthetic")
 MODELS = ("mlp", "cnn")
+DTYPES = ("float32", "float64")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class TrainConfig:
     seed: int = 0
     model: str = "mlp"
     dataset: str = "digits"
+    dtype: str = "float32"  # "float64": a run at the edge of stability, the same on every CPU
     momentum: float = 0.0
     warmup_steps: int = 0  # > 0: the rate grows from lr / warmup_steps to lr (Goyal et al. 2017)
     bucket_cap_mb: float = 25.0
@@ -76,7 +78,8 @@ class TrainConfig:
         self._check_options()
 
     def _check_options(self) -> None:
-        for name, allowed in (("mistake", MISTAKES), ("dataset", DATASETS), ("model", MODELS)):
+        for name, allowed in (("mistake", MISTAKES), ("dataset", DATASETS), ("model", MODELS),
+                              ("dtype", DTYPES)):
             if (value := getattr(self, name)) not in allowed:
                 raise ValueError(f"{name}={value!r} is unknown; choose one of {allowed}")
         if isinstance(self.model_kwargs, dict):  # accept a dict, store it hashable

@@ -94,9 +94,12 @@ def steps_at(batch: int, lr: float, *, target: float, max_steps: int = 400) -> i
     """Steps of plain SGD (one process) until the 5-step mean loss reaches `target` (Step 4).
 
     5 steps of linear warm-up (Goyal et al. 2017); 0: never within `max_steps`, or diverged.
+    In float64: the best rate sits at the edge of stability, where float32's last-bit
+    differences between CPUs (the vector width sets a matrix multiply's summation order)
+    grew into another step count (lr 0.8, batch 512: 56 steps on one machine, 62 on another).
     """
     loss = harness.run("single", 1, steps=max_steps, global_batch=batch, lr=lr,
-                       warmup_steps=5).loss
+                       warmup_steps=5, dtype="float64").loss
     for step, value in enumerate(loss):
         if not value < 10:  # diverged (or nan): this rate loses
             return 0

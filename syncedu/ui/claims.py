@@ -75,8 +75,8 @@ CLAIMS: tuple[Claim, ...] = (
           "compression hook); autocast with fp32 parameters sends the same bytes", 7),
     Claim("A12", "合理设置batch size以平衡吞吐量和收敛速度",
           "set the batch size to balance throughput and convergence",
-          "true: past the gradient noise scale a bigger batch no longer cuts the steps "
-          "in proportion", 9),
+          "true: past the critical batch fitted from the tuned steps, a bigger batch no "
+          "longer cuts the steps in proportion", 9),
     Claim("A13", "在高延迟网络中考虑异步更新策略",
           "consider asynchronous updates on high-latency networks",
           "true only when waiting (stragglers, latency) dominates and the staleness is "

@@ -83,6 +83,7 @@ def test_sampling_errors():
     (dict(sync_every=4), "sync_every"),
     (dict(strategy="single", world_size=1, compression="fp16"), "compression"),
     (dict(compression="zip"), "compression"),
+    (dict(dtype="float16"), "dtype"),
 ])
 def test_config_errors(kwargs, match):
     args = dict(strategy="flat", world_size=2, steps=1, global_batch=8) | kwargs
@@ -298,3 +299,12 @@ def test_digits_read_from_the_bundled_file_equal_scikit_learns_loader():
     assert torch.equal(x, torch.tensor(bunch.data, dtype=torch.float32) / 16.0)
     assert torch.equal(y, torch.tensor(bunch.target))
     assert torch.equal(data.digits(images=True).tensors[0], x.view(-1, 1, 8, 8))
+
+
+def test_float64_runs_widen_the_same_start_and_agree_with_float32_early():
+    """`dtype="float64"` trains the same float32 initial weights and data, widened: the first
+    loss is the same to float32's precision, and the final parameters are float64."""
+    f32 = train.run("single", 1, steps=3, global_batch=32, lr=0.1)
+    f64 = train.run("single", 1, steps=3, global_batch=32, lr=0.1, dtype="float64")
+    assert all(p.dtype == torch.float64 for p in f64.params.values())
+    assert f64.loss[0] == pytest.approx(f32.loss[0], rel=1e-6) and f64.loss[0] != f32.loss[0]

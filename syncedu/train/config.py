@@ -35,7 +35,7 @@ class TrainConfig:
     seed: int = 0
     model: str = "mlp"
     dataset: str = "digits"
-    dtype: str = "float32"  # "float64": a run at the edge of stability, the same on every CPU
+    dtype: str = "float32"  # "float64" ("single" only): CPUs' last-bit differences ~1e9x smaller
     momentum: float = 0.0
     warmup_steps: int = 0  # > 0: the rate grows from lr / warmup_steps to lr (Goyal et al. 2017)
     bucket_cap_mb: float = 25.0
@@ -88,6 +88,9 @@ class TrainConfig:
         if self.global_batch > size:
             raise ValueError(f"global_batch={self.global_batch} must be <= the dataset size {size}")
         check_optimizer_options(self)
+        if self.dtype != "float32" and self.strategy != "single":  # DiLoCo, compressors: fp32 wire
+            raise ValueError(f"dtype={self.dtype!r} applies to strategy='single' only; "
+                             f"got strategy={self.strategy!r}")
         if self.optimizer != "sgd" and self.momentum:
             raise ValueError(f"momentum={self.momentum!r} applies to optimizer='sgd' only "
                              f"(Adam keeps its own moments): leave it 0")

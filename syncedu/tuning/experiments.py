@@ -8,7 +8,7 @@ by default or on real ones (`simulate=False`; the one-process batch sweep in thi
    `inner_steps` (this topic's strategies, train_strategies.py);
 2. `run_noise_scale`: the "noise_scale" strategy, B_simple per step;
 3. a `TuningRun` of the history: losses, logical time at the end of each step, traffic;
-4. `steps_at`: the "single" strategy with 5 warm-up steps, the loss read afterwards.
+4. `steps_at`: the "single" strategy in float64 with 5 warm-up steps, the loss read afterwards.
 """
 
 from __future__ import annotations
@@ -94,9 +94,9 @@ def steps_at(batch: int, lr: float, *, target: float, max_steps: int = 400) -> i
     """Steps of plain SGD (one process) until the 5-step mean loss reaches `target` (Step 4).
 
     5 steps of linear warm-up (Goyal et al. 2017); 0: never within `max_steps`, or diverged.
-    In float64: the best rate sits at the edge of stability, where float32's last-bit
-    differences between CPUs (the vector width sets a matrix multiply's summation order)
-    grew into another step count (lr 0.8, batch 512: 56 steps on one machine, 62 on another).
+    Trained in float64, because at lr 0.8 and batch 512 float32's last-bit differences
+    between CPUs (the vector width sets a matrix multiply's summation order) grew into
+    another step count (56 steps on one machine, 62 on another).
     """
     loss = harness.run("single", 1, steps=max_steps, global_batch=batch, lr=lr,
                        warmup_steps=5, dtype="float64").loss

@@ -84,6 +84,7 @@ def test_sampling_errors():
     (dict(strategy="single", world_size=1, compression="fp16"), "compression"),
     (dict(compression="zip"), "compression"),
     (dict(dtype="float16"), "dtype"),
+    (dict(dtype="float64"), "dtype='float64' applies to strategy='single'"),
 ])
 def test_config_errors(kwargs, match):
     args = dict(strategy="flat", world_size=2, steps=1, global_batch=8) | kwargs

@@ -67,6 +67,7 @@ class BNResult:
     running: list[dict]
     params: dict               # rank 0's final parameters
     ledger: Ledger
+    seconds: float             # logical seconds of the run (simulated ranks)
 
     def spread(self) -> dict[str, float]:
         """Largest difference between two ranks' running statistics (any layer, channel):
@@ -138,7 +139,8 @@ def run(cfg: BNConfig) -> BNResult:
     ranks = 1 if cfg.mode == "single" else cfg.world_size
     res = runner.run(worker, ranks, (cfg, tensors, idx), simulate=True, job=f"mode={cfg.mode!r}")
     loss = [sum(r[0][s] for r in res) / len(res) for s in range(cfg.steps)]
-    return BNResult(loss, [r[1] for r in res], [r[2] for r in res], res[0][3], res.ledger)
+    return BNResult(loss, [r[1] for r in res], [r[2] for r in res], res[0][3], res.ledger,
+                    res.seconds)
 
 
 def compare(per_rank_batch: int = 2, world_size: int = 4, steps: int = 150,

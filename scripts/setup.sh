@@ -78,7 +78,7 @@ step "installing torch (requirements-ci.txt)"
 torch_index=()
 if [[ -n "${SYNCEDU_TORCH_INDEX:-}" ]]; then torch_index=(--index-url "$SYNCEDU_TORCH_INDEX"); fi
 pip_install "${torch_index[@]}" -r requirements-ci.txt
-note "$("$PY" -c 'import torch; print("torch", torch.__version__)')"
+note "$("$PY" -W ignore -c 'import torch; print("torch", torch.__version__)')"
 
 # Step 3: the package (editable) with the dev/test tools, and Horovod's build tools.
 step "installing syncedu (editable) with the [dev] extra"

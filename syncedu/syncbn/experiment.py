@@ -132,22 +132,25 @@ def worker(comm, cfg: BNConfig, tensors, idx):
     return losses, acc, running, params
 
 
-def run(cfg: BNConfig) -> BNResult:
-    """Run one configuration on simulated ranks."""
+def run(cfg: BNConfig, *, network=None, simulate: bool = True, pool=None) -> BNResult:
+    """Run one configuration on simulated ranks (or real ones: `simulate=False`, `pool=`)."""
     tensors = split(cfg.seed, cfg.test_size)
     idx = batches(cfg, len(tensors[1]))
     ranks = 1 if cfg.mode == "single" else cfg.world_size
-    res = runner.run(worker, ranks, (cfg, tensors, idx), simulate=True, job=f"mode={cfg.mode!r}")
+    res = runner.run(worker, ranks, (cfg, tensors, idx), network=network, simulate=simulate,
+                     pool=pool, job=f"mode={cfg.mode!r}")
     loss = [sum(r[0][s] for r in res) / len(res) for s in range(cfg.steps)]
     return BNResult(loss, [r[1] for r in res], [r[2] for r in res], res[0][3], res.ledger,
                     res.seconds)
 
 
 def compare(per_rank_batch: int = 2, world_size: int = 4, steps: int = 150,
-            seed: int = 0, **kwargs) -> dict[str, BNResult]:
+            seed: int = 0, *, network=None, simulate: bool = True, **kwargs
+            ) -> dict[str, BNResult]:
     """The three modes side by side, same data and initial weights: {mode: result}."""
     return {mode: run(BNConfig(mode=mode, world_size=world_size, per_rank_batch=per_rank_batch,
-                               steps=steps, seed=seed, **kwargs)) for mode in MODES}
+                               steps=steps, seed=seed, **kwargs), network=network,
+                      simulate=simulate) for mode in MODES}
 
 
 def stat_noise(batch_sizes=(1, 2, 4, 8, 16, 32), *, params: dict | None = None, layer: int = 1,

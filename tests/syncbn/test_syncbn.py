@@ -279,6 +279,19 @@ def test_equals_torch_syncbatchnorm_on_gpus():
     assert_matches([ours for ours, _ in res], reference(xs, gs, 2))
 
 
+@pytest.mark.real
+def test_experiment_on_real_ranks_sends_what_the_simulated_run_counts(pool3):
+    """The BatchNorm experiment on 3 real ranks (a warm pool): the same bytes per rank and
+    op as on simulated ranks, and the same losses within float rounding."""
+    from syncedu.syncbn import experiment as bx
+
+    cfg = bx.BNConfig(mode="syncbn", world_size=3, steps=4, channels=4, test_size=100)
+    real, simulated = bx.run(cfg, simulate=False, pool=pool3), bx.run(cfg)
+    assert real.ledger.sent == simulated.ledger.sent
+    assert real.ledger.ops["syncbn_forward"].calls == simulated.ledger.ops["syncbn_forward"].calls
+    assert real.loss == pytest.approx(simulated.loss, rel=1e-5) and real.seconds > 0
+
+
 # ------------------------------------------- the lesson's experiment and checkers
 def test_experiment_syncbn_equals_one_process_and_plain_ranks_disagree():
     from syncedu.syncbn import experiment as bx

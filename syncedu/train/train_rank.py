@@ -56,10 +56,9 @@ class Session:
             data.synthetic(n=cfg.synthetic_size, features=64, classes=10, seed=cfg.seed)
         self.x, self.y = self.dataset.tensors
         self.module = models.make(cfg.model, seed=cfg.seed, **dict(cfg.model_kwargs))
-        self.module.to(comm.device)
-        if cfg.dtype == "float64":  # the same float32 initial weights and data, then widened
-            self.module.double()
-            self.x = self.x.double()
+        dtype = getattr(torch, cfg.dtype)  # float64: the same float32 start, widened
+        self.module.to(comm.device, dtype)
+        self.x = self.x.to(dtype)
         charge = LayerCompute(self.module, comm, cfg.compute_seconds)
         parts = self.parts = train_strategies.build(self.module, comm, cfg)  # Step 1
         self.model, self.events, self.opt = parts.model, parts.events, parts.optimizer

@@ -14,8 +14,11 @@ The package reads like the course (imports run one way, top to bottom):
    `syncbn/` (06), `compress/` (07), `horovod/` (08), `tuning/` (09),
    `zero/` (10);
 4. `syncedu/ui/`: what every lesson shares (`show`, the widget base, the
-   ledger figure, the checkers' helpers); `syncedu/bench/`: the benchmarks
-   (`python -m syncedu.bench ...`); `syncedu/examples/`: whole programs.
+   ledger figure, the checkers' helpers).
+
+Beside the package, not in it: `benchmarks/` (`python -m benchmarks ...` from the
+repository's root) and `examples/` (whole programs for torchrun); they import syncedu,
+never the other way round.
 
 The short names are the real packages and modules, bound here eagerly:
 `from syncedu import launch, sim, collectives, cost, dp, syncbn, train, ps,

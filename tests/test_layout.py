@@ -144,7 +144,7 @@ def test_imports_run_one_way():
     bad = []
     for m, deps in sorted(GRAPH.items()):
         area, pos, helper = _place(m)
-        if m == "syncedu" or area in ("bench", "examples"):  # the top: they may use any algorithm
+        if m == "syncedu":  # the top: it may bind any algorithm
             bad += [f"{m} -> {d}" for d in deps if _place(d)[2]]
             continue
         for d in sorted(deps):
@@ -204,3 +204,15 @@ def test_what_a_lesson_shows_and_calls_is_public():
                 if m.group(0) not in allowed:
                     found.append(f"{path.name} cell {i}: {m.group(0)}")
     assert not found, found
+
+
+def test_the_programs_beside_the_package_are_not_imported_by_it():
+    """benchmarks/ and examples/ are programs that import syncedu; syncedu imports neither
+    (`syncedu.ui.show.program` loads an example by its path, for a lesson to show and run)."""
+    bad = [f"{p.relative_to(ROOT)}: {line.strip()}" for p in sorted(PKG.rglob("*.py"))
+           for line in p.read_text().splitlines()
+           if re.match(r"\s*(from|import)\s+(benchmarks|examples|ddp_program|elastic_ddp)\b", line)]
+    assert not bad, bad
+    assert {p.name for p in (ROOT / "benchmarks").glob("*.py")} >= {"__main__.py", "sim.py"}
+    assert {p.name for p in (ROOT / "examples").glob("*.py")} == {
+        "ddp_program.py", "elastic_ddp.py", "hello_allreduce.py"}

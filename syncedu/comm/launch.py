@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import socket
 import sys
 import types
 import weakref
@@ -31,12 +32,19 @@ from .procs import Ranks, default_threads
 from .runs import RunResult, check_call, check_ranks, check_timeout
 from .trace import Trace
 
-__all__ = ["run", "Pool", "from_env", "resolve_backend", "WorkerError", "TimeoutError",
+__all__ = ["run", "Pool", "from_env", "free_port", "resolve_backend", "WorkerError", "TimeoutError",
            "RunResult", "MAX_WORLD_SIZE", "DEFAULT_TIMEOUT"]
 
 MAX_WORLD_SIZE = 64  # real processes on one machine; use syncedu.sim for more
 DEFAULT_TIMEOUT = 120.0
 BACKENDS = ("auto", "gloo", "nccl")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on right now (the OS picks it; never 29500)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def resolve_backend(backend: str, world_size: int) -> str:

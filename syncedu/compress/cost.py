@@ -1,4 +1,5 @@
-"""When compression pays: time per step of each compressor from the alpha-beta model.
+"""When compression pays: time per step of each compressor from the alpha-beta model, and
+`timed`, which measures a compressor's own compute (`Alone`) or its step on real ranks.
 
 Top-k and signSGD travel by all-gather, so each rank's traffic grows with N. Compared
 against the fp16 baseline, as arXiv 2407.01378 asks; Agarwal et al. (MLSys 2022) found
@@ -8,9 +9,14 @@ compression beat a tuned baseline in only 6 of over 200 setups.
 from __future__ import annotations
 
 import math
+import statistics
+import time
+
+import torch
 
 from syncedu.collectives import cost
 from syncedu.comm.network import Network
+from syncedu.train.compression import resolve
 
 COMPRESSORS = ("fp32", "fp16", "topk", "signsgd", "powersgd")
 
@@ -40,7 +46,7 @@ def step_seconds(name: str, nbytes: float, world_size: int, network: Network,
     """One step: max(backward compute, traffic) + the compressor's own compute.
 
     Traffic overlaps the backward; the compressor's compute (`ms_per_mb[name]` per MB of
-    fp32 gradient, from `python -m syncedu.bench compression`) competes with it: it adds.
+    fp32 gradient, measured by `timed(Alone(), ...)`) competes with it: it adds.
     """
     own = ms_per_mb.get(name, 0.0) * 1e-3 * nbytes / 2**20
     return max(compute_seconds, wire_seconds(name, nbytes, world_size, network, **kwargs)) + own
@@ -69,3 +75,49 @@ def dominating_bandwidth(nbytes: float, world_size: int, compute_seconds: float,
     if room <= 0:
         return float("inf")
     return 2 * (n - 1) / n * nbytes / room
+
+
+class Alone:
+    """A one-rank stand-in for a `Comm` with no traffic: a compressor's compute alone."""
+
+    rank, world_size, backend = 0, 1, "none"
+
+    def all_reduce(self, t, op="sum"):
+        return t
+
+    def all_gather(self, out, t):
+        out[0].copy_(t)
+        return out
+
+    def barrier(self):
+        pass
+
+
+def average(comm, spec, t: torch.Tensor) -> None:
+    """Average `t` over the ranks with compressor `spec` (None: the fp32 allreduce)."""
+    c = resolve(spec)
+    if c is None:
+        comm.all_reduce(t, op="avg")
+    else:
+        c.average_(comm, [t], key="bench")
+
+
+def timed(comm, specs: dict, shape, repeats: int, rounds: int) -> dict:
+    """Median seconds per `average` of each spec (name -> spec) on one `shape` gradient, the
+    rounds alternating the specs (wall clock: `Alone()` times the compute alone)."""
+    g = torch.Generator().manual_seed(comm.rank)
+    grad = torch.randn(*shape, generator=g)
+    specs = {name: resolve(spec) for name, spec in specs.items()}
+    for c in specs.values():
+        if c is not None:
+            c.reset()  # a new size: no residual or warm start from the last one
+    times = {name: [] for name in specs}
+    for r in range(rounds + 1):  # round 0 warms up (allocator, first collective)
+        for name, c in specs.items():
+            comm.barrier()
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                average(comm, c, grad.clone())
+            if r:
+                times[name].append((time.perf_counter() - t0) / repeats)
+    return {name: statistics.median(v) for name, v in times.items()}

@@ -24,9 +24,11 @@ def have_horovod() -> bool:
 
 def script(fn, call: str, leave: bool = False) -> str:
     """The source of `fn` (a function defined in a cell) plus a `__main__` that runs `call`;
-    `leave`: then exits without the interpreter's teardown (`ddp_program.leave`: a Gloo thread
-    may still be freeing the last allreduce's tensors, and abort the rank)."""
-    tail = "    from syncedu.examples.ddp_program import leave\n    leave()\n" if leave else ""
+    `leave`: then exits without the interpreter's teardown (as `leave()` in
+    examples/ddp_program.py: a Gloo thread may still be freeing the last allreduce's tensors,
+    and abort the rank)."""
+    tail = ("    import os, sys\n    sys.stdout.flush(), sys.stderr.flush()\n"
+            "    os._exit(0)  # no teardown: leave() in examples/ddp_program.py\n") if leave else ""
     return (textwrap.dedent(inspect.getsource(fn)) + "\n\nif __name__ == \"__main__\":\n"
             f"    {call}\n" + tail)
 

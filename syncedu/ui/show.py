@@ -3,11 +3,25 @@ run (no copy in the notebook to drift)."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
+import sys
 import textwrap
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def program(name: str):
+    """Import `examples/<name>.py`, one of the whole programs beside the package (they are not
+    part of it: scripts for torchrun, which import syncedu and each other as plain modules)."""
+    folder = os.path.join(_ROOT, "examples")
+    if not os.path.isfile(os.path.join(folder, f"{name}.py")):
+        found = sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".py"))
+        raise ValueError(f"name={name!r} is not a program in {folder}; choose one of {found}")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)  # as when torchrun runs the file: its folder comes first
+    return importlib.import_module(name)
 
 
 def where(obj) -> str:

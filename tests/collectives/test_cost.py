@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from benchmarks import collectives as bench
 from syncedu import Network, collectives, cost
-from syncedu.bench import collectives as bench
 from syncedu.comm import sim
 
 NET = Network(latency=1e-3, bandwidth=1e6)

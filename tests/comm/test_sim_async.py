@@ -166,7 +166,7 @@ def test_4096_ranks_barrier_and_1024_ranks_builtins_equal_their_formulas():
 
 
 def test_the_sim_benchmark_runs_every_operation():
-    from syncedu.bench import sim as bench_sim
+    from benchmarks import sim as bench_sim
 
     rows = [bench_sim.measure(8, op, 64) for op in bench_sim.OPS]
     assert [r["events"] for r in rows] == [112, 112, 7, 56, 56, 24, 160]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,8 +14,8 @@ pytestmark = pytest.mark.real
 
 def test_worker_runs_under_torchrun(tmp_path):
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    cmd = [torchrun, "--standalone", "--nproc-per-node=2", "-m",
-           "syncedu.examples.hello_allreduce"]
+    script = Path(__file__).resolve().parents[2] / "examples" / "hello_allreduce.py"
+    cmd = [torchrun, "--standalone", "--nproc-per-node=2", str(script)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = sorted(line for line in done.stdout.splitlines() if line.startswith("rank "))
@@ -55,7 +56,9 @@ def test_elastic_agent_restarts_the_group_and_the_job_resumes_from_its_checkpoin
     import psutil
 
     from syncedu import train
-    from syncedu.examples import elastic_ddp
+    from syncedu.ui.show import program
+
+    elastic_ddp = program("elastic_ddp")
 
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     res = elastic_ddp.launch_elastic(crash_rank=1, crash_epoch=1, epochs=2, timeout=150,
@@ -70,7 +73,9 @@ def test_elastic_agent_restarts_the_group_and_the_job_resumes_from_its_checkpoin
 
 
 def test_launch_elastic_bad_arguments_name_the_parameter():
-    from syncedu.examples import elastic_ddp
+    from syncedu.ui.show import program
+
+    elastic_ddp = program("elastic_ddp")
 
     for kwargs, name in [(dict(nproc=0), "nproc"), (dict(crash_rank=2), "crash_rank"),
                          (dict(crash_epoch=2), "crash_epoch"), (dict(timeout=0), "timeout"),
@@ -87,7 +92,9 @@ def test_stop_reaches_workers_in_sessions_of_their_own():
     # such worker: _stop must still leave nothing behind.
     import psutil
 
-    from syncedu.examples import elastic_ddp
+    from syncedu.ui.show import program
+
+    elastic_ddp = program("elastic_ddp")
 
     agent = ("import signal, subprocess, sys, time\n"
              "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"

@@ -1,4 +1,4 @@
-"""The complete DDP program (syncedu/examples/ddp_program.py), run for real.
+"""The complete DDP program (examples/ddp_program.py), run for real.
 
 Started the two ways a learner starts it (mp.spawn, torchrun), it must train to
 the parameters of one process on the global batch with the same data order
@@ -17,8 +17,11 @@ import pytest
 import torch
 
 from syncedu import train
-from syncedu.examples import ddp_program
 from syncedu.train import data, models, sampling
+from syncedu.ui.show import program
+
+ddp_program = program("ddp_program")
+SCRIPT = ddp_program.__file__
 
 pytestmark = pytest.mark.real
 
@@ -35,9 +38,9 @@ def _launch(args: list[str], cwd, torchrun: bool = False,
             ok: bool = True) -> subprocess.CompletedProcess:
     if torchrun:
         exe = os.path.join(os.path.dirname(sys.executable), "torchrun")
-        cmd = [exe, "--standalone", "--nproc-per-node=2", "-m", "syncedu.examples.ddp_program"]
+        cmd = [exe, "--standalone", "--nproc-per-node=2", SCRIPT]
     else:
-        cmd = [sys.executable, "-m", "syncedu.examples.ddp_program", "--spawn", "2"]
+        cmd = [sys.executable, SCRIPT, "--spawn", "2"]
     done = subprocess.run(cmd + args + ["--timeout", "60"], capture_output=True, text=True,
                           timeout=240, cwd=cwd)
     assert (done.returncode == 0) == ok, done.stderr[-3000:]

@@ -82,6 +82,6 @@ def test_both_histories_compare_to_a_history_or_a_params_dict():
 
 
 def test_bench_dispatcher_runs_as_a_module():
-    out = subprocess.run([sys.executable, "-m", "syncedu.bench", "--help"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], capture_output=True,
                          text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0 and "collectives" in out.stdout and "dp" in out.stdout, out.stderr

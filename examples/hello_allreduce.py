@@ -1,6 +1,6 @@
 """The first worker of notebook 00, as a script for torchrun.
 
-    torchrun --standalone --nproc-per-node=2 -m syncedu.examples.hello_allreduce
+    torchrun --standalone --nproc-per-node=2 examples/hello_allreduce.py
 
 `launch.from_env()` joins the group torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT) and hands back the `comm` that `launch.run` gives a notebook's worker; on

@@ -19,11 +19,11 @@ import time
 import torch
 import torch.distributed as dist
 
+from benchmarks.collectives import rounds as timed_rounds
+from benchmarks.collectives import rows, table
 from syncedu import collectives
-from syncedu.bench.collectives import rounds as timed_rounds
-from syncedu.bench.collectives import rows, table
 from syncedu.comm import TorchComm
-from syncedu.examples.ddp_program import free_port
+from syncedu.comm.launch import free_port
 from syncedu.horovod import launch as horovod_launch
 from syncedu.horovod import training as horovod_train
 from syncedu.train import train_rank
@@ -130,6 +130,7 @@ def main(args) -> int:
     if not ok:
         print(f"skipped: {why}")
         return 0
-    print(report(measure(args.world_size, args.sizes_mib, args.repeat, args.rounds, args.steps,
-                         args.hidden, args.depth)))
-    return 0
+    m = measure(args.world_size, args.sizes_mib, args.repeat, args.rounds, args.steps,
+                args.hidden, args.depth)
+    print(report(m))
+    return 0 if all(r["ok"] for r in m["rows"]) else 1  # a wrong sum fails the run

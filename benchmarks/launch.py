@@ -22,9 +22,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from syncedu.bench import bar
+from benchmarks import bar
 from syncedu.comm import launch
-from syncedu.examples.ddp_program import free_port
+from syncedu.comm.launch import free_port
 
 CELL = '''
 def trivial(comm):

@@ -1,7 +1,7 @@
 """The complete PyTorch DDP program: the script every data-parallel job grows from.
 
-    python -m syncedu.examples.ddp_program --spawn 2            # mp.spawn starts 2 ranks
-    torchrun --standalone --nproc-per-node=2 -m syncedu.examples.ddp_program
+    python examples/ddp_program.py --spawn 2            # mp.spawn starts 2 ranks
+    torchrun --standalone --nproc-per-node=2 examples/ddp_program.py
 
 It follows the shape of PyTorch's "Getting Started with Distributed Data
 Parallel" tutorial (pytorch.org/tutorials/intermediate/ddp_tutorial.html) and
@@ -241,7 +241,7 @@ def leave() -> None:
 
 
 def _parse(argv) -> tuple[int | None, Config]:
-    p = argparse.ArgumentParser(prog="python -m syncedu.examples.ddp_program",
+    p = argparse.ArgumentParser(prog="python examples/ddp_program.py",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--spawn", type=int, metavar="N",
                    help="start N ranks with mp.spawn (without it: run under torchrun)")

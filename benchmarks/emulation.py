@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from syncedu.bench import bar, table
+from benchmarks import bar, table
 from syncedu.comm import launch
 from syncedu.comm.alphabeta import collective_time
 from syncedu.comm.network import Network

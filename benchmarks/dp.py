@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import statistics
 
+from benchmarks import bar
 from syncedu import train
-from syncedu.bench import bar
 from syncedu.comm import launch
 
 TARGETS = {"ddp": 0.95, "flat": 0.97}  # bucketed / each, at least

@@ -2,22 +2,22 @@
 
 Per compressor and gradient size (one square-ish fp32 matrix, for PowerSGD): ratio =
 fp32 allreduce bytes / bytes it sent (rank 0's ledger); compute ms/MB = its `average_`
-on one rank alone (no traffic); step ms = `average_` on 2 real ranks, median over rounds
-that alternate the compressors, after a barrier.
+on one rank alone (`syncedu.compress.cost.Alone`: no traffic); step ms = `average_` on 2
+real ranks, median over rounds that alternate the compressors, after a barrier
+(`syncedu.compress.cost.timed`, which lesson 07 runs too).
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-import time
 
 import torch
 
-from syncedu.bench import table
+from benchmarks import table
 from syncedu.comm import launch, sim
 from syncedu.comm.ledger import ring_allreduce_elements
 from syncedu.compress import PowerSGD, SignSGD, TopK, resolve
+from syncedu.compress.cost import Alone, average, timed
 
 
 def compressors() -> dict:
@@ -31,52 +31,8 @@ def _shape(size_mb: float) -> tuple[int, int]:
     return side, side
 
 
-class Alone:
-    """A one-rank stand-in for a `Comm` with no traffic: a compressor's compute alone."""
-
-    rank, world_size, backend = 0, 1, "none"
-
-    def all_reduce(self, t, op="sum"):
-        return t
-
-    def all_gather(self, out, t):
-        out[0].copy_(t)
-        return out
-
-    def barrier(self):
-        pass
-
-
-def _average(comm, spec, t: torch.Tensor) -> None:
-    c = resolve(spec)
-    if c is None:
-        comm.all_reduce(t, op="avg")
-    else:
-        c.average_(comm, [t], key="bench")
-
-
 def _one(comm, spec, shape) -> None:
-    _average(comm, resolve(spec), torch.randn(*shape))
-
-
-def timed(comm, specs: dict, shape, repeats: int, rounds: int) -> dict:
-    """Median seconds per `average_` of each spec, rounds alternating the specs."""
-    g = torch.Generator().manual_seed(comm.rank)
-    grad = torch.randn(*shape, generator=g)
-    specs = {name: resolve(spec) for name, spec in specs.items()}
-    for c in specs.values():
-        if c is not None:
-            c.reset()  # a new size: no residual or warm start from the last one
-    times = {name: [] for name in specs}
-    for r in range(rounds + 1):  # round 0 warms up (allocator, first collective)
-        for name, c in specs.items():
-            comm.barrier()
-            t0 = time.perf_counter()
-            for _ in range(repeats):
-                _average(comm, c, grad.clone())
-            if r:
-                times[name].append((time.perf_counter() - t0) / repeats)
-    return {name: statistics.median(v) for name, v in times.items()}
+    average(comm, resolve(spec), torch.randn(*shape))
 
 
 def measure(sizes_mb=(1, 16), rounds: int = 5, repeats: int = 5, world_size: int = 2,

@@ -1,6 +1,8 @@
-"""Benchmarks: `python -m syncedu.bench {launch,collectives,dp,...} [options]`.
+"""Benchmarks: `python -m benchmarks {launch,collectives,dp,...} [options]`, run from the
+repository's root. They are programs beside the package, not part of it: they import
+syncedu, and syncedu never imports them.
 
-Each subcommand is `syncedu/bench/<name>.py` (`add_arguments(parser)`, `main(args) -> int`);
+Each subcommand is `benchmarks/<name>.py` (`add_arguments(parser)`, `main(args) -> int`);
 results and their commands are in the README. Variants alternate round by round, so drift
 on a busy machine hits all alike (DESIGN, "Traps already met").
 """
@@ -38,7 +40,7 @@ def table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m syncedu.bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
     modules = {}

@@ -1,7 +1,7 @@
 """Allreduce bandwidth: our algorithms beside the framework's built-in (nccl-tests style).
 
-    python -m syncedu.bench collectives [--world-size 2 4] [--sizes-mib 1 16 64]
-    torchrun --nproc-per-node 2 -m syncedu.bench collectives     # the same under torchrun
+    python -m benchmarks collectives [--world-size 2 4] [--sizes-mib 1 16 64]
+    torchrun --nproc-per-node 2 -m benchmarks collectives     # the same under torchrun
 
 Per size: 1. each algorithm's sum checked exact (small integers); 2. warm-up;
 3. `repeat` rounds, every algorithm once per round in a rotating order, each after a
@@ -18,9 +18,9 @@ import statistics
 
 import torch
 
+from benchmarks import bar, rotated
+from benchmarks import table as text_table
 from syncedu import collectives
-from syncedu.bench import bar, rotated
-from syncedu.bench import table as text_table
 from syncedu.collectives.cost import algbw, busbw
 from syncedu.comm import launch
 

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from syncedu.bench import table as text_table
+from benchmarks import table as text_table
 from syncedu.collectives import ALGORITHMS
 from syncedu.comm import sim
 from syncedu.comm.network import Network

@@ -1,9 +1,9 @@
 """A rank dies, torchrun's elastic agent restarts the group, training resumes from the checkpoint.
 
-    python -m syncedu.examples.elastic_ddp --launch          # the whole demo, with a timeout
+    python examples/elastic_ddp.py --launch          # the whole demo, with a timeout
     torchrun --nnodes 1 --nproc-per-node 2 --max-restarts 1 --monitor-interval 0.5 \\
         --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:PORT \\
-        -m syncedu.examples.elastic_ddp --checkpoint ckpt.pt --out out.pt
+        examples/elastic_ddp.py --checkpoint ckpt.pt --out out.pt
 
 Lesson 03's DDP program (`ddp_program`'s setup and checkpoints) in which, on the first
 attempt, rank `crash_rank` exits at epoch `crash_epoch`. Then (PyTorch's "torchrun
@@ -32,14 +32,15 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import ddp_program  # its sibling in examples/ (a script's folder is first on sys.path)
 import psutil
 import torch
 import torch.nn.functional as F
+from ddp_program import Config
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from syncedu.examples import ddp_program
-from syncedu.examples.ddp_program import Config
+from syncedu.comm.launch import free_port
 from syncedu.train import data, models
 from syncedu.train.sampling import check_int
 
@@ -130,8 +131,8 @@ def launch_elastic(*, nproc: int = 2, max_restarts: int = 1, crash_rank: int | N
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
            "--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts),
            "--monitor-interval", str(monitor_interval), "--rdzv-backend", "c10d",
-           "--rdzv-endpoint", f"127.0.0.1:{ddp_program.free_port()}", "--rdzv-id",
-           uuid.uuid4().hex, "--local-addr", "127.0.0.1", "-m", "syncedu.examples.elastic_ddp",
+           "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id",
+           uuid.uuid4().hex, "--local-addr", "127.0.0.1", os.path.abspath(__file__),
            "--checkpoint", str(ckpt), "--out", str(out), "--epochs", str(epochs),
            "--global-batch", str(global_batch), "--lr", str(lr),
            "--crash-rank", str(-1 if crash_rank is None else crash_rank),
@@ -160,7 +161,7 @@ def launch_elastic(*, nproc: int = 2, max_restarts: int = 1, crash_rank: int | N
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m syncedu.examples.elastic_ddp",
+    p = argparse.ArgumentParser(prog="python examples/elastic_ddp.py",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--launch", action="store_true", help="run the whole demo under torchrun")
     p.add_argument("--checkpoint", help="save after each epoch; resume if it exists")

@@ -1,1 +1,0 @@
-"""Worker scripts that run unchanged under `torchrun` (and from the notebooks)."""

@@ -69,9 +69,7 @@ class TrainConfig:
         if self.global_batch % (self.world_size * self.accumulation):
             raise ValueError(f"global_batch={self.global_batch} must be a multiple of "
                              f"world_size * accumulation = {self.world_size * self.accumulation}")
-        for name, ok, rule in (("lr", self.lr > 0, "> 0"),
-                               ("momentum", 0 <= self.momentum < 1, "in [0, 1)"),
-                               ("bucket_cap_mb", self.bucket_cap_mb > 0, "> 0"),
+        for name, ok, rule in (("bucket_cap_mb", self.bucket_cap_mb > 0, "> 0"),
                                ("compute_seconds", self.compute_seconds >= 0, ">= 0")):
             if not ok:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be {rule}")
@@ -87,13 +85,10 @@ class TrainConfig:
         size = 1797 if self.dataset == "digits" else self.synthetic_size
         if self.global_batch > size:
             raise ValueError(f"global_batch={self.global_batch} must be <= the dataset size {size}")
-        check_optimizer_options(self)
+        check_optimizer_options(self)  # optimizer, lr, momentum, weight_decay, betas, eps
         if self.dtype != "float32" and self.strategy != "single":  # DiLoCo, compressors: fp32 wire
             raise ValueError(f"dtype={self.dtype!r} applies to strategy='single' only; "
                              f"got strategy={self.strategy!r}")
-        if self.optimizer != "sgd" and self.momentum:
-            raise ValueError(f"momentum={self.momentum!r} applies to optimizer='sgd' only "
-                             f"(Adam keeps its own moments): leave it 0")
         for name, default in (("sync_every", 1), ("start_local_at", 0)):
             if getattr(self, name) != default and self.strategy != "local_sgd":
                 raise ValueError(f"{name}={getattr(self, name)} applies to strategy='local_sgd' "

@@ -27,6 +27,7 @@ FP32 = {"sgd": {"params": 4, "grads": 4, "optimizer": 4},  # this course: moment
 PAPER = {"psi": 7.5e9, "n": 64, "bytes_per_param": 16, "baseline_gb": 120.0,
          "figure1_gb": {0: 120.0, 1: 31.4, 2: 16.6, 3: 1.88}}
 STAGES = (0, 1, 2, 3)
+KINDS = ("params", "grads", "optimizer")  # the three parts of model state
 
 
 def held_bytes(tensors) -> int:
@@ -40,14 +41,18 @@ def held_bytes(tensors) -> int:
     return sum(seen.values())
 
 
+def state_bytes(optimizer) -> int:
+    """Bytes of the tensors in `optimizer.state` (moments, momenta, step counters)."""
+    return held_bytes(t for s in optimizer.state.values() for t in s.values()
+                      if isinstance(t, torch.Tensor))
+
+
 def model_state_bytes(module: nn.Module, optimizer=None) -> dict[str, int]:
     """Bytes of parameters, gradients and optimizer state held now, and their total."""
     params = list(module.parameters())
-    state = [] if optimizer is None else [
-        t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
     out = {"params": held_bytes(p.data for p in params),
            "grads": held_bytes(p.grad for p in params),
-           "optimizer": held_bytes(state)}
+           "optimizer": 0 if optimizer is None else state_bytes(optimizer)}
     out["total"] = sum(out.values())
     return out
 
@@ -79,7 +84,7 @@ def bytes_per_rank(psi: float, n: int, stage: int, per_param: dict | None = None
         raise ValueError(f"psi={psi!r} must be >= 0")
     b = per_param or MIXED_ADAM
     sharded = {"optimizer": stage >= 1, "grads": stage >= 2, "params": stage >= 3}
-    out = {k: psi * b[k] / (n if sharded[k] else 1) for k in ("params", "grads", "optimizer")}
+    out = {k: psi * b[k] / (n if sharded[k] else 1) for k in KINDS}
     out["total"] = sum(out.values())
     return out
 

@@ -18,9 +18,15 @@ def _number(value) -> bool:
 
 
 def check_optimizer_options(cfg) -> None:
-    """Check `cfg`'s optimizer, weight_decay, betas and eps (a list of betas becomes a tuple)."""
+    """Check `cfg`'s optimizer, lr, momentum, weight_decay, betas and eps (a list of betas
+    becomes a tuple)."""
     if cfg.optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer={cfg.optimizer!r} is unknown; choose one of {OPTIMIZERS}")
+    if not cfg.lr > 0:
+        raise ValueError(f"lr={cfg.lr!r} must be > 0")
+    if not 0 <= cfg.momentum < 1 or (cfg.momentum and cfg.optimizer != "sgd"):
+        raise ValueError(f"momentum={cfg.momentum!r} must be in [0, 1), and 0 unless "
+                         f"optimizer='sgd' (Adam keeps its own moments)")
     if isinstance(cfg.betas, list):
         object.__setattr__(cfg, "betas", tuple(cfg.betas))
     if not (_number(cfg.weight_decay) and cfg.weight_decay >= 0):

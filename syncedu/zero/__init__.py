@@ -5,12 +5,13 @@
 
 from __future__ import annotations
 
+from syncedu.train.optimizers import OPTIMIZERS
 from syncedu.zero import hsdp, train_strategies  # noqa: F401  (train.run's "zero1".."zero3")
 from syncedu.zero.fully_shard import FullyShard
 from syncedu.zero.hsdp import HybridShard
 from syncedu.zero.sharded_optimizer import ShardedOptimizer
 from syncedu.zero.shards import MemoryMeter
-from syncedu.zero.stages import OPTIMIZERS, STAGES, ZeroConfig, ZeroDataParallel
+from syncedu.zero.stages import STAGES, ZeroConfig, ZeroDataParallel
 
 __all__ = ["ZeroConfig", "ZeroDataParallel", "MemoryMeter", "STAGES", "OPTIMIZERS",
            "ShardedOptimizer", "FullyShard", "HybridShard"]

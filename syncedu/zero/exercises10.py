@@ -29,7 +29,6 @@ from syncedu.train import memory
 from syncedu.ui.checkers import attempt, checker, verdict
 
 LR, MOMENTUM = 0.1, 0.9
-KINDS = ("params", "grads", "optimizer")
 ROOT_OPS = ("reduce", "gather", "broadcast", "scatter")
 
 
@@ -153,9 +152,9 @@ def memory_per_rank(answer) -> bool:
         ok, got = attempt(name, lambda psi=psi, n=n, stage=stage: answer(psi, n, stage))
         if not ok:
             return False
-        if not isinstance(got, dict) or set(got) != set(KINDS):
-            return verdict(name, False, f"return a dict with the keys {KINDS}, got {got!r}")
-        for kind in KINDS:
+        if not isinstance(got, dict) or set(got) != set(memory.KINDS):
+            return verdict(name, False, f"return a dict with the keys {memory.KINDS}, got {got!r}")
+        for kind in memory.KINDS:
             exact, ceil = _allowed(psi, n, stage, kind)
             if not any(math.isclose(got[kind], w, rel_tol=1e-12, abs_tol=1e-6)
                        for w in (exact, ceil)):

@@ -25,16 +25,11 @@ from collections import Counter
 import torch
 from torch import nn
 
+from syncedu.comm.torch_comm import TorchComm
+from syncedu.compress.base import check_flags
+from syncedu.dp.data_parallel import FlatSync
 from syncedu.zero.fully_shard_units import RowUnit
-from syncedu.zero.shards import (
-    Synced,
-    broadcast_params,
-    check_bool,
-    default_comm,
-    flatten,
-    held_bytes,
-    unflatten,
-)
+from syncedu.zero.shards import Synced, broadcast_params
 
 COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
 
@@ -79,15 +74,15 @@ class FullyShard(Synced):
 
     def __init__(self, module: nn.Module, comm=None, *, compute_dtype=None, shard=None,
                  reshard_after_forward: bool = True):
-        super().__init__()
         if compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(f"compute_dtype={compute_dtype!r} is not supported; choose one of "
                              f"{COMPUTE_DTYPES}")
         chosen = policy(shard)
-        check_bool("reshard_after_forward", reshard_after_forward)
-        comm = default_comm(comm)
-        self.module, self.comm, self.compute_dtype = module, comm, compute_dtype
         self.reshard_after_forward = reshard_after_forward
+        check_flags(self, "reshard_after_forward")
+        comm = TorchComm() if comm is None else comm
+        super().__init__(module, comm)
+        self.compute_dtype = compute_dtype
         self._live: dict[int, tuple] = {}  # storage -> (unit, index, gathered tensor)
         self.gathered_bytes = self.peak_gathered_bytes = 0  # full weights held (see _held)
         params = list(dict.fromkeys(module.parameters()))
@@ -99,8 +94,6 @@ class FullyShard(Synced):
         sharded = {id(s) for u in self.units for s in u.shards}
         self.replicated = [p for p in dict.fromkeys(module.parameters())  # after the swap
                            if p.requires_grad and id(p) not in sharded]
-        # Calling `.module` directly also decides whether this backward synchronizes.
-        module.register_forward_pre_hook(self._arm)
         for u in self.units:
             u.module.register_forward_pre_hook(self.pre_forward(u))
             u.module.register_forward_hook(self.post_forward(u))
@@ -212,13 +205,8 @@ class FullyShard(Synced):
         self._armed = False
         for s in (s for u in self.units for s in u.shards if s.grad is None):
             s.grad = torch.zeros_like(s)
-        if self.replicated:
-            grads = [p.grad if p.grad is not None else torch.zeros_like(p)
-                     for p in self.replicated]
-            flat = flatten(grads)
-            self.comm.all_reduce(flat, op="avg")
-            for p, g in zip(self.replicated, unflatten(flat, grads)):
-                p.grad = g.clone()
+        if self.replicated:  # data parallelism's flat allreduce (lesson 03)
+            FlatSync(self.replicated, self.comm).finish()
 
     # ------------------------------------------------------------ inspection
     @torch.no_grad()
@@ -228,8 +216,3 @@ class FullyShard(Synced):
                  for s, full in zip(u.shards, u.unshard(self.shard_comm))}
         return {name: fulls.get(id(p), p.detach().clone())
                 for name, p in self.module.named_parameters()}
-
-    @property
-    def param_bytes(self) -> int:
-        """Bytes of parameters this rank holds now (its shards plus the replicated ones)."""
-        return held_bytes(p.detach() for p in self.module.parameters())

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import torch
 
+from syncedu.comm.torch_comm import TorchComm
+from syncedu.compress.base import flatten
 from syncedu.train.sampling import check_int
 from syncedu.zero.fully_shard import FullyShard
 from syncedu.zero.shards import (
     Layout,
-    default_comm,
-    flatten,
     ring_all_gather_pieces,
     ring_reduce_scatter_pieces,
     unflatten,
@@ -92,7 +92,7 @@ class HybridShard(FullyShard):
     """`FullyShard` over each node's ranks, replicated over `nodes` (None: `comm.network`'s)."""
 
     def __init__(self, module, comm=None, *, nodes: int | None = None, **kwargs):
-        comm = default_comm(comm)
+        comm = TorchComm() if comm is None else comm
         if nodes is None:
             if not getattr(comm.network, "is_cluster", False):
                 raise ValueError("nodes=None needs comm.network to be a Network.cluster; "

@@ -11,7 +11,6 @@ from syncedu.train import memory
 from syncedu.ui.widgets import Explorer
 from syncedu.zero import timing as zero_time
 
-KINDS = ("params", "grads", "optimizer")
 COLORS = {"params": "#4c72b0", "grads": "#55a868", "optimizer": "#dd8452"}
 
 
@@ -20,7 +19,7 @@ def memory_bars(rows: dict, *, unit: float = 1.0, unit_name: str = "bytes", titl
     fig, ax = plt.subplots(figsize=(7, 3.2))
     labels = list(rows)
     bottom = [0.0] * len(labels)
-    for kind in KINDS:
+    for kind in memory.KINDS:
         vals = [rows[k][kind] / unit for k in labels]
         ax.bar(labels, vals, bottom=bottom, color=COLORS[kind], label=kind)
         bottom = [b + v for b, v in zip(bottom, vals)]

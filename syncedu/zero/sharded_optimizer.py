@@ -19,30 +19,15 @@ import itertools
 
 import torch
 
+from syncedu.comm.torch_comm import TorchComm
+from syncedu.compress.base import check_flags, flatten, unflatten_
+from syncedu.train.memory import state_bytes
 from syncedu.zero.shards import (
     Layout,
     broadcast_params,
-    check_bool,
-    default_comm,
-    flatten,
     ring_all_gather_pieces,
     ring_reduce_scatter_pieces,
-    state_bytes,
-    unflatten,
 )
-
-
-def _groups(params) -> list[dict]:
-    """Parameter groups as torch takes them: an iterable of tensors or of dicts."""
-    params = list(params)
-    if not params:
-        raise ValueError("params is empty: give the parameters (or parameter groups) to optimize")
-    if all(isinstance(g, dict) for g in params):
-        return [{**g, "params": list(g["params"]) if not isinstance(g["params"], torch.Tensor)
-                 else [g["params"]]} for g in params]
-    if not all(isinstance(p, torch.Tensor) for p in params):
-        raise ValueError("params must be tensors or parameter-group dicts, not a mixture")
-    return [{"params": params}]
 
 
 def _options(group: dict) -> dict:
@@ -59,16 +44,14 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 and issubclass(optimizer_cls, torch.optim.Optimizer)):
             raise ValueError(f"optimizer_cls={optimizer_cls!r} must be a torch.optim.Optimizer "
                              f"subclass, e.g. torch.optim.AdamW (the class, not an instance)")
-        check_bool("reduce_scatter", reduce_scatter)
-        self.comm, self.reduce_scatter = default_comm(comm), reduce_scatter
-        groups = _groups(params)
-        seen: set[int] = set()  # Step 0: each trainable tensor once, in group order
-        self.params: list[torch.Tensor] = []
-        for g in groups:
-            g["params"] = [p for p in g["params"] if not (id(p) in seen or seen.add(id(p)))]
-            if not all(p.is_contiguous() for p in g["params"]):
-                raise ValueError("params must be contiguous tensors")
-            self.params += [p for p in g["params"] if p.requires_grad]
+        self.comm, self.reduce_scatter = TorchComm() if comm is None else comm, reduce_scatter
+        check_flags(self, "reduce_scatter")
+        super().__init__(params, {})  # Step 0: torch's rules for params and parameter groups
+        for g in self.param_groups:  # each tensor once (torch only warns)
+            g["params"] = list(dict.fromkeys(g["params"]))
+        self.params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        if not all(p.is_contiguous() for p in self.params):
+            raise ValueError("params must be contiguous tensors")
         if not self.params:
             raise ValueError("params has no tensor with requires_grad=True to optimize")
         kinds = {(p.dtype, p.device) for p in self.params}
@@ -77,30 +60,25 @@ class ShardedOptimizer(torch.optim.Optimizer):
                              f"got {sorted(map(str, kinds))}")
         self.offsets = list(itertools.accumulate((p.numel() for p in self.params), initial=0))
         self.layout = Layout(self.offsets.pop(), self.comm.world_size)
-        self.optim = self._local_optimizer(groups, optimizer_cls, kwargs)
-        # The user's view: whole parameters, with the local groups' filled-in defaults.
-        super().__init__([{**lg, "params": g["params"]}
-                          for g, lg in zip(groups, self.optim.param_groups)],
-                         dict(self.optim.defaults))
+        self.optim = self._local_optimizer(optimizer_cls, kwargs)
+        for g, lg in zip(self.param_groups, self.optim.param_groups):  # the user's view: whole
+            g.update(_options(lg))  # parameters, with the local groups' filled-in defaults
+        self.defaults = dict(self.optim.defaults)
         broadcast_params(self.comm, self.params)  # start from rank 0's, as DDP does
 
-    def _mine(self, p_index: int) -> tuple[int, int]:
-        """Where this rank's shard overlaps parameter `p_index`, in its flattened elements."""
-        a = self.offsets[p_index]
-        lo, hi = self.layout.ranges(a, a + self.params[p_index].numel())[self.comm.rank]
-        return lo - a, hi - a
-
-    def _local_optimizer(self, groups, optimizer_cls, kwargs):
+    def _local_optimizer(self, optimizer_cls, kwargs):
         index = {id(p): i for i, p in enumerate(self.params)}
-        self.pieces: list[tuple[int, torch.Tensor]] = []  # (parameter index, view of my part)
+        # (parameter index, where this rank's part starts in it, a view of that part)
+        self.pieces: list[tuple[int, int, torch.Tensor]] = []
         local = []
-        for g in groups:
+        for g in self.param_groups:
             mine = []
             for i in (index[id(p)] for p in g["params"] if id(p) in index):  # frozen: skipped
-                lo, hi = self._mine(i)
+                a = self.offsets[i]
+                lo, hi = self.layout.ranges(a, a + self.params[i].numel())[self.comm.rank]
                 if hi > lo:
-                    piece = self.params[i].detach().view(-1)[lo:hi]
-                    self.pieces.append((i, piece))
+                    piece = self.params[i].detach().view(-1)[lo - a: hi - a]
+                    self.pieces.append((i, lo - a, piece))
                     mine.append(piece)
             local.append({**g, "params": mine})
         if not self.pieces:  # more ranks than elements: torch refuses an empty optimizer
@@ -119,17 +97,16 @@ class ShardedOptimizer(torch.optim.Optimizer):
         mean = ring_reduce_scatter_pieces(self.comm, self.layout.pieces(flatten(grads)))
         mean.div_(self.comm.world_size)
         start = self.layout.start(self.comm.rank)
-        for i, piece in self.pieces:
-            a = self.offsets[i] + self._mine(i)[0] - start
+        for i, lo, piece in self.pieces:
+            a = self.offsets[i] + lo - start
             piece.grad = (None if self.params[i].grad is None
                           else mean[a: a + piece.numel()].clone())
 
     def _attach_grads(self) -> None:
         """Step 1 (gradients averaged already): each piece's gradient is a view of its part."""
-        for i, piece in self.pieces:
+        for i, lo, piece in self.pieces:
             g = self.params[i].grad
-            lo, hi = self._mine(i)
-            piece.grad = None if g is None else g.detach().reshape(-1)[lo:hi]
+            piece.grad = None if g is None else g.detach().reshape(-1)[lo: lo + piece.numel()]
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -140,13 +117,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
         for full, local in zip(self.param_groups, self.optim.param_groups):  # Step 2
             local.update(_options(full))
         self.optim.step()
-        for _, piece in self.pieces:
+        for *_, piece in self.pieces:
             piece.grad = None  # the views must not outlive this step
         # Step 3: every rank's updated shard to every rank (a ring all-gather).
         flat = flatten(self.params)
         ring_all_gather_pieces(self.comm, self.layout.pieces(flat))
-        for p, v in zip(self.params, unflatten(flat, self.params)):
-            p.copy_(v)
+        unflatten_(self.params, flat)
 
     # ------------------------------------------------------------ state
     @property
@@ -162,14 +138,14 @@ class ShardedOptimizer(torch.optim.Optimizer):
         # Step 2: per parameter, "has state" and its scalars, from its first element's owner.
         small = self.params[0].new_zeros(len(self.params), 1 + len(scalar), dtype=torch.float64)
         flats = {key: self.params[0].new_zeros(self.layout.numel) for key in elem}
-        for i, piece in self.pieces:
+        for i, lo, piece in self.pieces:
             st = self.optim.state.get(piece)
             if not st:
                 continue
-            if self._mine(i)[0] == 0:
+            if lo == 0:
                 small[i] = torch.tensor([1.0] + [float(st[key]) for key in scalar],
                                         dtype=torch.float64)
-            a = self.offsets[i] + self._mine(i)[0]
+            a = self.offsets[i] + lo
             for key in elem:
                 flats[key][a: a + piece.numel()] = st[key].reshape(-1)
         self.comm.all_reduce(small)
@@ -207,13 +183,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
         for full, g in zip(self.param_groups, groups):
             full.update(_options(g))
         index = self._index()
-        for i, piece in self.pieces:
+        for i, lo, piece in self.pieces:
             n = index[id(self.params[i])]
             st = state.get(n, state.get(str(n)))
             if st is None:
                 continue
-            lo, hi = self._mine(i)
             self.optim.state[piece] = {
-                k: (v.reshape(-1)[lo:hi].clone() if isinstance(v, torch.Tensor)
+                k: (v.reshape(-1)[lo: lo + piece.numel()].clone() if isinstance(v, torch.Tensor)
                     and v.shape == self.params[i].shape else
                     (v.clone() if isinstance(v, torch.Tensor) else v)) for k, v in st.items()}

@@ -17,12 +17,10 @@ from torch import nn
 
 from syncedu.collectives.algorithms import ring_all_gather_chunks, ring_reduce_scatter_chunks
 from syncedu.comm.ledger import ring_chunks
-from syncedu.comm.torch_comm import TorchComm
+from syncedu.compress.base import flatten, unflatten_
 from syncedu.dp.data_parallel import sync_paused
-from syncedu.train.memory import held_bytes
+from syncedu.train.memory import KINDS, held_bytes, state_bytes
 from syncedu.train.sampling import check_int
-
-_KINDS = ("params", "grads", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -61,23 +59,8 @@ class Layout:
         return [buf[lo - a: hi - a] for lo, hi in self.ranges(a, a + buf.numel())]
 
 
-def default_comm(comm):
-    """`comm`, or (None) torch.distributed's default group as a `TorchComm`."""
-    return TorchComm() if comm is None else comm
-
-
-def check_bool(name: str, value) -> None:
-    if value not in (True, False):
-        raise ValueError(f"{name}={value!r} must be a bool")
-
-
-def flatten(tensors) -> torch.Tensor:
-    """`tensors` end to end in one new buffer."""
-    return torch.cat([t.detach().reshape(-1) for t in tensors])
-
-
 def unflatten(flat: torch.Tensor, like) -> list[torch.Tensor]:
-    """`flat` cut into views shaped like `like` (tensors or sizes): the inverse of `flatten`."""
+    """`flat` cut into views shaped like `like` (tensors or sizes): `flatten`'s inverse, no copy."""
     shapes = [getattr(t, "shape", t) for t in like]
     return [v.view(s) for v, s in zip(flat.split([s.numel() for s in shapes]), shapes)]
 
@@ -87,15 +70,8 @@ def broadcast_params(comm, params) -> torch.Tensor:
     """Rank 0's `params` on every rank, as DDP starts: one broadcast of one flat buffer."""
     flat = flatten(params)
     comm.broadcast(flat, src=0)
-    for p, v in zip(params, unflatten(flat, params)):
-        p.copy_(v)
+    unflatten_(params, flat)
     return flat
-
-
-def state_bytes(optimizer) -> int:
-    """Bytes of the tensors in `optimizer.state` (moments, momenta, step counters)."""
-    return held_bytes(t for s in optimizer.state.values() for t in s.values()
-                      if isinstance(t, torch.Tensor))
 
 
 def ring_reduce_scatter_pieces(comm, pieces: list[torch.Tensor]) -> torch.Tensor:
@@ -116,14 +92,19 @@ def ring_all_gather_pieces(comm, pieces: list[torch.Tensor]) -> None:
 
 
 class Synced(nn.Module):
-    """As DDP: the forward decides whether the backward synchronizes; `no_sync()` pauses it."""
+    """As DDP: `module`'s forward decides whether the backward synchronizes (a pre-hook, so
+    calling `.module` directly counts too); `no_sync()` pauses it."""
 
-    def __init__(self):
+    def __init__(self, module: nn.Module, comm):
         super().__init__()
-        self.require_sync, self._armed = True, False
+        self.module, self.comm, self.require_sync, self._armed = module, comm, True, False
+        self._arm_hook = module.register_forward_pre_hook(self._arm)
 
     def _arm(self, *_hook_args) -> None:
         self._armed = self.require_sync and torch.is_grad_enabled()
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
 
     def no_sync(self) -> contextlib.AbstractContextManager:
         return sync_paused(self)
@@ -135,7 +116,7 @@ class MemoryMeter:
 
     def __init__(self, owner):
         self.owner = owner
-        self.peak = dict.fromkeys((*_KINDS, "total"), 0)
+        self.peak = dict.fromkeys((*KINDS, "total"), 0)
         self.samples: list[tuple[str, int, int, int]] = []  # (where, params, grads, optimizer)
 
     def sample(self, where: str) -> None:
@@ -146,7 +127,7 @@ class MemoryMeter:
                            + [u.flat_grad for u in o.units])
         optim = state_bytes(o.opt)
         self.samples.append((where, params, grads, optim))
-        for kind, value in zip((*_KINDS, "total"), (params, grads, optim, params + grads + optim)):
+        for kind, value in zip((*KINDS, "total"), (params, grads, optim, params + grads + optim)):
             self.peak[kind] = max(self.peak[kind], value)
 
 
@@ -161,14 +142,10 @@ class Unit:
         self.flat_grad: torch.Tensor | None = None  # stages 2-3: its gradients, until reduced
         self.ready = 0  # parameters whose gradient arrived in this backward
 
-    def attach(self, flat: torch.Tensor) -> None:
+    def attach(self, flat: torch.Tensor, attr: str = "data") -> None:
+        """The parameters' `attr` ("data", or "grad": autograd adds into it) as views of `flat`."""
         for p, v in zip(self.params, unflatten(flat, self.shapes)):
-            p.data = v
-
-    def attach_grads(self, flat_grad: torch.Tensor) -> None:
-        """`.grad`s as views of `flat_grad`: autograd adds into them in place."""
-        for p, v in zip(self.params, unflatten(flat_grad, self.shapes)):
-            p.grad = v
+            setattr(p, attr, v)
 
     def free(self) -> None:
         """Stage 3: drop the whole parameters (0-element placeholders stay in the module)."""

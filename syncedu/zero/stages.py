@@ -13,7 +13,6 @@ move it one layer (`shards.Unit`) at a time. A step:
 3. `step()`: torch's SGD, Adam or AdamW on this rank's shard only;
 4. stages 1 and 2 all-gather the updated shards; stage 3 leaves them sharded.
 
-Contiguous shards sum in the order of a ring allreduce, so the results agree to the bit.
 Under `no_sync()` stage 1 accumulates whole gradients; stages 2-3 hold none, so they
 reduce-scatter every micro-batch and add up the shards. `memory.peak`: the most
 model-state bytes this rank held.
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from syncedu.train.optimizers import OPTIMIZERS, check_optimizer_options, make_optimizer
+from syncedu.train.optimizers import check_optimizer_options, make_optimizer
 from syncedu.zero.shards import (
     Layout,
     MemoryMeter,
@@ -37,8 +36,6 @@ from syncedu.zero.shards import (
     ring_all_gather_pieces,
     ring_reduce_scatter_pieces,
 )
-
-__all__ = ["ZeroConfig", "ZeroDataParallel", "MemoryMeter", "STAGES", "OPTIMIZERS"]
 
 STAGES = (1, 2, 3)
 
@@ -58,24 +55,17 @@ class ZeroConfig:
     def __post_init__(self):
         if self.stage not in STAGES:
             raise ValueError(f"stage={self.stage!r} is unknown; choose one of {STAGES}")
-        check_optimizer_options(self)  # optimizer, weight_decay, betas, eps
-        if not self.lr > 0:
-            raise ValueError(f"lr={self.lr!r} must be > 0")
-        if not 0 <= self.momentum < 1 or (self.momentum and self.optimizer != "sgd"):
-            raise ValueError(f"momentum={self.momentum!r} must be in [0, 1), and 0 unless "
-                             f"optimizer='sgd'")
+        check_optimizer_options(self)  # optimizer, lr, momentum, weight_decay, betas, eps
 
 
 class ZeroDataParallel(Synced):
-    """Wrap `module` for ZeRO stage `config.stage`; also the optimizer (`step`, `zero_grad`).
-    `config`: a `ZeroConfig`, or its fields as keywords (`stage=2, optimizer="adam"`)."""
+    """Wrap `module` for ZeRO stage `stage`; also the optimizer (`step`, `zero_grad`).
+    `fields`: a `ZeroConfig`'s (`stage=2, optimizer="adam"`)."""
 
-    def __init__(self, module: nn.Module, comm, config: ZeroConfig | None = None, **fields):
-        super().__init__()
-        if config is not None and fields:
-            raise ValueError("pass either config= or its fields as keywords, not both")
-        cfg = config if config is not None else ZeroConfig(**fields)
-        self.module, self.comm, self.config, self.stage = module, comm, cfg, cfg.stage
+    def __init__(self, module: nn.Module, comm, **fields):
+        cfg = ZeroConfig(**fields)
+        super().__init__(module, comm)
+        self.config, self.stage = cfg, cfg.stage
         self.units = layer_units(module)
         self.params = [p for u in self.units for p in u.params]
         self.layout = Layout(self.units[-1].b, comm.world_size)
@@ -85,7 +75,7 @@ class ZeroDataParallel(Synced):
         if self.stage == 1:  # stage 1 keeps whole gradients, views of one buffer
             self.flat_grad = self.shard.new_zeros(self.layout.numel)
             for u in self.units:
-                u.attach_grads(self.flat_grad[u.a: u.b])
+                u.attach(self.flat_grad[u.a: u.b], "grad")
         self.memory = MemoryMeter(self)
         self._hooks = self._install_hooks() if self.stage > 1 else []
         self.memory.sample("start")
@@ -133,7 +123,7 @@ class ZeroDataParallel(Synced):
                 self.gather(u)  # Step 2: backward needs the weights again
             if u.flat_grad is None:
                 u.flat_grad = self.shard.new_zeros(u.b - u.a)
-                u.attach_grads(u.flat_grad)
+                u.attach(u.flat_grad, "grad")
             u.ready = 0
             self.memory.sample(f"backward {u.name}")
         return hook
@@ -150,16 +140,12 @@ class ZeroDataParallel(Synced):
         return hook
 
     # ------------------------------------------------ one layer's traffic
-    def _own(self, u: Unit) -> tuple[int, int]:
-        """Where this rank's piece of `u` lies in its shard."""
-        return self.layout.within_shard(u.a, u.b, self.comm.rank)
-
     def gather(self, u: Unit) -> None:
         """Stage 3: all-gather the layer's slice from the shards (unless it is here)."""
         if u.flat is None:
             u.flat = self.shard.new_empty(u.b - u.a)
             pieces = self.layout.pieces(u.flat, u.a)
-            lo, hi = self._own(u)
+            lo, hi = self.layout.within_shard(u.a, u.b, self.comm.rank)
             pieces[self.comm.rank].copy_(self.shard.detach()[lo:hi])
             ring_all_gather_pieces(self.comm, pieces)
             u.attach(u.flat)
@@ -170,17 +156,13 @@ class ZeroDataParallel(Synced):
         mean = ring_reduce_scatter_pieces(self.comm, pieces).div_(self.comm.world_size)
         if self.shard.grad is None:
             self.shard.grad = torch.zeros_like(self.shard)
-        lo, hi = self._own(u)
+        lo, hi = self.layout.within_shard(u.a, u.b, self.comm.rank)
         self.shard.grad[lo:hi].add_(mean)  # adds up over micro-batches
         u.flat_grad = None
         for p in u.params:
             p.grad = None
 
     # ------------------------------------------------------- the wrapper
-    def forward(self, *args, **kwargs):
-        self._arm()  # as DDP: the forward decides whether the coming backward synchronizes
-        return self.module(*args, **kwargs)
-
     def finish_gradient_synchronization(self) -> None:
         """Stage 1, Step 2: reduce-scatter the whole gradients (stages 2-3 did it in backward)."""
         if self.stage == 1 and self._armed:
@@ -228,7 +210,7 @@ class ZeroDataParallel(Synced):
 
     def close(self) -> None:
         """Remove the hooks and leave whole parameters in the module (it stays usable)."""
-        for h in self._hooks:
+        for h in [self._arm_hook, *self._hooks]:
             h.remove()
         self._hooks = []
         if self.stage == 3:

@@ -12,10 +12,8 @@ L equal layers, Psi parameters of `itemsize` bytes, forward compute F per step (
    The gather hides when AG <= F/L (`hides`).
 
 `simulate_step` runs our ZeRO (or "flat" DP, stage 0) through `train.run` on simulated
-ranks. The model cuts every layer N ways (as `FullyShard`); our flat shards can put a whole
-layer on one rank, whose ring gather passes it across N-1 links in turn, so on a
-bandwidth-bound link the model is low by more than 2x; where latency dominates it is high
-for stage 3, since it makes every rank wait out every collective (lesson 10 shows both).
+ranks; lesson 10 shows where the two part (the model cuts every layer N ways, our flat
+shards may not; it makes every rank wait out every collective, ranks do not).
 """
 
 from __future__ import annotations
@@ -60,10 +58,9 @@ def hides(psi: float, layers: int, n: int, network, forward_seconds: float,
 def simulate_step(stage: int, world_size: int, *, network, depth: int = 4,
                   forward_seconds: float = 1e-3, steps: int = 2) -> float:
     """Logical seconds of one step (the slowest rank's mean) of our ZeRO `stage` (0: "flat"
-    DP) in `train.run` on
-    simulated ranks: its MLP as `depth` equal Linear(64, 64) layers (64 outputs for the 10
-    digits), each charging forward_seconds / depth after its forward and twice that in its
-    backward (after stage 3's all-gather)."""
+    DP) in `train.run` on simulated ranks: its MLP as `depth` equal Linear(64, 64) layers (64
+    outputs for the 10 digits), each charging forward_seconds / depth after its forward and
+    twice that in its backward (after stage 3's all-gather)."""
     history = harness.run("flat" if stage == 0 else f"zero{stage}", world_size, steps=steps,
                           global_batch=4 * world_size, lr=0.01, simulate=True, network=network,
                           model_kwargs={"hidden": 64, "classes": 64, "depth": depth - 1},

@@ -9,13 +9,14 @@ import os
 import sys
 import textwrap
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The repository: syncedu/, and beside it examples/ and benchmarks/.
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def program(name: str):
     """Import `examples/<name>.py`, one of the whole programs beside the package (they are not
     part of it: scripts for torchrun, which import syncedu and each other as plain modules)."""
-    folder = os.path.join(_ROOT, "examples")
+    folder = os.path.join(ROOT, "examples")
     if not os.path.isfile(os.path.join(folder, f"{name}.py")):
         found = sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".py"))
         raise ValueError(f"name={name!r} is not a program in {folder}; choose one of {found}")
@@ -28,7 +29,7 @@ def where(obj) -> str:
     """The file that defines `obj`, relative to the repository (syncedu/dp/buckets.py)."""
     obj = inspect.unwrap(obj)  # a decorated function (e.g. @torch.no_grad) is shown as written
     path = inspect.getsourcefile(obj) or "?"
-    rel = os.path.relpath(path, _ROOT)
+    rel = os.path.relpath(path, ROOT)
     if not rel.startswith(".."):
         return rel.replace(os.sep, "/")
     # An installed library: the path below site-packages, the same on every machine.

@@ -5,6 +5,10 @@
         --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:PORT \\
         examples/elastic_ddp.py --checkpoint ckpt.pt --out out.pt
 
+Run it by its path (from the repository's root, as above), or import it with
+`syncedu.ui.show.program("elastic_ddp")`: it imports its sibling `ddp_program` as a plain
+module, which needs this folder on `sys.path` (not `python -m examples.elastic_ddp`).
+
 Lesson 03's DDP program (`ddp_program`'s setup and checkpoints) in which, on the first
 attempt, rank `crash_rank` exits at epoch `crash_epoch`. Then (PyTorch's "torchrun
 (Elastic Launch)" documentation):

@@ -13,6 +13,8 @@ from typing import ClassVar
 
 import torch
 
+from syncedu.train.sampling import check_bool
+
 
 def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
     """One flat copy of `tensors` (a bucket), in order."""
@@ -28,8 +30,7 @@ def unflatten_(tensors: list[torch.Tensor], flat: torch.Tensor) -> None:
 def check_flags(obj, *names: str) -> None:
     """Raise unless each attribute `names` of `obj` is a bool."""
     for name in names:
-        if not isinstance(getattr(obj, name), bool):
-            raise ValueError(f"{name}={getattr(obj, name)!r} must be True or False")
+        check_bool(name, getattr(obj, name))
 
 
 @dataclass(frozen=True)

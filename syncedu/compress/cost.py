@@ -46,7 +46,8 @@ def step_seconds(name: str, nbytes: float, world_size: int, network: Network,
     """One step: max(backward compute, traffic) + the compressor's own compute.
 
     Traffic overlaps the backward; the compressor's compute (`ms_per_mb[name]` per MB of
-    fp32 gradient, measured by `timed(Alone(), ...)`) competes with it: it adds.
+    fp32 gradient: `timed(Alone(), ...)`'s seconds per call over the MB) competes with it:
+    it adds.
     """
     own = ms_per_mb.get(name, 0.0) * 1e-3 * nbytes / 2**20
     return max(compute_seconds, wire_seconds(name, nbytes, world_size, network, **kwargs)) + own
@@ -99,7 +100,7 @@ def average(comm, spec, t: torch.Tensor) -> None:
     if c is None:
         comm.all_reduce(t, op="avg")
     else:
-        c.average_(comm, [t], key="bench")
+        c.average_(comm, [t], key="timed")
 
 
 def timed(comm, specs: dict, shape, repeats: int, rounds: int) -> dict:

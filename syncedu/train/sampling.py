@@ -26,6 +26,13 @@ def check_int(name: str, value, low: int = 1) -> int:
     return value
 
 
+def check_bool(name: str, value) -> bool:
+    """`value`, or a ValueError naming `name` unless it is True or False."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}={value!r} must be True or False")
+    return value
+
+
 def steps_per_epoch(n: int, global_batch: int) -> int:
     """How many whole global batches one epoch of `n` samples holds."""
     if check_int("global_batch", global_batch) > n:

@@ -14,14 +14,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def program(name: str):
-    """Import `examples/<name>.py`, one of the whole programs beside the package (they are not
-    part of it: scripts for torchrun, which import syncedu and each other as plain modules)."""
+    """Import `examples/<name>.py`, one of the whole programs beside the package (not part of
+    it: scripts for torchrun, which import syncedu and each other as plain modules). As when
+    torchrun runs one, `examples/` goes first on `sys.path`, and stays there."""
     folder = os.path.join(ROOT, "examples")
-    if not os.path.isfile(os.path.join(folder, f"{name}.py")):
-        found = sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".py"))
-        raise ValueError(f"name={name!r} is not a program in {folder}; choose one of {found}")
+    found = sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".py")) \
+        if os.path.isdir(folder) else []
+    if name not in found:
+        raise ValueError(f"name={name!r} is not a program in {folder}; choose one of {found} "
+                         "(the examples live in the repository, beside the package)")
     if folder not in sys.path:
-        sys.path.insert(0, folder)  # as when torchrun runs the file: its folder comes first
+        sys.path.insert(0, folder)
     return importlib.import_module(name)
 
 

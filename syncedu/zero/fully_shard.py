@@ -26,8 +26,8 @@ import torch
 from torch import nn
 
 from syncedu.comm.torch_comm import TorchComm
-from syncedu.compress.base import check_flags
 from syncedu.dp.data_parallel import FlatSync
+from syncedu.train.sampling import check_bool
 from syncedu.zero.fully_shard_units import RowUnit
 from syncedu.zero.shards import Synced, broadcast_params
 
@@ -78,10 +78,10 @@ class FullyShard(Synced):
             raise ValueError(f"compute_dtype={compute_dtype!r} is not supported; choose one of "
                              f"{COMPUTE_DTYPES}")
         chosen = policy(shard)
-        self.reshard_after_forward = reshard_after_forward
-        check_flags(self, "reshard_after_forward")
+        check_bool("reshard_after_forward", reshard_after_forward)
         comm = TorchComm() if comm is None else comm
         super().__init__(module, comm)
+        self.reshard_after_forward = reshard_after_forward
         self.compute_dtype = compute_dtype
         self._live: dict[int, tuple] = {}  # storage -> (unit, index, gathered tensor)
         self.gathered_bytes = self.peak_gathered_bytes = 0  # full weights held (see _held)

@@ -20,14 +20,30 @@ import itertools
 import torch
 
 from syncedu.comm.torch_comm import TorchComm
-from syncedu.compress.base import check_flags, flatten, unflatten_
+from syncedu.compress.base import flatten, unflatten_
 from syncedu.train.memory import state_bytes
+from syncedu.train.sampling import check_bool
 from syncedu.zero.shards import (
     Layout,
     broadcast_params,
     ring_all_gather_pieces,
     ring_reduce_scatter_pieces,
 )
+
+
+def _groups(params) -> list[dict]:
+    """Parameter groups as torch takes them (tensors, or dicts), each tensor once per group
+    (torch warns of a repeat, and will refuse it); a tensor in two groups torch refuses."""
+    params = list(params)
+    if not params:
+        raise ValueError("params is empty: give the parameters (or parameter groups) to optimize")
+    if all(isinstance(g, dict) for g in params):
+        return [{**g, "params": list(dict.fromkeys(
+            [g["params"]] if isinstance(g["params"], torch.Tensor) else g["params"]))}
+            for g in params]
+    if not all(isinstance(p, torch.Tensor) for p in params):
+        raise ValueError("params must be tensors or parameter-group dicts, not a mixture")
+    return [{"params": list(dict.fromkeys(params))}]
 
 
 def _options(group: dict) -> dict:
@@ -44,11 +60,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 and issubclass(optimizer_cls, torch.optim.Optimizer)):
             raise ValueError(f"optimizer_cls={optimizer_cls!r} must be a torch.optim.Optimizer "
                              f"subclass, e.g. torch.optim.AdamW (the class, not an instance)")
-        self.comm, self.reduce_scatter = TorchComm() if comm is None else comm, reduce_scatter
-        check_flags(self, "reduce_scatter")
-        super().__init__(params, {})  # Step 0: torch's rules for params and parameter groups
-        for g in self.param_groups:  # each tensor once (torch only warns)
-            g["params"] = list(dict.fromkeys(g["params"]))
+        self.reduce_scatter = check_bool("reduce_scatter", reduce_scatter)
+        self.comm = TorchComm() if comm is None else comm
+        super().__init__(_groups(params), {})  # Step 0: torch's rules for the groups
         self.params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
         if not all(p.is_contiguous() for p in self.params):
             raise ValueError("params must be contiguous tensors")

@@ -12,8 +12,9 @@ L equal layers, Psi parameters of `itemsize` bytes, forward compute F per step (
    The gather hides when AG <= F/L (`hides`).
 
 `simulate_step` runs our ZeRO (or "flat" DP, stage 0) through `train.run` on simulated
-ranks; lesson 10 shows where the two part (the model cuts every layer N ways, our flat
-shards may not; it makes every rank wait out every collective, ranks do not).
+ranks. Lesson 10 shows where the two part: the model cuts every layer N ways, our flat
+shards may put a whole layer on one rank; and the model makes every rank wait out every
+collective, which the simulated ranks do not.
 """
 
 from __future__ import annotations

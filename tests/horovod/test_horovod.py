@@ -346,3 +346,18 @@ def test_helper_drops_horovod_runs_bogus_cycle_time_and_sets_env_in_the_ranks():
     # helper removes them, so Horovod's defaults apply, and sets what it is given.
     res = horovod_launch.run(knobs, 2, env=HorovodSettings(fusion_threshold_mb=1).env())
     assert res == [(None, None, str(2**20))] * 2
+
+
+@real_horovod
+@pytest.mark.timeout(180)
+def test_the_horovod_benchmark_runs_and_its_exit_code_says_the_sums_were_right():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cmd = [sys.executable, "-m", "benchmarks", "horovod", "--sizes-mib", "0.01", "--repeat", "1",
+           "--rounds", "1", "--steps", "2", "--hidden", "16", "--depth", "1", "--timeout", "150"]
+    done = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                          text=True, timeout=170)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "horovod / ddp" in done.stdout and " ok" in done.stdout

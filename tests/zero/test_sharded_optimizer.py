@@ -180,6 +180,26 @@ def test_bad_arguments_name_the_parameter():
         ShardedOptimizer(lin.parameters(), nn.Linear, comm=object())
     with pytest.raises(ValueError, match="reduce_scatter"):
         ShardedOptimizer(lin.parameters(), torch.optim.SGD, comm=object(), reduce_scatter="yes")
+    with pytest.raises(ValueError, match="reduce_scatter"):  # before any process group is needed
+        ShardedOptimizer(lin.parameters(), torch.optim.SGD, reduce_scatter=1)
+    with pytest.raises(ValueError, match="params is empty"):
+        ShardedOptimizer([], torch.optim.SGD, comm=object())
+    with pytest.raises(ValueError, match="params must be tensors or parameter-group dicts"):
+        ShardedOptimizer([lin.weight, {"params": [lin.bias]}], torch.optim.SGD, comm=object())
+
+
+def test_a_tensor_given_twice_in_a_group_is_optimized_once_without_a_warning():
+    import warnings
+
+    def worker(comm):
+        lin = nn.Linear(3, 2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # torch warns of a repeated tensor: never reached
+            opt = ShardedOptimizer([lin.weight, lin.weight, lin.bias], torch.optim.SGD, comm,
+                                   lr=0.1)
+        return [len(g["params"]) for g in opt.param_groups]
+
+    assert sim.run(worker, 2)[0] == [2]
 
 
 def test_state_dict_of_sgd_with_and_without_momentum():

@@ -79,6 +79,7 @@ def test_every_strategy_is_registered_by_its_topic():
     assert strategies.FACTORIES["bucketed"].__module__ == "syncedu.dp.train_strategies"
     assert strategies.FACTORIES["zero1"].__module__ == "syncedu.zero.train_strategies"
     assert strategies.FACTORIES["local_sgd"].__module__ == "syncedu.tuning.train_strategies"
+    assert strategies.FACTORIES["syncbn"].__module__ == "syncedu.syncbn.train_strategies"
 
 
 # ------------------------------------------------------------------ the import graph

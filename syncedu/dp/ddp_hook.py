@@ -83,13 +83,15 @@ def compressed_hook(state: CountingHookState, bucket):
     return inner(inner_state, bucket).then(done)
 
 
-def wrap_ddp(module, comm, bucket_cap_mb: float = 25.0, hook: bool = True, compression=None):
+def wrap_ddp(module, comm, bucket_cap_mb: float = 25.0, hook: bool = True, compression=None,
+             broadcast_buffers: bool = True):
     """DDP around `module` on the comm's group, with the counting hook; returns (ddp, events).
     `hook=False` leaves DDP's own allreduce (faster by a Python call per bucket, but its
     traffic then reaches neither the ledger nor the timeline)."""
     device_ids = [comm.device.index] if comm.device.type == "cuda" else None
     ddp = DistributedDataParallel(module, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb,
-                                  process_group=getattr(comm, "group", None))
+                                  process_group=getattr(comm, "group", None),
+                                  broadcast_buffers=broadcast_buffers)
     compressor = resolve(compression)
     state = CountingHookState(comm, None if compressor is None else compressor.ddp_hook(comm))
     if compressor is not None:

@@ -14,9 +14,10 @@ from syncedu.train.strategies import Parts, make_optimizer, register
 
 
 @register("naive", "flat", "bucketed")
-def _ours(module, comm, cfg) -> Parts:  # Step 1
+def ours(module, comm, cfg, strategy: str | None = None) -> Parts:  # Step 1
     # A private compressor per rank: simulated ranks share `cfg`, error feedback is per rank.
-    dp = DataParallel(module, comm, cfg.strategy, bucket_cap_mb=cfg.bucket_cap_mb,
+    dp = DataParallel(module, comm, strategy or cfg.strategy, bucket_cap_mb=cfg.bucket_cap_mb,
+                      broadcast_buffers=cfg.broadcast_buffers,
                       compression=copy.deepcopy(cfg.compression))
     return Parts(dp, make_optimizer(module.parameters(), cfg), dp.comm_events,
                  no_sync=dp.no_sync, finish=dp.finish_gradient_synchronization, close=dp.close)
@@ -25,5 +26,6 @@ def _ours(module, comm, cfg) -> Parts:  # Step 1
 @register("ddp")
 def _ddp(module, comm, cfg) -> Parts:  # Step 2
     ddp, events = wrap_ddp(module, comm, cfg.bucket_cap_mb, hook=cfg.ddp_hook,
-                           compression=copy.deepcopy(cfg.compression))
+                           compression=copy.deepcopy(cfg.compression),
+                           broadcast_buffers=cfg.broadcast_buffers)
     return Parts(ddp, make_optimizer(module.parameters(), cfg), events, no_sync=ddp.no_sync)

@@ -3,6 +3,7 @@ helpers (`lesson06`, `plots`, `exercises06`) need matplotlib and ipywidgets."""
 
 from __future__ import annotations
 
+from syncedu.syncbn import train_strategies  # noqa: F401  (train.run's "syncbn")
 from syncedu.syncbn.sync_batchnorm import (
     BACKWARD_OP,
     CHECK_OP,

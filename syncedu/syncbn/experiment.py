@@ -3,28 +3,26 @@
 Data-parallel `SmallCNN` on the 8x8 digits, `per_rank_batch` samples per rank and step (2-4,
 a detector's batch per GPU; MegDet, Peng et al. 2018). Modes: "plain" (each rank's BN on its
 own tiny batch and running statistics), "syncbn" (layers converted to `SyncBatchNorm`),
-"single" (one process on the global batch, the reference). Steps on every rank:
+"single" (one process on the global batch, the reference). Each mode is one `train.run`:
 
-1. build the model with the same seed on every rank (same initial weights);
-2. for each step take this rank's slice of the global batch, forward, backward;
-3. average every gradient (ledger op "gradients"), then the same SGD step;
-4. in eval mode, the test accuracy with this rank's running statistics.
-
-Not `train.run`'s loop: it reports only rank 0, and this needs every rank's own running
-statistics and accuracy on held-out images.
+1. the model with the same seed on every rank (same initial weights);
+2. each step, this rank's shard of the same global batch, drawn from the training split
+   (`holdout=test_size` images, seeded, are never trained on);
+3. every gradient averaged (strategy "naive": one allreduce per parameter; "syncbn" is
+   "naive" after `convert`), then the same SGD step with momentum; the buffers are not
+   re-broadcast (`broadcast_buffers=False`, unlike DDP's default): each rank keeps its own;
+4. in eval mode, the held-out accuracy with this rank's own running statistics
+   (`History.rank_accuracy`, `History.rank_buffers`).
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from syncedu.comm.ledger import Ledger
-from syncedu.syncbn import sync_batchnorm as syncbn
-from syncedu.train import data, models, runner
+from syncedu.train import data, harness, models
 from syncedu.train.sampling import check_int
 
 MODES = ("plain", "syncbn", "single")
@@ -65,9 +63,9 @@ class BNResult:
     loss: list[float]
     accuracy: list[float]
     running: list[dict]
-    params: dict               # rank 0's final parameters
+    params: dict               # rank 0's final parameters and buffers (a state_dict)
     ledger: Ledger
-    seconds: float             # logical seconds of the run (simulated ranks)
+    seconds: float             # the run's seconds (logical on simulated ranks)
 
     def spread(self) -> dict[str, float]:
         """Largest difference between two ranks' running statistics (any layer, channel):
@@ -81,67 +79,23 @@ class BNResult:
         return out
 
 
-@functools.cache
-def split(seed: int = 0, test_size: int = 360):
-    """(train_x, train_y, test_x, test_y) of the digits by a seeded permutation (read-only)."""
-    x, y = data.digits(images=True).tensors
-    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
-    test, train = perm[:test_size], perm[test_size:]
-    return x[train], y[train], x[test], y[test]
-
-
-def batches(cfg: BNConfig, n_train: int) -> torch.Tensor:
-    """(steps, global_batch) sample indices, the same for every mode with this seed."""
-    g = torch.Generator().manual_seed(cfg.seed + 1)
-    per_epoch = n_train // cfg.global_batch
-    epochs = -(-cfg.steps // per_epoch)
-    rows = [torch.randperm(n_train, generator=g)[:per_epoch * cfg.global_batch]
-            .view(per_epoch, cfg.global_batch) for _ in range(epochs)]
-    return torch.cat(rows)[:cfg.steps]
-
-
-def worker(comm, cfg: BNConfig, tensors, idx):
-    """Steps 1-4 on one rank; returns (losses, accuracy, running stats, parameters)."""
-    train_x, train_y, test_x, test_y = tensors
-    # Step 1: same seed, same weights everywhere.
-    model = models.make("cnn", seed=cfg.seed, channels=cfg.channels)
-    if cfg.mode == "syncbn":
-        model = syncbn.convert(model, comm)  # sync: BatchNorm over the global batch
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
-    b = idx.shape[1] // comm.world_size
-    losses = []
-    for step in range(cfg.steps):
-        # Step 2: this rank's slice of the global batch.
-        mine = idx[step, comm.rank * b:(comm.rank + 1) * b]
-        loss = F.cross_entropy(model(train_x[mine]), train_y[mine])
-        opt.zero_grad()
-        loss.backward()
-        # Step 3: average the gradients (BN weight/bias too), then step.
-        with comm.scope("gradients"):
-            for p in model.parameters():
-                comm.all_reduce(p.grad, op="avg")  # sync: data-parallel gradients
-        opt.step()
-        losses.append(loss.item())
-    # Step 4: evaluate with this rank's running statistics.
-    model.eval()
-    with torch.no_grad():
-        acc = (model(test_x).argmax(1) == test_y).double().mean().item()
-    running = {name: (m.running_mean.clone(), m.running_var.clone())
-               for name, m in model.named_modules() if hasattr(m, "running_var")}
-    params = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    return losses, acc, running, params
+STRATEGY = {"plain": "naive", "syncbn": "syncbn", "single": "single"}  # mode -> train.run's
 
 
 def run(cfg: BNConfig, *, network=None, simulate: bool = True, pool=None) -> BNResult:
-    """Run one configuration on simulated ranks (or real ones: `simulate=False`, `pool=`)."""
-    tensors = split(cfg.seed, cfg.test_size)
-    idx = batches(cfg, len(tensors[1]))
-    ranks = 1 if cfg.mode == "single" else cfg.world_size
-    res = runner.run(worker, ranks, (cfg, tensors, idx), network=network, simulate=simulate,
-                     pool=pool, job=f"mode={cfg.mode!r}")
-    loss = [sum(r[0][s] for r in res) / len(res) for s in range(cfg.steps)]
-    return BNResult(loss, [r[1] for r in res], [r[2] for r in res], res[0][3], res.ledger,
-                    res.seconds)
+    """Steps 1-4: one configuration through `train.run`, on simulated ranks (or real ones:
+    `simulate=False`, `pool=`)."""
+    where = {} if cfg.mode == "single" else dict(network=network, simulate=simulate, pool=pool)
+    h = harness.run(STRATEGY[cfg.mode], 1 if cfg.mode == "single" else cfg.world_size,
+                    steps=cfg.steps, global_batch=cfg.global_batch, lr=cfg.lr,
+                    momentum=cfg.momentum, seed=cfg.seed, model="cnn",
+                    model_kwargs={"channels": cfg.channels}, holdout=cfg.test_size,
+                    broadcast_buffers=False, progress=False, **where)  # "single": in this process
+    layers = [k[:-len(".running_var")] for k in h.rank_buffers[0] if k.endswith(".running_var")]
+    running = [{name: (b[f"{name}.running_mean"], b[f"{name}.running_var"]) for name in layers}
+               for b in h.rank_buffers]
+    return BNResult(h.loss, h.rank_accuracy, running, {**h.params, **h.rank_buffers[0]},
+                    h.ledger, h.seconds)
 
 
 def compare(per_rank_batch: int = 2, world_size: int = 4, steps: int = 150,
@@ -166,7 +120,8 @@ def stat_noise(batch_sizes=(1, 2, 4, 8, 16, 32), *, params: dict | None = None, 
     if params is not None:
         model.load_state_dict(params)
     with torch.no_grad():
-        feats = model.features[:3 * layer - 2](split(seed)[0]).double()  # (n, C, 8, 8)
+        train = data.holdout_split(data.digits(images=True), BNConfig.test_size, seed)[0]
+        feats = model.features[:3 * layer - 2](train.tensors[0]).double()  # (n, C, 8, 8)
     var, mean = torch.var_mean(feats, dim=(0, 2, 3), correction=0)
     g = torch.Generator().manual_seed(seed + 2)
     out = {}

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 from syncedu.train.compression import resolve
 from syncedu.train.optimizers import check_optimizer_options
-from syncedu.train.sampling import check_int
+from syncedu.train.sampling import check_bool, check_int
 from syncedu.train.strategies import CHECKS
 
 # Every name train.run accepts; each topic registers its factories (train/strategies.py).
-STRATEGIES = ("single", "naive", "flat", "bucketed", "ddp", "local_sgd", "diloco",
+STRATEGIES = ("single", "naive", "flat", "bucketed", "ddp", "syncbn", "local_sgd", "diloco",
               "noise_scale", "zero1", "zero2", "zero3", "horovod")
 # Strategies whose gradient traffic a compressor can shrink.
 COMPRESSIBLE = ("naive", "flat", "bucketed", "ddp", "horovod")
@@ -44,8 +44,10 @@ class TrainConfig:
     compute_seconds: float = 0.0  # modeled compute per micro-batch
     timeline_steps: int = 3
     synthetic_size: int = 2048
+    holdout: int = 0  # > 0: that many samples (seeded) never trained on; accuracy is on them
     model_kwargs: tuple = ()
     ddp_hook: bool = True  # count DDP's traffic with a comm hook (False: DDP's own C++ path)
+    broadcast_buffers: bool = True  # rank 0's buffers to all at every forward, as DDP's default
     optimizer: str = "sgd"
     sync_every: int = 1  # local_sgd: average the parameters every sync_every optimizer steps
     start_local_at: int = 0  # local_sgd: average every step until then (post-local SGD)
@@ -83,8 +85,11 @@ class TrainConfig:
         if isinstance(self.model_kwargs, dict):  # accept a dict, store it hashable
             object.__setattr__(self, "model_kwargs", tuple(sorted(self.model_kwargs.items())))
         size = 1797 if self.dataset == "digits" else self.synthetic_size
-        if self.global_batch > size:
-            raise ValueError(f"global_batch={self.global_batch} must be <= the dataset size {size}")
+        check_int("holdout", self.holdout, 0)
+        check_bool("broadcast_buffers", self.broadcast_buffers)
+        if self.global_batch > size - self.holdout:
+            raise ValueError(f"global_batch={self.global_batch} must be <= the training set's size "
+                             f"{size - self.holdout} (the dataset's {size} less holdout)")
         check_optimizer_options(self)  # optimizer, lr, momentum, weight_decay, betas, eps
         if self.dtype != "float32" and self.strategy != "single":  # DiLoCo, compressors: fp32 wire
             raise ValueError(f"dtype={self.dtype!r} applies to strategy='single' only; "

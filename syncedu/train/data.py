@@ -50,3 +50,16 @@ def synthetic(n: int = 1024, features: int = 16, classes: int = 4, *, noise: flo
     y = torch.randint(0, classes, (n,), generator=g)
     x = centres[y] + noise * torch.randn(n, features, generator=g)
     return TensorDataset(x, y)
+
+
+def holdout_split(dataset: TensorDataset, holdout: int, seed: int = 0):
+    """(train, test) TensorDatasets: `holdout` samples drawn by a seeded permutation are the
+    test set, the rest the training set (`holdout=0`: the whole dataset is both)."""
+    if not isinstance(holdout, int) or isinstance(holdout, bool) or not 0 <= holdout < len(dataset):
+        raise ValueError(f"holdout={holdout!r} must be an int in 0..{len(dataset) - 1}")
+    if holdout == 0:
+        return dataset, dataset
+    x, y = dataset.tensors
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
+    test, train = perm[:holdout], perm[holdout:]
+    return TensorDataset(x[train], y[train]), TensorDataset(x[test], y[test])

@@ -38,8 +38,8 @@ class History:
     compute_seconds: float
     comm_wait_seconds: float
     comm_busy_seconds: float
-    accuracy: float
-    final_loss: float  # of the final parameters on the whole dataset
+    accuracy: float  # rank 0's, on the whole dataset (or the `holdout` samples), eval mode
+    final_loss: float  # of the final parameters there
     timeline: list[tuple[str, float, float]] = field(repr=False)
     sim_seconds: float | None = None
     # Per rank, bytes of model state (ZeRO: its peaks; else what is held after the last step).
@@ -47,6 +47,9 @@ class History:
     extra: dict = field(default_factory=dict)  # rank 0's `Parts.report()` (strategy-specific)
     # Per rank, seconds of each optimizer step (logical when simulated).
     rank_step_seconds: list[list[float]] = field(default_factory=list, repr=False)
+    # Per rank: its accuracy and its own buffers (BatchNorm's running statistics differ).
+    rank_accuracy: list[float] = field(default_factory=list)
+    rank_buffers: list[dict] = field(default_factory=list, repr=False)
 
     @property
     def steps_per_second(self) -> float:
@@ -136,5 +139,7 @@ def _history(cfg: TrainConfig, values: list[train_rank.RankResult]) -> History:
                    accuracy=values[0].accuracy,
                    final_loss=values[0].final_loss, extra=values[0].extra,
                    rank_step_seconds=[v.steps for v in values],
+                   rank_accuracy=[v.accuracy for v in values],
+                   rank_buffers=[v.buffers for v in values],
                    timeline=values[0].timeline, sim_seconds=values[0].sim_seconds,
                    model_state_bytes=[v.model_state for v in values])

@@ -33,8 +33,9 @@ class RankResult:
 
     loss: list[float]  # this rank's shard mean loss per optimizer step
     params: dict[str, torch.Tensor]  # final parameters by the plain module's names
-    accuracy: float  # on the whole dataset, at the end
-    final_loss: float  # cross-entropy of the final parameters on the whole dataset
+    accuracy: float  # on the whole dataset (or the held-out samples), at the end, in eval mode
+    final_loss: float  # cross-entropy of the final parameters there
+    buffers: dict[str, torch.Tensor]  # this rank's own buffers (BatchNorm's running statistics)
     elapsed: float  # seconds of the training steps, from a common barrier
     compute: float  # seconds computing (forward, backward, optimizer step)
     wait: float  # seconds waiting for communication (exposed)
@@ -52,13 +53,15 @@ class Session:
 
     def __init__(self, comm, cfg):
         self.comm, self.cfg = comm, cfg
-        self.dataset = data.digits(images=cfg.model == "cnn") if cfg.dataset == "digits" else \
+        whole = data.digits(images=cfg.model == "cnn") if cfg.dataset == "digits" else \
             data.synthetic(n=cfg.synthetic_size, features=64, classes=10, seed=cfg.seed)
+        self.dataset, test = data.holdout_split(whole, cfg.holdout, cfg.seed)
         self.x, self.y = self.dataset.tensors
+        self.test_x, self.test_y = test.tensors  # what accuracy and final_loss are measured on
         self.module = models.make(cfg.model, seed=cfg.seed, **dict(cfg.model_kwargs))
         dtype = getattr(torch, cfg.dtype)  # float64: the same float32 start, widened
         self.module.to(comm.device, dtype)
-        self.x = self.x.to(dtype)
+        self.x, self.test_x = self.x.to(dtype), self.test_x.to(dtype)
         charge = LayerCompute(self.module, comm, cfg.compute_seconds)
         parts = self.parts = train_strategies.build(self.module, comm, cfg)  # Step 1
         self.model, self.events, self.opt = parts.model, parts.events, parts.optimizer
@@ -160,15 +163,16 @@ class Session:
         state = self.parts.memory() or memory.model_state_bytes(self.module, self.opt)
         self._close()
         params = {k: v.detach().cpu().clone() for k, v in self.module.named_parameters()}
+        buffers = {k: v.detach().cpu().clone() for k, v in self.module.named_buffers()}
         with torch.no_grad():
-            self.module.eval()
-            out = self.module(self.x.to(self.comm.device)).cpu()
+            self.module.eval()  # BatchNorm: this rank's running statistics
+            out = self.module(self.test_x.to(self.comm.device)).cpu()
         pred = out.argmax(1)
         first = self.timeline[0][1] if self.timeline else 0.0
         comm_ev = [("comm", s, e) for s, e, _ in self.events if s >= first] if self.timeline else []
         return RankResult(
-            loss=self.loss, params=params, accuracy=(pred == self.y).float().mean().item(),
-            final_loss=F.cross_entropy(out, self.y).item(),
+            loss=self.loss, params=params, accuracy=(pred == self.test_y).float().mean().item(),
+            final_loss=F.cross_entropy(out, self.test_y).item(), buffers=buffers,
             elapsed=self.elapsed, compute=self.times["compute"], wait=self.times["wait"],
             busy=sum(e - s for s, e, _ in self.events), steps=self.times["steps"],
             timeline=[(k, s - first, e - first) for k, s, e in self.timeline + comm_ev],

@@ -8,7 +8,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from syncedu import Network, launch, train
-from syncedu.train import data, sampling
+from syncedu.train import data, models, sampling
 
 JOB = dict(steps=12, global_batch=48, lr=0.2, seed=3)
 SHORT = dict(JOB, steps=4)
@@ -85,6 +85,9 @@ def test_sampling_errors():
     (dict(compression="zip"), "compression"),
     (dict(dtype="float16"), "dtype"),
     (dict(dtype="float64"), "dtype='float64' applies to strategy='single'"),
+    (dict(holdout=-1), "holdout"),
+    (dict(holdout=1790), "global_batch=8 must be <= the training set's size 7"),
+    (dict(broadcast_buffers=1), "broadcast_buffers"),
 ])
 def test_config_errors(kwargs, match):
     args = dict(strategy="flat", world_size=2, steps=1, global_batch=8) | kwargs
@@ -309,3 +312,33 @@ def test_float64_runs_widen_the_same_start_and_agree_with_float32_early():
     f64 = train.run("single", 1, steps=3, global_batch=32, lr=0.1, dtype="float64")
     assert all(p.dtype == torch.float64 for p in f64.params.values())
     assert f64.loss[0] == pytest.approx(f32.loss[0], rel=1e-6) and f64.loss[0] != f32.loss[0]
+
+
+# ------------------------------------------------------------------ held-out data, own buffers
+def test_holdout_trains_on_the_rest_and_measures_on_the_held_out():
+    whole = data.digits()
+    train_part, test_part = data.holdout_split(whole, 300, seed=3)
+    assert (len(train_part), len(test_part)) == (1497, 300)
+    seen = {tuple(r.tolist()) for r in train_part.tensors[0]}
+    assert not any(tuple(r.tolist()) in seen for r in test_part.tensors[0][:50])  # disjoint
+    h = train.run("single", 1, steps=5, global_batch=32, seed=3, holdout=300)
+    model = models.make("mlp", seed=3)
+    model.load_state_dict(h.params)
+    with torch.no_grad():
+        want = (model(test_part.tensors[0]).argmax(1) == test_part.tensors[1]).float().mean()
+    assert h.accuracy == pytest.approx(want.item()) and h.rank_accuracy == [h.accuracy]
+    with pytest.raises(ValueError, match="holdout"):
+        data.holdout_split(whole, len(whole))
+
+
+def test_without_broadcast_buffers_each_rank_keeps_its_own_batchnorm_statistics():
+    job = dict(steps=6, global_batch=8, model="cnn", model_kwargs={"channels": 4},
+               simulate=True, lr=0.05)
+    spread = {}
+    for broadcast in (True, False):
+        h = train.run("naive", 4, broadcast_buffers=broadcast, **job)
+        var = torch.stack([b["features.1.running_var"] for b in h.rank_buffers])
+        spread[broadcast] = (var.max(0).values - var.min(0).values).max().item()
+        assert len(h.rank_accuracy) == 4
+    # DDP's default re-sends rank 0's buffers every forward: they differ by one step's update
+    assert 0 < spread[True] < spread[False]

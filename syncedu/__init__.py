@@ -1,31 +1,18 @@
 """syncedu: how data is synchronized in distributed training, run and measured.
 
-The package reads like the course (imports run one way, top to bottom):
-
-1. `syncedu/comm/`, the engine: the `Comm` interface, real ranks (`launch`),
-   simulated ranks (`sim`), the `Network` model and the ledger;
-2. `syncedu/train/`, the one training harness: `train.run`, its config, the
-   per-rank loop, where ranks run, data, models; it imports no topic, topics
-   register their strategies with it;
-3. one package per topic, in course order, each opening with its algorithm
-   files, then its experiments, then its notebook helpers (figures, widgets,
-   exercise checkers, imported by name only):
-   `collectives/` (01-02, with the cost model), `dp/` (03, 05), `ps/` (04),
-   `syncbn/` (06), `compress/` (07), `horovod/` (08), `tuning/` (09),
-   `zero/` (10);
-4. `syncedu/ui/`: what every lesson shares (`show`, the widget base, the
-   ledger figure, the checkers' helpers).
-
-Beside the package, not in it: `benchmarks/` (`python -m benchmarks ...` from the
-repository's root) and `examples/` (whole programs for torchrun); they import syncedu,
-never the other way round.
+The package reads like the course, imports running one way: `syncedu/comm/` (the engine:
+`Comm`, real and simulated ranks, the `Network` model, the ledger) <- `syncedu/train/` (the
+one training harness, which imports no topic) <- one package per topic, in course order,
+each opening with its algorithm files (`collectives/` 01-02, `dp/` 03 and 05, `ps/` 04,
+`syncbn/` 06, `compress/` 07, `horovod/` 08, `tuning/` 09, `zero/` 10, `faults/` 11) <-
+their notebook helpers; `syncedu/ui/` holds what every lesson shares. Beside the package,
+not in it: `benchmarks/` and `examples/` (README, "The package").
 
 The short names are the real packages and modules, bound here eagerly:
-`from syncedu import launch, sim, collectives, cost, dp, syncbn, train, ps,
-compress, data, models, zero, Network, PRESETS`. Importing the topics also
-registers their `train.run` strategies. Nothing here imports matplotlib or
-ipywidgets: a rank process that imports `syncedu.comm` (which imports this
-package first) stays light.
+`from syncedu import launch, sim, collectives, cost, dp, syncbn, train, ps, compress, data,
+models, zero, Network, PRESETS`. Importing the topics also registers their `train.run`
+strategies. Nothing here imports matplotlib or ipywidgets: a rank process that imports
+`syncedu.comm` (which imports this package first) stays light.
 """
 
 from __future__ import annotations

@@ -154,11 +154,6 @@ class Ledger:
     msgs_sent = property(lambda self: self._total.msgs_sent)
     msgs_received = property(lambda self: self._total.msgs_received)
 
-    @property
-    def total_sent(self) -> int:
-        """Bytes sent by all ranks together."""
-        return sum(self.sent)
-
     def rows(self) -> list[tuple[str, int, int, int, int, int]]:
         """(op, rank, bytes sent, bytes received, messages sent, messages received)."""
         return [(name, r, op.sent[r], op.received[r], op.msgs_sent[r], op.msgs_received[r])

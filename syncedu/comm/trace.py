@@ -165,14 +165,6 @@ class Trace:
         step = (self.dst - self.src) % world_size
         return bool(((step == 1) | (step == world_size - 1)).all())
 
-    def ops_in_order(self) -> list[str]:
-        """The ops in the order their first message left (e.g. reduce-scatter, all-gather)."""
-        firsts: dict[str, float] = {}
-        for op, t in zip(self.op.tolist(), self.start.tolist()):
-            if op not in firsts or t < firsts[op]:
-                firsts[op] = t
-        return sorted(firsts, key=lambda op: (firsts[op], op))
-
     def busiest_receiver(self) -> tuple[int, int]:
         """(rank, number of distinct senders) of the rank that hears from most ranks (a root
         hears from everybody, a ring's ranks from one or two)."""

@@ -40,8 +40,19 @@ def _check_stats(name, worker, xs, atol_mean, atol_var, what):
             err = (got_var - var).abs().max().item()
             return verdict(name, False, f"{what}: rank {r} (batch of {_SIZES[r]}) got mean "
                             f"{got_mean.tolist()} and var {got_var.tolist()}; expected "
-                            f"{mean.tolist()} and {var.tolist()} (var off by {err:.3g})"), None
+                            f"{mean.tolist()} and {var.tolist()} (var off by {err:.3g})"
+                            + _mean_of_means(xs, got_mean)), None
     return True, res
+
+
+def _mean_of_means(xs, got_mean) -> str:
+    """The named mistake, if `got_mean` is a mean of the ranks' means (section 3's warning)."""
+    means = [x.double().mean(0) for x in xs if len(x)]
+    if torch.isnan(got_mean).any() or any(torch.allclose(got_mean, sum(means) / k, atol=1e-9)
+                                          for k in (len(means), len(xs))):
+        return (f" - that is a mean of the ranks' means (op='avg'?), but the ranks hold "
+                f"{list(_SIZES)} samples: all_reduce the sums and the count, then divide")
+    return ""
 
 
 @checker
@@ -146,6 +157,9 @@ def syncbn_backward(backward) -> bool:
             why = ("you returned the sum over all ranks: leave dweight and dbias LOCAL (the "
                    "data-parallel wrapper averages them like every other gradient)"
                    if torch.allclose(db, all_b, atol=1e-9) else
+                   "you averaged them over the ranks: leave dweight and dbias LOCAL (the "
+                   "data-parallel wrapper averages them; averaging here too divides twice)"
+                   if torch.allclose(db, all_b / len(case["sizes"]), atol=1e-9) else
                    "dweight = sum(dy * xhat) and dbias = sum(dy) over this rank's samples, "
                    "per channel")
             return verdict(name, False, f"{where}: dx is right, dweight/dbias are not: {why}")
@@ -198,6 +212,14 @@ def average_running_stats(worker, world_size: int = 3) -> bool:
                                                      if "running" in n] for m in models])]
     for r, got in enumerate(res):
         if len(got) != len(want) or not all(torch.allclose(a, b) for a, b in zip(got, want)):
+            wrong = sorted({("mean" if i % 2 == 0 else "var") for i, (a, b)
+                            in enumerate(zip(got, want)) if not torch.allclose(a, b)})
+            summed = len(got) == len(want) and all(torch.allclose(a, world_size * b)
+                                                   for a, b in zip(got, want))
+            why = (f"they are the sum over the {world_size} ranks: divide by world_size (or "
+                   "all_reduce with op='avg')" if summed else
+                   f"running_{' and running_'.join(wrong)} differ" if len(got) == len(want)
+                   else f"{len(got)} running buffers, expected {len(want)}")
             return verdict(name, False, f"rank {r}'s running statistics are not the average "
-                            "over ranks (every BatchNorm layer, mean and var)")
+                            f"over ranks (every BatchNorm layer, mean and var): {why}")
     return verdict(name, True)

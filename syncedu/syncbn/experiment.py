@@ -30,7 +30,8 @@ MODES = ("plain", "syncbn", "single")
 
 @dataclass(frozen=True)
 class BNConfig:
-    """One run of the experiment (validated; picklable for real ranks)."""
+    """One run of the experiment (validated here, and lr, momentum and broadcast_buffers by
+    `train.run`'s config; picklable for real ranks)."""
 
     mode: str = "syncbn"
     world_size: int = 4
@@ -41,14 +42,13 @@ class BNConfig:
     channels: int = 8
     seed: int = 0
     test_size: int = 360
+    broadcast_buffers: bool = False  # True: rank 0's buffers re-sent every forward (DDP's default)
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode={self.mode!r} must be one of {MODES}")
         for name in ("world_size", "per_rank_batch", "steps", "channels", "test_size"):
             check_int(name, getattr(self, name), 1)
-        if not self.lr > 0 or not 0 <= self.momentum < 1:
-            raise ValueError(f"lr={self.lr} must be > 0 and momentum={self.momentum} in [0, 1)")
 
     @property
     def global_batch(self) -> int:
@@ -67,16 +67,17 @@ class BNResult:
     ledger: Ledger
     seconds: float             # the run's seconds (logical on simulated ranks)
 
-    def spread(self) -> dict[str, float]:
-        """Largest difference between two ranks' running statistics (any layer, channel):
-        "mean" absolute, "var" relative to the ranks' average variance."""
-        out = {"mean": 0.0, "var": 0.0}
+    def spread(self, typical: bool = False) -> dict[str, float]:
+        """How far apart two ranks' running statistics lie, channel by channel over every
+        layer: the largest range (`typical`: the mean over channels), "mean" absolute,
+        "var" relative to the ranks' average variance."""
+        means, varis = [], []
         for layer in self.running[0]:
-            means, varis = (torch.stack([r[layer][i] for r in self.running]) for i in (0, 1))
-            rng = lambda t: t.max(0).values - t.min(0).values  # noqa: E731
-            out["mean"] = max(out["mean"], rng(means).max().item())
-            out["var"] = max(out["var"], (rng(varis) / varis.mean(0)).max().item())
-        return out
+            m, v = (torch.stack([r[layer][i] for r in self.running]) for i in (0, 1))
+            means.append(m.max(0).values - m.min(0).values)
+            varis.append((v.max(0).values - v.min(0).values) / v.mean(0))
+        pick = torch.mean if typical else torch.max
+        return {"mean": pick(torch.cat(means)).item(), "var": pick(torch.cat(varis)).item()}
 
 
 STRATEGY = {"plain": "naive", "syncbn": "syncbn", "single": "single"}  # mode -> train.run's
@@ -85,12 +86,13 @@ STRATEGY = {"plain": "naive", "syncbn": "syncbn", "single": "single"}  # mode ->
 def run(cfg: BNConfig, *, network=None, simulate: bool = True, pool=None) -> BNResult:
     """Steps 1-4: one configuration through `train.run`, on simulated ranks (or real ones:
     `simulate=False`, `pool=`)."""
+    # "single" runs in this process: no network, pool or simulation to pass
     where = {} if cfg.mode == "single" else dict(network=network, simulate=simulate, pool=pool)
     h = harness.run(STRATEGY[cfg.mode], 1 if cfg.mode == "single" else cfg.world_size,
                     steps=cfg.steps, global_batch=cfg.global_batch, lr=cfg.lr,
                     momentum=cfg.momentum, seed=cfg.seed, model="cnn",
                     model_kwargs={"channels": cfg.channels}, holdout=cfg.test_size,
-                    broadcast_buffers=False, progress=False, **where)  # "single": in this process
+                    broadcast_buffers=cfg.broadcast_buffers, progress=False, **where)
     layers = [k[:-len(".running_var")] for k in h.rank_buffers[0] if k.endswith(".running_var")]
     running = [{name: (b[f"{name}.running_mean"], b[f"{name}.running_var"]) for name in layers}
                for b in h.rank_buffers]

@@ -71,7 +71,8 @@ def test_reduce_scatter_precedes_all_gather():
         comm.all_gather(parts, out)
 
     tr = sim.run(worker, 4, network=NET).trace
-    assert tr.ops_in_order() == ["reduce_scatter", "all_gather"]
+    assert set(tr.op.tolist()) == {"reduce_scatter", "all_gather"}
+    assert tr.only(op="reduce_scatter").end.max() <= tr.only(op="all_gather").start.min()
     assert len(tr.only(op="reduce_scatter")) == len(tr.only(op="all_gather")) == 12
 
 

@@ -18,7 +18,7 @@ def _bc(t, ref):
 
 
 def _syncbn_backward(comm, dy, xhat, invstd, weight, count, *, local=False, calls=1,
-                     global_w=False):
+                     global_w=False, mean_w=False):
     """A learner's SyncBN backward, right by default, or with one classic mistake."""
     dims = [d for d in range(dy.dim()) if d != 1]
     c = dy.shape[1]
@@ -31,7 +31,7 @@ def _syncbn_backward(comm, dy, xhat, invstd, weight, count, *, local=False, call
         comm.all_reduce(sums[c:])
     n = dy.numel() // c if local else count
     dx = _bc(weight * invstd, dy) * (dy - _bc(sums[:c], dy) / n - xhat * _bc(sums[c:], dy) / n)
-    kept = sums if global_w else mine
+    kept = sums / comm.world_size if mean_w else sums if global_w else mine
     return dx, kept[c:], kept[:c]
 
 
@@ -48,6 +48,8 @@ def test_lesson06_syncbn_backward_checker_names_the_mistake(capsys):
     assert "2 communication calls" in capsys.readouterr().out
     assert not ex6.syncbn_backward.grade(partial(_syncbn_backward, global_w=True))
     assert "leave dweight and dbias LOCAL" in capsys.readouterr().out
+    assert not ex6.syncbn_backward.grade(partial(_syncbn_backward, mean_w=True))
+    assert "you averaged them over the ranks" in capsys.readouterr().out
     assert not ex6.syncbn_backward.grade(stub_any)
     assert "not attempted yet" in capsys.readouterr().out
 
@@ -78,8 +80,32 @@ def test_lesson06_checkers(capsys):
     assert not ex6.global_mean_var.grade(lambda comm, x: stats(comm, x, wide=False))
     assert "float32 data with mean 3000" in capsys.readouterr().out  # the cancellation
     assert ex6.step_bytes.grade(bytes_) and not ex6.step_bytes.grade(bytes_ // 2)
+    def summed(comm, model):  # forgot to divide by the world size
+        for name, b in model.named_buffers():
+            if "running" in name:
+                comm.all_reduce(b)
+
+    def mean_only(comm, model):  # averaged running_mean, forgot running_var
+        for name, b in model.named_buffers():
+            if "running_mean" in name:
+                comm.all_reduce(b, op="avg")
+
+    def mean_of_means(comm, x):  # section 3's warning: the ranks hold different counts
+        m = x.double().mean(0) if len(x) else torch.zeros(x.shape[1], dtype=torch.float64)
+        v = x.double().var(0, unbiased=False) if len(x) else torch.zeros_like(m)
+        t = torch.cat([m, v])
+        comm.all_reduce(t, op="avg")
+        return t[:len(m)], t[len(m):]
+
     assert ex6.average_running_stats.grade(good_avg)
+    capsys.readouterr()
     assert not ex6.average_running_stats.grade(lambda comm, model: None)
+    assert not ex6.average_running_stats.grade(summed)
+    assert "sum over the 3 ranks: divide by world_size" in capsys.readouterr().out
+    assert not ex6.average_running_stats.grade(mean_only)
+    assert "running_var differ" in capsys.readouterr().out
+    assert not ex6.global_mean_var.grade(mean_of_means)
+    assert "a mean of the ranks' means" in capsys.readouterr().out
     assert not ex6.global_mean_var.grade(stub_any)
     assert "not attempted yet" in capsys.readouterr().out
 

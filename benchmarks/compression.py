@@ -16,7 +16,7 @@ import torch
 from benchmarks import table
 from syncedu.comm import launch, sim
 from syncedu.comm.ledger import ring_allreduce_elements
-from syncedu.compress import PowerSGD, SignSGD, TopK, resolve
+from syncedu.compress import PowerSGD, SignSGD, TopK
 from syncedu.compress.cost import Alone, average, timed
 
 
@@ -32,7 +32,7 @@ def _shape(size_mb: float) -> tuple[int, int]:
 
 
 def _one(comm, spec, shape) -> None:
-    average(comm, resolve(spec), torch.randn(*shape))
+    average(comm, spec, torch.randn(*shape))
 
 
 def measure(sizes_mb=(1, 16), rounds: int = 5, repeats: int = 5, world_size: int = 2,

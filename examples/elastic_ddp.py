@@ -44,7 +44,6 @@ from ddp_program import Config
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from syncedu.comm.launch import free_port
 from syncedu.train import data, models
 from syncedu.train.sampling import check_int
 
@@ -135,7 +134,7 @@ def launch_elastic(*, nproc: int = 2, max_restarts: int = 1, crash_rank: int | N
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
            "--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts),
            "--monitor-interval", str(monitor_interval), "--rdzv-backend", "c10d",
-           "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id",
+           "--rdzv-endpoint", f"127.0.0.1:{ddp_program.free_port()}", "--rdzv-id",
            uuid.uuid4().hex, "--local-addr", "127.0.0.1", os.path.abspath(__file__),
            "--checkpoint", str(ckpt), "--out", str(out), "--epochs", str(epochs),
            "--global-batch", str(global_batch), "--lr", str(lr),

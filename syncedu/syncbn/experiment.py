@@ -25,7 +25,8 @@ from syncedu.comm.ledger import Ledger
 from syncedu.train import data, harness, models
 from syncedu.train.sampling import check_int
 
-MODES = ("plain", "syncbn", "single")
+STRATEGY = {"plain": "naive", "syncbn": "syncbn", "single": "single"}  # mode -> train.run's
+MODES = tuple(STRATEGY)
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,6 @@ class BNResult:
             varis.append((v.max(0).values - v.min(0).values) / v.mean(0))
         pick = torch.mean if typical else torch.max
         return {"mean": pick(torch.cat(means)).item(), "var": pick(torch.cat(varis)).item()}
-
-
-STRATEGY = {"plain": "naive", "syncbn": "syncbn", "single": "single"}  # mode -> train.run's
 
 
 def run(cfg: BNConfig, *, network=None, simulate: bool = True, pool=None) -> BNResult:

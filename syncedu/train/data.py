@@ -7,6 +7,8 @@ from __future__ import annotations
 import torch
 from torch.utils.data import TensorDataset
 
+from syncedu.train.sampling import check_int
+
 
 def digits(images: bool = False) -> TensorDataset:
     """The 8x8 digits: features (1797, 64), or (1797, 1, 8, 8) with `images=True`.
@@ -55,8 +57,8 @@ def synthetic(n: int = 1024, features: int = 16, classes: int = 4, *, noise: flo
 def holdout_split(dataset: TensorDataset, holdout: int, seed: int = 0):
     """(train, test) TensorDatasets: `holdout` samples drawn by a seeded permutation are the
     test set, the rest the training set (`holdout=0`: the whole dataset is both)."""
-    if not isinstance(holdout, int) or isinstance(holdout, bool) or not 0 <= holdout < len(dataset):
-        raise ValueError(f"holdout={holdout!r} must be an int in 0..{len(dataset) - 1}")
+    if check_int("holdout", holdout, 0) >= len(dataset):
+        raise ValueError(f"holdout={holdout!r} must be < the dataset's size {len(dataset)}")
     if holdout == 0:
         return dataset, dataset
     x, y = dataset.tensors

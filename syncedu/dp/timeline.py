@@ -1,7 +1,15 @@
-"""What overlapping gradient buckets with backward buys, on the alpha-beta model.
+"""Step-time models, in one place: one training step on the alpha-beta model.
 
-One data-parallel step (Li et al., VLDB 2020, Fig. 2; the numbers are a lesson's
-choice, e.g. Goyal et al. 2017's ResNet-50: ~100 MB of gradients, ~120 ms of backward):
+The collectives' seconds come from one formula file, `comm/alphabeta.py` (directly, or
+through `collectives.cost`); this file composes them into steps, for four lessons:
+
+- lesson 03, buckets overlapped with the backward (`schedule`, `step_time`);
+- lesson 05, K micro-batches per allreduce (`accumulation_time`);
+- lesson 09, scaling efficiency by model size (`overlap_step_time`, `comm_seconds`);
+- lesson 10, ZeRO's stages with and without prefetch (`zero_step_time`, `gather_hides`).
+
+The numbers are a lesson's choice, e.g. Goyal et al. 2017's ResNet-50: ~100 MB of
+gradients, ~120 ms of backward. One data-parallel step (Li et al., VLDB 2020, Fig. 2):
 
 1. forward takes `forward` seconds;
 2. backward produces the gradients bucket by bucket (last layer first), each
@@ -11,15 +19,24 @@ choice, e.g. Goyal et al. 2017's ResNet-50: ~100 MB of gradients, ~120 ms of bac
    the `Network`, 2(N-1)(alpha + S/(N B)), as in the emulator and the simulator;
 4. without overlap all buckets go after backward; the optimizer step starts when
    the last allreduce ends (`step` seconds). An `overlap` share in between: the
-   buckets are ready over the backward's last `overlap` share (lesson 09's scaling model).
+   buckets are ready over the backward's last `overlap` share (lesson 09's model).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from syncedu.collectives.cost import allreduce_time, collective_time
 from syncedu.comm.emulation import ring_seconds
 from syncedu.comm.network import Network
+from syncedu.train.sampling import check_int
+
+# Backward costs about twice the forward (two matrix products per layer instead of one).
+BACKWARD_SHARE = 2 / 3
+# The share of the backward that hides communication unless a caller says otherwise.
+DEFAULT_OVERLAP = 0.5
+ZERO_MODES = ("dp", "zero1", "zero2", "zero3", "zero3_prefetch")
 
 
 @dataclass(frozen=True)
@@ -89,3 +106,98 @@ def accumulation_time(k: int, world_size: int, network: Network, grad_bytes: int
         raise ValueError(f"k={k} must be >= 1")
     one = ring_seconds("all_reduce", grad_bytes, world_size, network)
     return k * micro_compute + (k if sync_every else 1) * one
+
+
+# ------------------------------------------------- lesson 09: efficiency by model size
+def _check(model_bytes, compute_seconds, world_size, overlap) -> None:
+    if not model_bytes >= 0:
+        raise ValueError(f"model_bytes={model_bytes!r} must be >= 0")
+    if not compute_seconds > 0:
+        raise ValueError(f"compute_seconds={compute_seconds!r} must be > 0")
+    check_int("world_size", world_size)
+    if not 0 <= overlap <= 1:
+        raise ValueError(f"overlap={overlap!r} must be in [0, 1]")
+
+
+def model_buckets(model_bytes: float, bucket_bytes: float | None) -> list[float]:
+    """`model_bytes` in buckets of `bucket_bytes` (None: one bucket), the last one smaller."""
+    if bucket_bytes is None:
+        return [model_bytes]
+    if not bucket_bytes > 0:
+        raise ValueError(f"bucket_bytes={bucket_bytes!r} must be > 0 (or None: one bucket)")
+    k = max(1, math.ceil(model_bytes / bucket_bytes))
+    return [bucket_bytes] * (k - 1) + [model_bytes - bucket_bytes * (k - 1)]
+
+
+def comm_seconds(model_bytes: float, world_size: int, network: Network, *,
+                 bucket_bytes: float | None = None) -> float:
+    """Seconds of all the gradient (ring) allreduces of one step, back to back: one of the
+    whole model, or one per bucket (each bucket pays the latency terms again)."""
+    return sum(allreduce_time("ring", b, world_size, network)
+               for b in model_buckets(model_bytes, bucket_bytes))
+
+
+def overlap_step_time(model_bytes: float, compute_seconds: float, world_size: int,
+                      network: Network, *, overlap: float = DEFAULT_OVERLAP,
+                      bucket_bytes: float | None = None) -> float:
+    """Seconds of one data-parallel step that computes `compute_seconds` (forward, then a
+    backward of `BACKWARD_SHARE` of it) and allreduces `model_bytes` of gradients:
+
+    1. backward time T_b = BACKWARD_SHARE * compute;
+    2. without buckets (the fluid limit), a share `overlap` of the backward hides the
+       communication: step = compute + max(0, T_comm - overlap * T_b);
+    3. with buckets, `schedule`: a bucket is ready when the backward has produced its
+       bytes (over its last `overlap` share) and buckets go one at a time, so tiny buckets
+       are latency-bound and one huge bucket cannot overlap (Li et al., VLDB 2020)."""
+    _check(model_bytes, compute_seconds, world_size, overlap)
+    if world_size == 1:
+        return compute_seconds
+    backward = BACKWARD_SHARE * compute_seconds  # Step 1
+    if bucket_bytes is None:  # Step 2
+        t_comm = comm_seconds(model_bytes, world_size, network)
+        return compute_seconds + max(0.0, t_comm - overlap * backward)
+    return schedule(model_buckets(model_bytes, bucket_bytes), world_size, network,  # Step 3
+                    forward=compute_seconds - backward, backward=backward,
+                    overlap=overlap).seconds
+
+
+# ------------------------------------------------------------- lesson 10: ZeRO's stages
+def zero_step_time(mode: str, psi: float, layers: int, world_size: int, network,
+                   forward_seconds: float, itemsize: int = 2) -> float:
+    """Seconds of one step in `mode` (`ZERO_MODES`): L equal layers, Psi parameters of
+    `itemsize` bytes, forward compute F per step (backward 2F), N ranks; AG and RS of one
+    layer's Psi/L, nothing overlapped unless said:
+
+    1. data parallelism and ZeRO-1: t = 3F + RS(Psi) + AG(Psi); ZeRO-2 reduce-scatters
+       layer by layer: t = 3F + L RS + AG(Psi);
+    2. ZeRO-3 without prefetch, every layer waits for its all-gather twice:
+       t = 3F + L (2 AG + RS);
+    3. ZeRO-3 with prefetch (FSDP's): layer l+1's all-gather runs while layer l computes:
+       t = AG + (L-1) max(F/L, AG) + F/L + AG + (L-1) max(2F/L, AG + RS) + 2F/L + RS.
+    """
+    if mode not in ZERO_MODES:
+        raise ValueError(f"mode={mode!r} is unknown; choose one of {ZERO_MODES}")
+    f, size, n = forward_seconds / check_int("layers", layers), psi * itemsize, world_size
+    if n == 1:
+        return 3 * forward_seconds
+    ag = collective_time("all_gather", size / layers, n, network, itemsize=itemsize)
+    rs = collective_time("reduce_scatter", size / layers, n, network, itemsize=itemsize)
+    whole_ag = collective_time("all_gather", size, n, network, itemsize=itemsize)
+    if mode in ("dp", "zero1"):  # Step 1
+        return (3 * forward_seconds + whole_ag
+                + collective_time("reduce_scatter", size, n, network, itemsize=itemsize))
+    if mode == "zero2":
+        return 3 * forward_seconds + layers * rs + whole_ag
+    if mode == "zero3":  # Step 2
+        return 3 * forward_seconds + layers * (2 * ag + rs)
+    forward = ag + (layers - 1) * max(f, ag) + f  # Step 3
+    backward = ag + (layers - 1) * max(2 * f, ag + rs) + 2 * f + rs
+    return forward + backward
+
+
+def gather_hides(psi: float, layers: int, world_size: int, network, forward_seconds: float,
+                 itemsize: int = 2) -> bool:
+    """Does one layer's all-gather fit in one layer's forward compute (prefetch hides it)?"""
+    ag = collective_time("all_gather", psi * itemsize / layers, world_size, network,
+                         itemsize=itemsize)
+    return ag <= forward_seconds / layers

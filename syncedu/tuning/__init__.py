@@ -2,7 +2,7 @@
 
 Open `local_sgd.py` and `diloco.py` (the algorithms; `train_strategies.py` registers
 "local_sgd" with `train.run`), `noise_scale.py` (the critical batch size), `scaling.py`
-(the time model and its advice; `scaling_published.py` checks it against published
+(efficiency and the advice, on dp/timeline.py's step-time model; `scaling_published.py` checks it against published
 results), `experiments.py`; the notebook's helpers `lesson09.py`, `exercises09.py`.
 """
 

@@ -1,22 +1,12 @@
 """Scaling efficiency from the alpha-beta model, and the tuning advice drawn from it.
 
-A data-parallel step computes for `compute_seconds` (forward, then a backward of
-`BACKWARD_SHARE` of it) and allreduces `model_bytes` of gradients
-(`cost.allreduce_time`: Thakur, Rabenseifner & Gropp 2005; Patarasuk & Yuan 2009).
-Only the communication the backward cannot hide is *exposed*, and efficiency =
-compute / (compute + exposed), the throughput of N ranks over N times that of one
-(Horovod's and PyTorch DDP's benchmark convention). Steps of `step_time`:
-
-1. backward time T_b = BACKWARD_SHARE * compute;
-2. communication: one allreduce of the whole model, or one per bucket of
-   `bucket_bytes` (each bucket pays the latency terms again);
-3. exposed time. Without buckets (the fluid limit), a share `overlap` of the
-   backward hides communication: exposed = max(0, T_comm - overlap * T_b). With
-   buckets, lesson 03's timeline (`dp.timeline.schedule`): a bucket is ready when
-   the backward has produced its bytes (over its last `overlap` share), buckets go
-   one at a time, and exposed = (when the last is done) - T_b: tiny buckets are
-   latency-bound, one huge bucket cannot overlap (Li et al.'s bucket-size curve,
-   PyTorch DDP, VLDB 2020).
+Efficiency = compute / step time, the throughput of N ranks over N times that of one
+(Horovod's and PyTorch DDP's benchmark convention). The step time is the course's one
+step-time model file's `dp.timeline.overlap_step_time`: it computes for `compute_seconds`
+(forward, then a backward of `timeline.BACKWARD_SHARE` of it) and ring-allreduces
+`model_bytes` of gradients (`cost.allreduce_time`: Thakur, Rabenseifner & Gropp 2005;
+Patarasuk & Yuan 2009), whole or in buckets; only the communication the backward cannot
+hide (a share `overlap` of it) is exposed.
 
 `recommend` prices the lesson's options with this model and marks one:
 
@@ -38,12 +28,7 @@ from dataclasses import dataclass
 from syncedu.collectives import cost
 from syncedu.comm.network import Network
 from syncedu.dp import timeline
-from syncedu.train.sampling import check_int
 
-# Backward costs about twice the forward (two matrix products per layer instead of one).
-BACKWARD_SHARE = 2 / 3
-# The share of the backward that hides communication unless a caller says otherwise.
-DEFAULT_OVERLAP = 0.5
 MB = 2 ** 20
 # PowerSGD rank r sends (m + n) r numbers instead of m n: r / 128 of the bytes on 256 x 256.
 POWERSGD_RATIOS = (4, 8, 16, 32)  # rank 32, 16, 8, 4 on 256 x 256 layers
@@ -51,53 +36,12 @@ POWERSGD_SIDE = 256
 SYNC_EVERY = (2, 4, 8, 16, 32, 64)
 
 
-def _check(model_bytes, compute_seconds, world_size, overlap) -> None:
-    if not model_bytes >= 0:
-        raise ValueError(f"model_bytes={model_bytes!r} must be >= 0")
-    if not compute_seconds > 0:
-        raise ValueError(f"compute_seconds={compute_seconds!r} must be > 0")
-    check_int("world_size", world_size)
-    if not 0 <= overlap <= 1:
-        raise ValueError(f"overlap={overlap!r} must be in [0, 1]")
-
-
-def _buckets(model_bytes: float, bucket_bytes: float | None) -> list[float]:
-    if bucket_bytes is None:
-        return [model_bytes]
-    if not bucket_bytes > 0:
-        raise ValueError(f"bucket_bytes={bucket_bytes!r} must be > 0 (or None: one bucket)")
-    k = max(1, math.ceil(model_bytes / bucket_bytes))
-    return [bucket_bytes] * (k - 1) + [model_bytes - bucket_bytes * (k - 1)]
-
-
-def comm_seconds(model_bytes: float, world_size: int, network: Network, *,
-                 bucket_bytes: float | None = None) -> float:
-    """Step 2: seconds of all the gradient (ring) allreduces of one step, back to back."""
-    return sum(cost.allreduce_time("ring", b, world_size, network)
-               for b in _buckets(model_bytes, bucket_bytes))
-
-
-def step_time(model_bytes: float, compute_seconds: float, world_size: int, network: Network, *,
-              overlap: float = DEFAULT_OVERLAP, bucket_bytes: float | None = None) -> float:
-    """Seconds of one data-parallel step (the module docstring's steps)."""
-    _check(model_bytes, compute_seconds, world_size, overlap)
-    if world_size == 1:
-        return compute_seconds
-    backward = BACKWARD_SHARE * compute_seconds  # Step 1
-    if bucket_bytes is None:  # Step 3, fluid limit
-        t_comm = comm_seconds(model_bytes, world_size, network)
-        return compute_seconds + max(0.0, t_comm - overlap * backward)
-    # Steps 2-3, one bucket at a time: lesson 03's bucket timeline (dp/timeline.py).
-    return timeline.schedule(_buckets(model_bytes, bucket_bytes), world_size, network,
-                             forward=compute_seconds - backward, backward=backward,
-                             overlap=overlap).seconds
-
-
 def efficiency(model_bytes: float, compute_seconds: float, world_size: int, network: Network,
                **options) -> float:
-    """Scaling efficiency compute / step time (1.0 on one rank); options as `step_time`."""
-    return compute_seconds / step_time(model_bytes, compute_seconds, world_size, network,
-                                       **options)
+    """Scaling efficiency compute / step time (1.0 on one rank); options (`overlap`,
+    `bucket_bytes`) as `timeline.overlap_step_time`."""
+    return compute_seconds / timeline.overlap_step_time(model_bytes, compute_seconds,
+                                                        world_size, network, **options)
 
 
 def best_bucket(model_bytes: float, compute_seconds: float, world_size: int, network: Network,
@@ -126,7 +70,7 @@ class Option:
 
 def local_sgd_every(model_bytes, compute, world_size, network, target=0.9) -> tuple[int, float]:
     """Step 5: (H, efficiency) of the smallest H of SYNC_EVERY reaching `target` (else the last)."""
-    t_comm = comm_seconds(model_bytes, world_size, network)
+    t_comm = timeline.comm_seconds(model_bytes, world_size, network)
     effs = [(h, compute / (compute + t_comm / h)) for h in SYNC_EVERY]
     return next(((h, e) for h, e in effs if e >= target), effs[-1])
 

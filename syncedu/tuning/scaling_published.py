@@ -4,7 +4,7 @@ Every input is fixed from the source's hardware and a published step time *befor
 the published efficiency is looked at, one rule for all rows; each `Comparison` asks
 `scaling.efficiency`, relative to its base, for:
 
-1. `predicted`: buckets, `scaling.DEFAULT_OVERLAP` of the backward hiding them;
+1. `predicted`: buckets, `timeline.DEFAULT_OVERLAP` of the backward hiding them;
 2. `best_case`: buckets, the whole backward available (`overlap=1`);
 3. `no_overlap`: every gradient byte after the backward;
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from syncedu.comm.network import Network
+from syncedu.dp import timeline
 from syncedu.tuning import scaling
 
 MB = 2 ** 20
@@ -59,7 +60,7 @@ class Comparison:
     @property
     def predicted(self) -> float:
         """Step 1: the point prediction (buckets, the lesson's default overlap)."""
-        return self._eff(overlap=scaling.DEFAULT_OVERLAP, bucket_bytes=self.bucket_bytes)
+        return self._eff(overlap=timeline.DEFAULT_OVERLAP, bucket_bytes=self.bucket_bytes)
 
     @property
     def best_case(self) -> float:
@@ -117,7 +118,7 @@ def published_comparisons() -> list[Comparison]:
         _horovod("VGG-16", 138.4e6, 154, 0.68,
                  _HOROVOD_BLIND + "; VGG's gradients sit in a few huge FC layers at the end"),
         Comparison(name="Goyal et al., ResNet-50 8->256", source="Goyal et al. 2017",
-                   params=25.6e6, compute_seconds=0.120 / scaling.BACKWARD_SHARE,
+                   params=25.6e6, compute_seconds=0.120 / timeline.BACKWARD_SHARE,
                    world_size=256, network=Network.cluster(32, 8, intra=NVLINK_P100,
                                                            inter=ETH_50G),
                    bucket_bytes=25 * MB, published=0.90, base_world_size=8,

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 from syncedu.comm.network import PRESETS
 from syncedu.train import memory
 from syncedu.ui.widgets import Explorer
-from syncedu.zero import timing as zero_time
+from syncedu.dp import timeline
 
 COLORS = {"params": "#4c72b0", "grads": "#55a868", "optimizer": "#dd8452"}
 
@@ -47,9 +47,9 @@ def _view(params_b: float, world_size: int, stage: int, network: str, layers: in
           forward_ms: float):
     psi, net = params_b * 1e9, PRESETS[network]
     mem = memory.bytes_per_rank(psi, world_size, stage)
-    times = {m: zero_time.step_time(m, psi, layers, world_size, net, forward_ms / 1e3)
-             for m in zero_time.MODES}
-    hide = zero_time.hides(psi, layers, world_size, net, forward_ms / 1e3)
+    times = {m: timeline.zero_step_time(m, psi, layers, world_size, net, forward_ms / 1e3)
+             for m in timeline.ZERO_MODES}
+    hide = timeline.gather_hides(psi, layers, world_size, net, forward_ms / 1e3)
     text = (f"ZeRO-{stage} on {world_size} ranks: {mem['total'] / memory.GB:.2f} GB of model "
             f"state per rank (params {mem['params'] / memory.GB:.2f}, grads "
             f"{mem['grads'] / memory.GB:.2f}, optimizer {mem['optimizer'] / memory.GB:.2f})\n"

@@ -10,6 +10,7 @@ import torch
 
 from syncedu import Network, sim, train
 from syncedu.collectives import cost
+from syncedu.dp import timeline
 from syncedu.tuning import diloco, noise_scale, scaling, scaling_published
 from syncedu.tuning import experiments as tuning
 from syncedu.tuning.local_sgd import average_parameters
@@ -152,7 +153,7 @@ def test_efficiency_model_basics():
     s, c = 100e6, 0.1
     assert scaling.efficiency(s, c, 1, net) == 1.0
     t = cost.allreduce_time("ring", s, 16, net)
-    assert scaling.step_time(s, c, 16, net, overlap=0.0) == pytest.approx(c + t)
+    assert timeline.overlap_step_time(s, c, 16, net, overlap=0.0) == pytest.approx(c + t)
     effs = [scaling.efficiency(s, c, n, net) for n in (2, 8, 64, 1024)]
     assert effs == sorted(effs, reverse=True)
     for bad, match in [(dict(overlap=1.5), "overlap"), (dict(bucket_bytes=0), "bucket_bytes")]:
@@ -220,7 +221,7 @@ def test_lesson09_checkers_accept_the_reference_and_reject_wrong_answers(capsys)
         anchor.sub_(lr * (d + momentum * buf))
 
     def pick(s, c, n, net):
-        t = scaling.comm_seconds(s, n, net)
+        t = timeline.comm_seconds(s, n, net)
         return next((h for h in (2, 4, 8, 16, 32, 64) if c / (c + t / h) >= 0.9), 64)
 
     def stub(*_args):
@@ -379,7 +380,7 @@ def test_sync_every_checker_rejects_plausible_mistakes(capsys):
         return next((h for h in (2, 4, 8, 16, 32, 64) if c / (c + t / h) >= 0.9), 64)
 
     def largest(s, c, n, net):  # the largest H that reaches 90%, not the smallest
-        t = scaling.comm_seconds(s, n, net)
+        t = timeline.comm_seconds(s, n, net)
         return max((h for h in (2, 4, 8, 16, 32, 64) if c / (c + t / h) >= 0.9), default=64)
 
     def every_step(s, c, n, net):  # H = 1 is not an option

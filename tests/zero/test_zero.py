@@ -256,15 +256,16 @@ def test_measured_model_state_is_the_fp32_formula():
 
 def test_simulated_step_time_matches_the_model():
     from syncedu import Network
+    from syncedu.dp import timeline
     from syncedu.zero import timing as zero_time
     net = Network(latency=10e-6, bandwidth=1e10)  # latency-bound: 16.6 KB a layer, 1.7 us
     psi = 4 * (64 * 64 + 64)
     for stage, mode in ((0, "dp"), (1, "zero1"), (3, "zero3")):
         simulated = zero_time.simulate_step(stage, 4, network=net, depth=4)
-        model = zero_time.step_time(mode, psi, 4, 4, net, 1e-3, itemsize=4)
+        model = timeline.zero_step_time(mode, psi, 4, 4, net, 1e-3, itemsize=4)
         assert simulated == pytest.approx(model, rel=0.02), mode
-    assert zero_time.step_time("zero3_prefetch", psi, 4, 4, net, 1e-3, itemsize=4) < \
-        zero_time.step_time("zero3", psi, 4, 4, net, 1e-3, itemsize=4)
+    assert timeline.zero_step_time("zero3_prefetch", psi, 4, 4, net, 1e-3, itemsize=4) < \
+        timeline.zero_step_time("zero3", psi, 4, 4, net, 1e-3, itemsize=4)
 
 
 def test_time_model_is_a_lower_bound_for_flat_shards_on_a_slow_link():
@@ -273,6 +274,7 @@ def test_time_model_is_a_lower_bound_for_flat_shards_on_a_slow_link():
     from torch import nn
 
     from syncedu import Network
+    from syncedu.dp import timeline
     from syncedu.zero import timing as zero_time
     from syncedu.zero.fully_shard_units import spread
     link = Network(latency=1e-5, bandwidth=3e7)
@@ -280,6 +282,6 @@ def test_time_model_is_a_lower_bound_for_flat_shards_on_a_slow_link():
     pieces = spread(nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)]), 4)
     assert [max(r["flat"]) for r in pieces] == [4160] * 4
     bound = 3e-3 + sum(3 * 3 * (link.latency + 4 * max(r["flat"]) / link.bandwidth) for r in pieces)
-    model = zero_time.step_time("zero3", 4 * (64 * 64 + 64), 4, 4, link, 1e-3, itemsize=4)
+    model = timeline.zero_step_time("zero3", 4 * (64 * 64 + 64), 4, 4, link, 1e-3, itemsize=4)
     simulated = zero_time.simulate_step(3, 4, network=link, depth=4)
     assert model < simulated < bound and simulated > 2 * model

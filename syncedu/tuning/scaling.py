@@ -22,7 +22,6 @@ hide (a share `overlap` of it) is exposed.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from syncedu.collectives import cost

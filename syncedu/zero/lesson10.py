@@ -7,9 +7,9 @@ import ipywidgets as w
 import matplotlib.pyplot as plt
 
 from syncedu.comm.network import PRESETS
+from syncedu.dp import timeline
 from syncedu.train import memory
 from syncedu.ui.widgets import Explorer
-from syncedu.dp import timeline
 
 COLORS = {"params": "#4c72b0", "grads": "#55a868", "optimizer": "#dd8452"}
 

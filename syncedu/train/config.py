@@ -11,7 +11,7 @@ from syncedu.train.strategies import CHECKS
 
 # Every name train.run accepts; each topic registers its factories (train/strategies.py).
 STRATEGIES = ("single", "naive", "flat", "bucketed", "ddp", "syncbn", "local_sgd", "diloco",
-              "noise_scale", "zero1", "zero2", "zero3", "horovod")
+              "noise_scale", "zero1", "zero2", "zero3", "zero_redundancy", "fsdp2", "horovod")
 # Strategies whose gradient traffic a compressor can shrink.
 COMPRESSIBLE = ("naive", "flat", "bucketed", "ddp", "horovod")
 # Accumulation mistakes: "sync_every" (no `no_sync`), "partial_no_sync" (`no_sync` around

@@ -9,17 +9,12 @@ rows (the last fewer, maybe none), a real tensor. A `RowUnit` pads shards to c r
    one `comm.all_gather` for the whole unit, copy-out into full tensors;
 3. `reduce(comm, grads)`: full fp32 gradients cut into the same padded pieces, one
    `comm.reduce_scatter(op="avg")`, and this rank's rows of the mean.
-
-`spread(module, N)`: per layer, a flat shard can hold a whole layer (its all-gather is
-then a broadcast), a per-parameter one gives every rank about 1/N of it.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-
-from syncedu.zero.shards import Layout, layer_units
 
 
 def rows(d0: int, world_size: int, rank: int) -> tuple[int, int]:
@@ -78,25 +73,3 @@ class RowUnit:
         return [out[a: a + s.numel()].view(s.shape).clone()  # this rank's rows: the shard's shape
                 for s, a in zip(self.shards, self.offsets)]
 
-
-def spread(module: nn.Module, world_size: int) -> list[dict]:
-    """Per layer: {"layer", "numel", "flat": [elements per rank], "per_param": [...],
-    "flat_max_share", "per_param_max_share"} (the largest rank's fraction of the layer)."""
-    units = layer_units(module)
-    layout = Layout(units[-1].b, world_size)
-    out = []
-    for u in units:
-        flat = [hi - lo for lo, hi in layout.ranges(u.a, u.b)]
-        per_param = [0] * world_size
-        for shape in u.shapes:
-            if len(shape) == 0:  # a scalar cannot be cut: every rank keeps it
-                per_param = [k + 1 for k in per_param]
-                continue
-            for r in range(world_size):
-                lo, hi = rows(shape[0], world_size, r)
-                per_param[r] += (hi - lo) * shape[1:].numel()
-        numel = u.b - u.a
-        out.append({"layer": u.name, "numel": numel, "flat": flat, "per_param": per_param,
-                    "flat_max_share": max(flat) / numel,
-                    "per_param_max_share": max(per_param) / numel})
-    return out

@@ -1,18 +1,88 @@
-"""`train.run("zero1" | "zero2" | "zero3", ...)`: `ZeroDataParallel` as model and optimizer;
-`close` all-gathers stage 3's parameters once more (the ledger shows it) for the history."""
+"""`train.run`'s ZeRO strategies: ours, and torch's own two (real ranks only).
+
+1. "zero1", "zero2", "zero3": `ZeroDataParallel` as model and optimizer; `close` all-gathers
+   stage 3's parameters once more (the ledger shows it) for the history;
+2. "zero_redundancy": DDP (its traffic counted) with torch's `ZeroRedundancyOptimizer` over
+   the config's optimizer: ZeRO-1 by whole tensors (each rank steps its own, then
+   broadcasts them);
+3. "fsdp2": FSDP2's `fully_shard` on every Linear and on the root, the config's optimizer on
+   the `DTensor` shards: ZeRO-3 by rows; `close` all-gathers whole parameters.
+
+`memory()`: the bytes of model state this rank holds (of a `DTensor`, its local shard).
+"""
 
 from __future__ import annotations
 
-from syncedu.train.strategies import Parts, register
+import torch
+from torch import nn
+
+from syncedu.dp.ddp_hook import wrap_ddp
+from syncedu.train.memory import held_bytes, model_state_bytes
+from syncedu.train.strategies import Parts, make_optimizer, register
 from syncedu.zero.stages import ZeroDataParallel
 
 STAGE_OF = {"zero1": 1, "zero2": 2, "zero3": 3}
 
 
 @register(*STAGE_OF)
-def _zero(module, comm, cfg) -> Parts:
+def _zero(module, comm, cfg) -> Parts:  # Step 1
     zero = ZeroDataParallel(module, comm, stage=STAGE_OF[cfg.strategy],
                             optimizer=cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum,
                             weight_decay=cfg.weight_decay, betas=cfg.betas, eps=cfg.eps)
     return Parts(zero, zero, no_sync=zero.no_sync, finish=zero.finish_gradient_synchronization,
                  close=zero.close, memory=lambda: dict(zero.memory.peak))
+
+
+def _real_ranks(comm, cfg) -> None:
+    if comm.backend == "sim":
+        raise ValueError(f"strategy={cfg.strategy!r} is torch's own: it needs torch.distributed "
+                         f"and cannot be simulated (use simulate=False)")
+
+
+@register("zero_redundancy")
+def zero_redundancy(module, comm, cfg) -> Parts:  # Step 2
+    _real_ranks(comm, cfg)
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    ddp, events = wrap_ddp(module, comm, cfg.bucket_cap_mb,  # sync: DDP averages gradients
+                           broadcast_buffers=cfg.broadcast_buffers)
+    like = make_optimizer([torch.zeros(1, requires_grad=True)], cfg)  # cfg's class and options
+    options = {k: like.defaults[k] for k in ("lr", "momentum", "betas", "eps", "weight_decay")
+               if k in like.defaults}
+    # sync: state for this rank's tensors only; after its step, each owner broadcasts them
+    opt = ZeroRedundancyOptimizer(module.parameters(), optimizer_class=type(like), **options)
+    return Parts(ddp, opt, events, no_sync=ddp.no_sync,
+                 memory=lambda: model_state_bytes(module, opt.optim))  # .optim: this rank's
+
+
+def _local(t: torch.Tensor | None) -> torch.Tensor | None:
+    return t.to_local() if hasattr(t, "to_local") else t  # a DTensor: this rank's shard
+
+
+@register("fsdp2")
+def fsdp2(module, comm, cfg) -> Parts:  # Step 3
+    _real_ranks(comm, cfg)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(comm.device.type, (comm.world_size,))
+    for layer in module.modules():
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)  # sync: one all-gather / reduce-scatter unit per layer
+    fully_shard(module, mesh=mesh)
+    opt = make_optimizer(module.parameters(), cfg)  # sync: each rank's shards only
+
+    def close():  # whole parameters in the module, until a forward reshards them
+        for m in module.modules():
+            if hasattr(m, "unshard"):  # each fully_shard-ed module, its own unit
+                m.unshard()
+
+    def memory() -> dict[str, int]:
+        params = list(module.parameters())
+        state = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]
+        held = {"params": held_bytes(_local(p.data) for p in params),
+                "grads": held_bytes(_local(p.grad) for p in params),
+                "optimizer": held_bytes(map(_local, state))}
+        return {**held, "total": sum(held.values())}
+
+    return Parts(module, opt, close=close, memory=memory)

@@ -177,14 +177,21 @@ def test_bad_arguments_name_the_parameter():
 
 
 def test_per_parameter_spreads_each_layer_over_every_rank():
-    from syncedu.zero import torch_zero as zt
-    from syncedu.zero.fully_shard_units import spread
+    # Lesson 10's table: elements of each layer per rank, flat shards vs rows (`rows`).
+    from syncedu.train import models
+    from syncedu.zero.fully_shard_units import rows
+    from syncedu.zero.shards import Layout, layer_units
 
-    rows = spread(zt.model(), 4)  # 64 -> 13 -> 13 -> 10: 1,167 parameters
-    assert [r["numel"] for r in rows] == [845, 182, 140]
-    assert all(sum(r["flat"]) == sum(r["per_param"]) == r["numel"] for r in rows)
-    assert rows[0]["flat"] == [292, 292, 261, 0]  # flat: rank 3 sends none of layer 1 ...
-    assert rows[2]["flat"] == [0, 0, 0, 140]  # ... and all of layer 3
-    assert rows[0]["per_param"] == [260, 260, 260, 65]  # ceil(13/4) = 4 of 13 rows each
-    assert all(r["per_param_max_share"] <= 4 / 13 + 1e-12 for r in rows)
-    assert max(r["flat_max_share"] for r in rows) == 1.0  # a layer on one rank alone
+    units = layer_units(models.make("mlp", hidden=13))  # 64 -> 13 -> 13 -> 10: 1,167
+    layout = Layout(units[-1].b, 4)
+    flat = [[hi - lo for lo, hi in layout.ranges(u.a, u.b)] for u in units]
+    per_param = [[sum((hi - lo) * s[1:].numel() for s in u.shapes for lo, hi in [rows(s[0], 4, r)])
+                  for r in range(4)] for u in units]
+    numel = [u.b - u.a for u in units]
+    assert numel == [845, 182, 140]
+    assert [sum(f) for f in flat] == [sum(p) for p in per_param] == numel
+    assert flat[0] == [292, 292, 261, 0]  # flat: rank 3 sends none of layer 1 ...
+    assert flat[2] == [0, 0, 0, 140]  # ... and all of layer 3
+    assert per_param[0] == [260, 260, 260, 65]  # ceil(13/4) = 4 of 13 rows each
+    assert all(max(p) <= 4 / 13 * n + 1e-9 for p, n in zip(per_param, numel))
+    assert max(max(f) / n for f, n in zip(flat, numel)) == 1.0  # a layer on one rank alone

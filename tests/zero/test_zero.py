@@ -1,6 +1,7 @@
 """ZeRO stages 1-3 (zero/stages.py): equal to one process and to "flat" data
 parallelism, 1x/1x/1.5x of its bytes, optimizer state 1/N per rank; torch's
-ZeroRedundancyOptimizer and FSDP2 equal to DDP; train.run's "zero1".."zero3"."""
+ZeroRedundancyOptimizer and FSDP2 equal to DDP; train.run's "zero1".."zero3",
+"zero_redundancy" and "fsdp2"."""
 
 import pytest
 import torch
@@ -10,14 +11,38 @@ from syncedu import launch, train
 from syncedu.comm import sim
 from syncedu.comm.ledger import ring_allreduce_elements
 from syncedu.dp import data_parallel as dp
+from syncedu.train import models
 from syncedu.train.memory import held_bytes
-from syncedu.zero import torch_zero as zt
-from syncedu.zero.shards import Layout
+from syncedu.zero.shards import Layout, layer_units
 from syncedu.zero.stages import ZeroConfig, ZeroDataParallel
 
-STEPS = 3
+STEPS, LR = 3, 0.05
 OPTS = {"sgd": {"optimizer": "sgd", "momentum": 0.9}, "adam": {"optimizer": "adam"}}
-P = sum(p.numel() for p in zt.model().parameters())  # 1,167: 4 does not divide it
+
+
+def _model(**kwargs) -> torch.nn.Module:
+    """Lesson 10's small MLP: 64 -> 13 -> 13 -> 10, 1,167 parameters (4 does not divide it)."""
+    return models.make("mlp", seed=0, **{"hidden": 13, **kwargs})
+
+
+def _batch(step: int, rank: int, size: int = 8):
+    """Rank `rank`'s seeded batch for step `step` (64 features, 10 classes)."""
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(size, 64, generator=g), torch.randint(0, 10, (size,), generator=g)
+
+
+def _torch_optimizer(params, optimizer: str):
+    """SGD with momentum 0.9 or Adam, at `LR` (as `OPTS` configures ours)."""
+    if optimizer == "adam":
+        return torch.optim.Adam(params, lr=LR)
+    return torch.optim.SGD(params, lr=LR, momentum=0.9)
+
+
+def _max_diff(a: dict, b: dict) -> float:
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+P = sum(p.numel() for p in _model().parameters())  # 1,167: 4 does not divide it
 
 
 def _sent(comm) -> int:
@@ -27,14 +52,14 @@ def _sent(comm) -> int:
 def _loop(comm, forward, opt, finish=lambda: None) -> None:
     for step in range(STEPS):
         opt.zero_grad()
-        x, y = zt.batch(step, comm.rank)
+        x, y = _batch(step, comm.rank)
         F.cross_entropy(forward(x), y).backward()
         finish()
         opt.step()
 
 
 def _zero_worker(comm, stage, opt, **kw):
-    z = ZeroDataParallel(zt.model(**kw), comm, stage=stage, lr=zt.LR, **OPTS[opt])
+    z = ZeroDataParallel(_model(**kw), comm, stage=stage, lr=LR, **OPTS[opt])
     comm.ledger.reset()  # the start-up broadcast is not a training step's traffic
     _loop(comm, z, z, z.finish_gradient_synchronization)
     sent = _sent(comm)
@@ -42,20 +67,20 @@ def _zero_worker(comm, stage, opt, **kw):
 
 
 def _flat_worker(comm, opt):
-    net = zt.model()
+    net = _model()
     wrapped = dp.DataParallel(net, comm, "flat")
     comm.ledger.reset()
-    _loop(comm, wrapped, zt.torch_optimizer(net.parameters(), opt),
+    _loop(comm, wrapped, _torch_optimizer(net.parameters(), opt),
           wrapped.finish_gradient_synchronization)
     return {k: p.detach().clone() for k, p in net.named_parameters()}, _sent(comm)
 
 
 def _one_process(n, opt):
-    net = zt.model()
-    optim = zt.torch_optimizer(net.parameters(), opt)
+    net = _model()
+    optim = _torch_optimizer(net.parameters(), opt)
     for step in range(STEPS):
         optim.zero_grad()
-        xs, ys = zip(*[zt.batch(step, r) for r in range(n)])
+        xs, ys = zip(*[_batch(step, r) for r in range(n)])
         F.cross_entropy(net(torch.cat(xs)), torch.cat(ys)).backward()
         optim.step()
     return dict(net.named_parameters())
@@ -82,8 +107,8 @@ def test_stage_equals_one_process_and_flat_simulated(stage, opt):
         flat = sim.run(_flat_worker, n, args=(opt,))
         res = sim.run(_zero_worker, n, args=(stage, opt))
         for r in range(n):
-            assert zt.max_diff(res[r][0], want) < 1e-5
-            assert zt.max_diff(res[r][0], flat[0][0]) < 1e-5
+            assert _max_diff(res[r][0], want) < 1e-5
+            assert _max_diff(res[r][0], flat[0][0]) < 1e-5
 
 
 def test_world_size_one_and_four():
@@ -92,10 +117,10 @@ def test_world_size_one_and_four():
         for stage in (1, 2, 3):
             res = sim.run(_zero_worker, n, args=(stage, "adam"))
             # The same sums in the same order as "flat": equal to the last bit.
-            assert zt.max_diff(res[0][0], flat[0][0]) == 0.0
+            assert _max_diff(res[0][0], flat[0][0]) == 0.0
             # Adam divides by sqrt(v): gradients that nearly cancel magnify the rounding
             # of a different summation order (one process on the whole batch).
-            assert zt.max_diff(res[0][0], _one_process(n, "adam")) < 1e-4
+            assert _max_diff(res[0][0], _one_process(n, "adam")) < 1e-4
 
 
 def test_stages_on_two_real_ranks(pool2):
@@ -103,7 +128,7 @@ def test_stages_on_two_real_ranks(pool2):
         want = _one_process(2, opt)
         for stage in stages:
             res = pool2.run(_zero_worker, args=(stage, opt), timeout=60)
-            assert zt.max_diff(res[0][0], want) < 1e-5, (stage, opt)
+            assert _max_diff(res[0][0], want) < 1e-5, (stage, opt)
             assert torch.equal(res[0][0]["net.0.weight"], res[1][0]["net.0.weight"])
 
 
@@ -134,7 +159,7 @@ def test_stages_shrink_gradients_then_parameters():
     kw = {"hidden": 64, "depth": 6}  # seven layers, six of 4,160 parameters: each a small part
     peak = {s: sim.run(_zero_worker, 4, args=(s, "adam"), kwargs=kw)[0][2]
             for s in (1, 2, 3)}
-    whole = 4 * sum(p.numel() for p in zt.model(**kw).parameters())
+    whole = 4 * sum(p.numel() for p in _model(**kw).parameters())
     assert peak[1]["params"] == peak[2]["params"] == whole
     assert peak[1]["grads"] == whole
     assert peak[2]["grads"] < 0.5 * whole  # a quarter, plus the layer in flight
@@ -202,30 +227,30 @@ def test_train_run_zero_on_two_real_ranks(pool2):
 
 
 # ------------------------------------------------------- torch's versions
-def test_zero_redundancy_optimizer_equals_ddp(pool2):
-    for opt in ("sgd", "adam"):
-        ddp = pool2.run(zt.ddp_worker, args=(STEPS, opt), timeout=60)
-        zro = pool2.run(zt.ddp_worker, args=(STEPS, opt, True), timeout=60)
-        assert zt.max_diff(zro[0][0], ddp[0][0]) < 1e-5
-        # Whole parameters per rank: the two ranks' shares of the state add up to all of it.
-        assert sum(r[1]["state_elements"] for r in zro) == ddp[0][1]["state_elements"]
+def test_zero_redundancy_optimizer_and_fsdp2_equal_ddp(pool2):
+    kw = dict(steps=STEPS, global_batch=16, lr=LR, model_kwargs={"hidden": 13})
+    for opt, extra in (("sgd", {"momentum": 0.9}), ("adam", {})):
+        runs = {s: train.run(s, 2, pool=pool2, optimizer=opt, **extra, **kw)
+                for s in ("ddp", "zero_redundancy", "fsdp2")}
+        # With SGD a Gloo that sums instead of averaging (pytorch#162338) would show here.
+        for s in ("zero_redundancy", "fsdp2"):
+            assert runs[s].max_param_diff(runs["ddp"]) < 1e-5, (opt, s)
+        state = {s: [m["optimizer"] for m in h.model_state_bytes] for s, h in runs.items()}
+        per, counters = (4, 0) if opt == "sgd" else (8, 4 * 6)  # Adam: a step per tensor
+        assert state["ddp"] == [per * P + counters] * 2
+        # Whole tensors per rank: the two shares add up to all of it, unevenly.
+        assert sum(state["zero_redundancy"]) == state["ddp"][0]
+        assert max(state["zero_redundancy"]) > 0.6 * state["ddp"][0]
+        # Rows of every tensor per rank (each rank its own step counters).
+        assert sum(state["fsdp2"]) == per * P + 2 * counters
+        ddp_params = runs["ddp"].model_state_bytes[0]["params"]
+        assert all(m["params"] < 0.6 * ddp_params for m in runs["fsdp2"].model_state_bytes)
 
 
-def test_fsdp2_equals_ddp(pool2):
-    try:
-        from torch.distributed.fsdp import fully_shard  # noqa: F401
-    except ImportError:
-        pytest.skip("this torch has no torch.distributed.fsdp.fully_shard (FSDP2)")
-    ddp = pool2.run(zt.ddp_worker, args=(STEPS, "sgd"), timeout=60)
-    try:
-        fsdp = pool2.run(zt.fsdp_worker, args=(STEPS, "sgd"), timeout=60)
-    except launch.WorkerError as e:
-        if "cpu" in str(e).lower() or "gloo" in str(e).lower():
-            pytest.skip(f"FSDP2 refuses CPU/Gloo in this torch: {str(e).splitlines()[0]}")
-        raise
-    # With SGD a Gloo that sums instead of averaging (pytorch#162338) would show here.
-    assert zt.max_diff(fsdp[0][0], ddp[0][0]) < 1e-5
-    assert sum(r[1]["local_elements"] for r in fsdp) == P
+def test_torch_strategies_refuse_simulated_ranks():
+    for strategy in ("zero_redundancy", "fsdp2"):
+        with pytest.raises(launch.WorkerError, match=f"strategy='{strategy}'.*cannot be simulated"):
+            train.run(strategy, 2, steps=1, global_batch=8, simulate=True)
 
 
 # ------------------------------------------- formulas, time model, checkers
@@ -242,9 +267,9 @@ def test_paper_figures_from_the_formulas():
 
 def test_measured_model_state_is_the_fp32_formula():
     from syncedu.train import memory
-    net = zt.model()
-    opt = zt.torch_optimizer(net.parameters(), "adam")
-    x, y = zt.batch(0, 0)
+    net = _model()
+    opt = _torch_optimizer(net.parameters(), "adam")
+    x, y = _batch(0, 0)
     F.cross_entropy(net(x), y).backward()
     opt.step()
     got = memory.model_state_bytes(net, opt)
@@ -276,12 +301,12 @@ def test_time_model_is_a_lower_bound_for_flat_shards_on_a_slow_link():
     from syncedu import Network
     from syncedu.dp import timeline
     from syncedu.zero import timing as zero_time
-    from syncedu.zero.fully_shard_units import spread
     link = Network(latency=1e-5, bandwidth=3e7)
-    torch.manual_seed(0)
-    pieces = spread(nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)]), 4)
-    assert [max(r["flat"]) for r in pieces] == [4160] * 4
-    bound = 3e-3 + sum(3 * 3 * (link.latency + 4 * max(r["flat"]) / link.bandwidth) for r in pieces)
+    units = layer_units(nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)]))
+    layout = Layout(units[-1].b, 4)
+    most = [max(hi - lo for lo, hi in layout.ranges(u.a, u.b)) for u in units]
+    assert most == [4160] * 4  # each layer wholly on one rank
+    bound = 3e-3 + sum(3 * 3 * (link.latency + 4 * m / link.bandwidth) for m in most)
     model = timeline.zero_step_time("zero3", 4 * (64 * 64 + 64), 4, 4, link, 1e-3, itemsize=4)
     simulated = zero_time.simulate_step(3, 4, network=link, depth=4)
     assert model < simulated < bound and simulated > 2 * model

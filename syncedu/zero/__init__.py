@@ -1,7 +1,7 @@
 """Lesson 10, sharded data parallelism: ZeRO stages 1-3 from scratch, and for real code:
 `stages.py` on `shards.py`, `train_strategies.py` (train.run's, torch's own two included),
-`timing.py`, `sharded_optimizer.py`, `fully_shard.py` on `fully_shard_units.py` (as FSDP2),
-`hsdp.py`; lesson10.py, exercises10.py.
+`sharded_optimizer.py`, `fully_shard.py` (per-parameter, as FSDP2), `hsdp.py`; lesson10.py,
+exercises10.py.
 """
 
 from __future__ import annotations

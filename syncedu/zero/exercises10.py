@@ -1,8 +1,7 @@
 """Checkers for notebooks/10_sharded_data_parallel's exercises (simulated ranks: exact).
 
-Exercises 1 (`zero2_step`: one SGD step) and 3 (`zero1_step`: two steps of SGD with
-momentum, kept in `state`) run the answer at N = 3 and 4 with Psi = 10 (neither divides
-it) and ask, in this order:
+Exercises 1 (`zero2_step`: one SGD step) and 3 (`zero1_step`: two steps of SGD with momentum,
+kept in `state`) run the answer at N = 3 and 4 with Psi = 10 (neither divides it) and ask:
 
 1. are every rank's parameters those of one process stepping the mean gradient (1e-6)?
 2. is it data parallelism (the whole mean gradient on every rank: an allreduce), or a
@@ -75,9 +74,8 @@ def _judge(n: int, numel: int, steps: int, res, nan: bool) -> str | None:
     for r, (got, *_) in enumerate(res):
         if nan and any(math.isnan(a) for a in got):
             return (f"N={n}: with rank {r}'s parameters NaN outside its own shard it ends with "
-                    f"{sum(math.isnan(a) for a in got)} NaN: it updated parameters it does not "
-                    "own (data parallelism on a copy of the gradients?) - update only your "
-                    "shard and let the all-gather bring the rest")
+                    f"{sum(math.isnan(a) for a in got)} NaN: it updated parameters it does not own"
+                    " (data parallelism on a copy of the gradients?) - update only your shard")
         if len(got) != numel or not all(abs(a - b) <= 1e-6 for a, b in zip(got, want)):
             return (f"N={n}: rank {r}'s parameters are not those of one process stepping the "
                     "mean gradient (divide the sum by N? all-gather every rank's shard?)")
@@ -91,8 +89,8 @@ def _judge(n: int, numel: int, steps: int, res, nan: bool) -> str | None:
     root = [op for op in ROOT_OPS if op in ops]
     if root:
         return (f"N={n}: you used comm.{' / comm.'.join(root)}: that is a parameter server - "
-                "rank 0 sums, updates and holds everything, so nothing is sharded; each rank "
-                "must update only its own ceil(Psi/N) elements")
+                "one rank sums, updates and holds everything; each rank must update only its "
+                "own ceil(Psi/N) elements")
     bound = steps * 2 * (n - 1) * ceil * 4
     src, dst, nbytes = res.trace.src, res.trace.dst, res.trace.nbytes
     for r in range(n):
@@ -100,8 +98,7 @@ def _judge(n: int, numel: int, steps: int, res, nan: bool) -> str | None:
         if max(sent, received) > bound:
             return (f"N={n}: rank {r} sent {sent} and received {received} bytes (from ranks "
                     f"{sorted(set(src[dst == r].tolist()))}); a ring reduce-scatter plus "
-                    f"all-gather moves at most {bound} per rank - is one rank (a root) "
-                    "collecting everything?")
+                    f"all-gather moves at most {bound} per rank - is one rank a root?")
     for r, (_, held, _) in enumerate(res):
         if held > ceil:
             return (f"N={n}: rank {r} keeps momentum for {held} elements; its shard is at "
@@ -134,14 +131,6 @@ def zero1_step(step, world_sizes=(3, 4), numel: int = 10) -> bool:
                   "momentum for ceil(Psi/N) elements per rank, one allreduce's bytes")
 
 
-def _allowed(psi: float, n: int, stage: int, kind: str) -> tuple[float, float]:
-    """The bytes of `kind` per rank with Psi/N and with ceil(Psi/N) elements per shard."""
-    exact = memory.bytes_per_rank(psi, n, stage)[kind]
-    if exact == psi * memory.MIXED_ADAM[kind]:  # not sharded at this stage
-        return exact, exact
-    return exact, math.ceil(psi / n) * memory.MIXED_ADAM[kind]
-
-
 @checker
 def memory_per_rank(answer) -> bool:
     """Exercise 10.2: `answer(psi, n, stage)` -> {"params", "grads", "optimizer"} bytes per rank."""
@@ -154,8 +143,9 @@ def memory_per_rank(answer) -> bool:
             return False
         if not isinstance(got, dict) or set(got) != set(memory.KINDS):
             return verdict(name, False, f"return a dict with the keys {memory.KINDS}, got {got!r}")
-        for kind in memory.KINDS:
-            exact, ceil = _allowed(psi, n, stage, kind)
+        for kind in memory.KINDS:  # Psi/N, or ceil(Psi/N) elements per shard where it is sharded
+            exact, per = memory.bytes_per_rank(psi, n, stage)[kind], memory.MIXED_ADAM[kind]
+            ceil = exact if exact == psi * per else math.ceil(psi / n) * per
             if not any(math.isclose(got[kind], w, rel_tol=1e-12, abs_tol=1e-6)
                        for w in (exact, ceil)):
                 hint = {"params": "parameters are sharded only at stage 3",

@@ -1,18 +1,21 @@
 """`FullyShard`: ZeRO stage 3 with per-parameter sharding, as FSDP2's `fully_shard` does it.
 
-Rajbhandari et al., SC 2020 (ZeRO-3); PyTorch FSDP2 (`torch.distributed.fsdp.fully_shard`)
-cuts every parameter along dim 0 (fully_shard_units.py) and swaps in the rank's shards
-(fp32 masters), so any optimizer on `.parameters()` updates 1/N of the model. Modules
-chosen by `shard` (FSDP's wrap policy) are one `RowUnit` each; the rest is replicated.
+Rajbhandari et al., SC 2020 (ZeRO-3). FSDP1 (Zhao et al., VLDB 2023) cuts a unit's flat
+parameters in N, as `shards.Layout`; FSDP2 (`torch.distributed.fsdp.fully_shard`) gives every
+rank c = ceil(d0 / N) of each parameter's d0 rows (`rows`: the last fewer, maybe none) and
+swaps in the rank's shards (fp32 masters), so any optimizer on `.parameters()` updates 1/N of
+the model. Modules chosen by `shard` (FSDP's wrap policy) are one `RowUnit` each (its pieces
+padded to c rows); the rest is replicated.
 
 1. set-up: rank 0's parameters to every rank; each sharded one replaced by this rank's rows;
-2. forward of a sharded module (pre-hook): one all-gather of its unit, through an autograd
-   function whose backward is step 3; the full tensors (cast to `compute_dtype`, as are
-   the module's floating inputs) go in the module's `__dict__`, found before the shards;
-   with `reshard_after_forward` saved tensors become tokens, gathered again in backward;
-3. backward of the unit: the full fp32 gradients reduce-scattered (mean) into the shards'
-   gradients; in `no_sync()` added into whole fp32 gradients instead (FSDP2's
-   `set_requires_gradient_sync(False)`);
+2. forward of a sharded module (pre-hook): one `comm.all_gather` of its unit (copy-in the
+   padded shards, copy-out full tensors), through an autograd function whose backward is
+   step 3; the full tensors (cast to `compute_dtype`, FSDP2's param_dtype, as are the
+   module's floating inputs) go in the module's `__dict__`, found before the shards; with
+   `reshard_after_forward` saved tensors become tokens, gathered again in backward;
+3. backward of the unit: the full fp32 gradients cut into the same padded pieces and
+   reduce-scattered (`op="avg"`) into the shards' gradients; in `no_sync()` added into whole
+   fp32 gradients instead (FSDP2's `set_requires_gradient_sync(False)`);
 4. `finish_gradient_synchronization()`: replicated gradients allreduced (one flat buffer:
    the same bits on every rank); every trainable parameter gets a `.grad`.
 """
@@ -28,10 +31,66 @@ from torch import nn
 from syncedu.comm.torch_comm import TorchComm
 from syncedu.dp.data_parallel import FlatSync
 from syncedu.train.sampling import check_bool
-from syncedu.zero.fully_shard_units import RowUnit
 from syncedu.zero.shards import Synced, broadcast_params
 
 COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
+
+
+def rows(d0: int, world_size: int, rank: int) -> tuple[int, int]:
+    """Rank's rows [lo, hi) of a dim-0 size `d0` (c = ceil(d0/N) each; the tail may be short)."""
+    c = -(-d0 // world_size)
+    return min(d0, rank * c), min(d0, (rank + 1) * c)
+
+
+class RowUnit:
+    """One module's sharded parameters (`names` in `module._parameters`)."""
+
+    def __init__(self, module: nn.Module, names: list[str], shapes: list[torch.Size],
+                 world_size: int, rank: int):
+        self.module, self.names, self.shapes = module, names, shapes
+        self.world_size, self.rank = world_size, rank
+        self.rest = [s[1:].numel() for s in shapes]  # elements per row
+        self.chunk = [-(-s[0] // world_size) * r for s, r in zip(shapes, self.rest)]
+        self.offsets = [sum(self.chunk[:i]) for i in range(len(shapes))]
+        self.size = sum(self.chunk)  # one rank's padded piece of the unit, in elements
+        self.cache: list[torch.Tensor] | None = None  # re-gathered for backward
+        self.accumulated: list[torch.Tensor] | None = None  # no_sync: whole fp32 gradients
+        self.held_forward = 0  # bytes of the forward's gathered weights still held
+
+    @property
+    def shards(self) -> list[nn.Parameter]:
+        return [self.module._parameters[n] for n in self.names]
+
+    def shard(self, i: int, full: torch.Tensor) -> torch.Tensor:
+        """Step 1 (a copy)."""
+        lo, hi = rows(self.shapes[i][0], self.world_size, self.rank)
+        return full[lo:hi].clone()
+
+    def unshard(self, comm, dtype: torch.dtype | None = None) -> list[torch.Tensor]:
+        """Step 2: the unit's full parameters, gathered (and cast to `dtype`) in one collective."""
+        shards = [s.detach() for s in self.shards]
+        dtype = dtype or shards[0].dtype
+        send = shards[0].new_zeros(self.size, dtype=dtype)
+        for s, a in zip(shards, self.offsets):
+            send[a: a + s.numel()] = s.reshape(-1)  # copy-in (cast), the tail padded with zeros
+        outs = [torch.empty_like(send) for _ in range(self.world_size)]
+        comm.all_gather(outs, send)
+        return [torch.cat([o[a: a + chunk] for o in outs]).view(-1, *shape[1:])[: shape[0]]
+                for shape, a, chunk in zip(self.shapes, self.offsets, self.chunk)]  # copy-out
+
+    def reduce(self, comm, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Step 3: the mean over ranks of this rank's rows of `grads` (fp32, shards' shapes)."""
+        n = self.world_size
+        pieces = [grads[0].new_zeros(self.size, dtype=torch.float32) for _ in range(n)]
+        for g, shape, a, rest in zip(grads, self.shapes, self.offsets, self.rest):
+            flat = g.detach().to(torch.float32).reshape(-1)
+            for j in range(n):
+                lo, hi = rows(shape[0], n, j)
+                pieces[j][a: a + (hi - lo) * rest] = flat[lo * rest: hi * rest]
+        out = pieces[0].new_empty(self.size)
+        comm.reduce_scatter(out, pieces, op="avg")
+        return [out[a: a + s.numel()].view(s.shape).clone()  # this rank's rows: the shard's shape
+                for s, a in zip(self.shards, self.offsets)]
 
 
 def policy(shard):
@@ -44,13 +103,7 @@ def policy(shard):
             isinstance(t, type) and issubclass(t, nn.Module) for t in shard):
         return lambda m: isinstance(m, shard)
     if callable(shard):
-        def chosen(m):
-            verdict = shard(m)
-            if verdict not in (True, False):
-                raise ValueError(f"shard predicate returned {verdict!r} for "
-                                 f"{type(m).__name__}; it must return a bool")
-            return bool(verdict)
-        return chosen
+        return lambda m: bool(shard(m))
     raise ValueError(f"shard={shard!r} is unknown; give None (every module with parameters), "
                      f"a tuple of nn.Module types, or a predicate module -> bool")
 
@@ -81,18 +134,16 @@ class FullyShard(Synced):
         check_bool("reshard_after_forward", reshard_after_forward)
         comm = TorchComm() if comm is None else comm
         super().__init__(module, comm)
-        self.reshard_after_forward = reshard_after_forward
-        self.compute_dtype = compute_dtype
+        self.reshard_after_forward, self.compute_dtype = reshard_after_forward, compute_dtype
         self._live: dict[int, tuple] = {}  # storage -> (unit, index, gathered tensor)
         self.gathered_bytes = self.peak_gathered_bytes = 0  # full weights held (see _held)
-        params = list(dict.fromkeys(module.parameters()))
-        if not params:
+        if not list(module.parameters()):
             raise ValueError("module has no parameters to shard")
-        broadcast_params(comm, params)  # Step 1
+        broadcast_params(comm, list(module.parameters()))  # Step 1 (each tied one once)
         self.shard_comm = self._shard_comm(comm)
         self.units = self._build_units(chosen)
         sharded = {id(s) for u in self.units for s in u.shards}
-        self.replicated = [p for p in dict.fromkeys(module.parameters())  # after the swap
+        self.replicated = [p for p in module.parameters()  # after the swap
                            if p.requires_grad and id(p) not in sharded]
         for u in self.units:
             u.module.register_forward_pre_hook(self.pre_forward(u))

@@ -23,8 +23,7 @@ def memory_bars(rows: dict, *, unit: float = 1.0, unit_name: str = "bytes", titl
         vals = [rows[k][kind] / unit for k in labels]
         ax.bar(labels, vals, bottom=bottom, color=COLORS[kind], label=kind)
         bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_ylabel(f"per rank ({unit_name})")
-    ax.set_title(title or "model state per rank")
+    ax.set(ylabel=f"per rank ({unit_name})", title=title or "model state per rank")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -35,9 +34,8 @@ def memory_trace(traces: dict, *, title: str = "model state held during one step
     fig, ax = plt.subplots(figsize=(8, 3.2))
     for label, samples in traces.items():
         ax.plot([p + g + o for _, p, g, o in samples], marker=".", label=label)
-    ax.set_xlabel("sample (after each gather / reduction / step)")
-    ax.set_ylabel("bytes held")
-    ax.set_title(title)
+    ax.set(xlabel="sample (after each gather / reduction / step)", ylabel="bytes held",
+           title=title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

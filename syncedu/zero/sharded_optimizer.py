@@ -99,9 +99,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
             local[0]["params"] = [self.params[0].new_empty(0)]
         return optimizer_cls(local, **kwargs)
 
-    def _index(self) -> dict[int, int]:
-        """id of each parameter -> its number in torch's state_dict format."""
-        return {id(p): k for k, p in enumerate(q for g in self.param_groups for q in g["params"])}
+    def _unsharded(self, params: list[list]) -> torch.optim.Optimizer:
+        """An `optimizer_cls` with these groups' options over `params` (a list per group)."""
+        return type(self.optim)([{**_options(g), "params": ps}
+                                 for g, ps in zip(self.param_groups, params)])
 
     # ------------------------------------------------------------ a step
     @torch.no_grad()
@@ -148,13 +149,11 @@ class ShardedOptimizer(torch.optim.Optimizer):
     def state_dict(self) -> dict:
         """The whole optimizer's state in torch's format (a collective: every rank calls it)."""
         elem, scalar = self._state_names()  # Step 1: the same names on every rank
-        index = self._index()
         # Step 2: per parameter, "has state" and its scalars, from its first element's owner.
         small = self.params[0].new_zeros(len(self.params), 1 + len(scalar), dtype=torch.float64)
         flats = {key: self.params[0].new_zeros(self.layout.numel) for key in elem}
         for i, lo, piece in self.pieces:
-            st = self.optim.state.get(piece)
-            if not st:
+            if not (st := self.optim.state.get(piece)):
                 continue
             if lo == 0:
                 small[i] = torch.tensor([1.0] + [float(st[key]) for key in scalar],
@@ -165,22 +164,18 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self.comm.all_reduce(small)
         for flat in flats.values():  # Step 3: each per-element state, all-gathered
             ring_all_gather_pieces(self.comm, self.layout.pieces(flat))
-        state = {}
+        whole = self._unsharded([g["params"] for g in self.param_groups])  # torch's format
         for i, (p, a) in enumerate(zip(self.params, self.offsets)):
-            if small[i, 0]:
-                st = {key: flats[key][a: a + p.numel()].view_as(p).clone() for key in elem}
-                st.update({key: torch.tensor(small[i, 1 + j].item(), dtype=torch.float32)
-                           for j, key in enumerate(scalar)})
-                state[index[id(p)]] = st
-        groups = [{**_options(g), "params": [index[id(p)] for p in g["params"]]}
-                  for g in self.param_groups]
-        return {"state": state, "param_groups": groups}
+            if small[i, 0]:  # scalars (Adam's step) as torch keeps them: fp32 tensors
+                whole.state[p] = {**{k: flats[k][a: a + p.numel()].view_as(p).clone()
+                                     for k in elem},
+                                  **{k: small[i, 1 + j].float() for j, k in enumerate(scalar)}}
+        return whole.state_dict()
 
     def _state_names(self) -> tuple[list[str], list[str]]:
         """(per-element, scalar) state names, from one-element probes (the same on every rank)."""
-        probes = [torch.zeros(1, requires_grad=True) for _ in self.optim.param_groups]
-        opt = type(self.optim)([{**_options(g), "params": [p]}
-                                for g, p in zip(self.optim.param_groups, probes)])
+        probes = [torch.zeros(1, requires_grad=True) for _ in self.param_groups]
+        opt = self._unsharded([[p] for p in probes])
         for p in probes:
             p.grad = torch.zeros(1)
         opt.step()
@@ -190,19 +185,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a whole optimizer's state (from `state_dict()` or an unsharded optimizer)."""
-        groups, state = state_dict["param_groups"], state_dict["state"]
-        if len(groups) != len(self.param_groups):
-            raise ValueError(f"state_dict has {len(groups)} parameter groups; this optimizer "
-                             f"has {len(self.param_groups)}")
-        for full, g in zip(self.param_groups, groups):
+        whole = self._unsharded([g["params"] for g in self.param_groups])
+        whole.load_state_dict(state_dict)  # torch's checks of the groups, and its casts
+        for full, g in zip(self.param_groups, whole.param_groups):
             full.update(_options(g))
-        index = self._index()
         for i, lo, piece in self.pieces:
-            n = index[id(self.params[i])]
-            st = state.get(n, state.get(str(n)))
-            if st is None:
-                continue
-            self.optim.state[piece] = {
-                k: (v.reshape(-1)[lo: lo + piece.numel()].clone() if isinstance(v, torch.Tensor)
-                    and v.shape == self.params[i].shape else
-                    (v.clone() if isinstance(v, torch.Tensor) else v)) for k, v in st.items()}
+            st, shape = whole.state.get(self.params[i]), self.params[i].shape
+            if st:  # of a per-element state, this rank's part
+                self.optim.state[piece] = {
+                    k: (v.reshape(-1)[lo: lo + piece.numel()] if v.shape == shape else v).clone()
+                    if torch.is_tensor(v) else v for k, v in st.items()}

@@ -19,7 +19,7 @@ from syncedu.collectives.algorithms import ring_all_gather_chunks, ring_reduce_s
 from syncedu.comm.ledger import ring_chunks
 from syncedu.compress.base import flatten, unflatten_
 from syncedu.dp.data_parallel import sync_paused
-from syncedu.train.memory import KINDS, held_bytes, state_bytes
+from syncedu.train.memory import KINDS, model_state_bytes
 from syncedu.train.sampling import check_int
 
 
@@ -57,12 +57,6 @@ class Layout:
     def pieces(self, buf: torch.Tensor, a: int = 0) -> list[torch.Tensor]:
         """`buf` (the slice [a, a + len(buf)) of the whole buffer) cut at the shard borders."""
         return [buf[lo - a: hi - a] for lo, hi in self.ranges(a, a + buf.numel())]
-
-
-def unflatten(flat: torch.Tensor, like) -> list[torch.Tensor]:
-    """`flat` cut into views shaped like `like` (tensors or sizes): `flatten`'s inverse, no copy."""
-    shapes = [getattr(t, "shape", t) for t in like]
-    return [v.view(s) for v, s in zip(flat.split([s.numel() for s in shapes]), shapes)]
 
 
 @torch.no_grad()
@@ -112,7 +106,8 @@ class Synced(nn.Module):
 
 class MemoryMeter:
     """Peak model-state bytes a `ZeroDataParallel` held: `peak` = {"params", "grads",
-    "optimizer", "total"} (each its own maximum; "total" the largest sum at one sample)."""
+    "optimizer", "total"} (each its own maximum; "total" the largest sum at one sample), as
+    `train.memory` measures them on the wrapper (its shard, and the module's views)."""
 
     def __init__(self, owner):
         self.owner = owner
@@ -120,14 +115,9 @@ class MemoryMeter:
         self.samples: list[tuple[str, int, int, int]] = []  # (where, params, grads, optimizer)
 
     def sample(self, where: str) -> None:
-        o = self.owner
-        params = held_bytes([p.data for p in o.params] + [o.shard.data, o.flat]
-                            + [u.flat for u in o.units])
-        grads = held_bytes([p.grad for p in o.params] + [o.shard.grad, o.flat_grad]
-                           + [u.flat_grad for u in o.units])
-        optim = state_bytes(o.opt)
-        self.samples.append((where, params, grads, optim))
-        for kind, value in zip((*KINDS, "total"), (params, grads, optim, params + grads + optim)):
+        now = model_state_bytes(self.owner, self.owner.opt)
+        self.samples.append((where, *(now[kind] for kind in KINDS)))
+        for kind, value in now.items():
             self.peak[kind] = max(self.peak[kind], value)
 
 
@@ -144,8 +134,9 @@ class Unit:
 
     def attach(self, flat: torch.Tensor, attr: str = "data") -> None:
         """The parameters' `attr` ("data", or "grad": autograd adds into it) as views of `flat`."""
-        for p, v in zip(self.params, unflatten(flat, self.shapes)):
-            setattr(p, attr, v)
+        for p, v, shape in zip(self.params, flat.split([s.numel() for s in self.shapes]),
+                               self.shapes):
+            setattr(p, attr, v.view(shape))
 
     def free(self) -> None:
         """Stage 3: drop the whole parameters (0-element placeholders stay in the module)."""

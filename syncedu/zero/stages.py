@@ -14,8 +14,7 @@ move it one layer (`shards.Unit`) at a time. A step:
 4. stages 1 and 2 all-gather the updated shards; stage 3 leaves them sharded.
 
 Under `no_sync()` stage 1 accumulates whole gradients; stages 2-3 hold none, so they
-reduce-scatter every micro-batch and add up the shards. `memory.peak`: the most
-model-state bytes this rank held.
+reduce-scatter every micro-batch and add up the shards. `memory.peak`: the most bytes held.
 """
 
 from __future__ import annotations
@@ -208,12 +207,11 @@ class ZeroDataParallel(Synced):
                 u.free()
         return {name: out[id(p)] for name, p in self.module.named_parameters() if id(p) in out}
 
+    @torch.no_grad()
     def close(self) -> None:
         """Remove the hooks and leave whole parameters in the module (it stays usable)."""
         for h in [self._arm_hook, *self._hooks]:
             h.remove()
         self._hooks = []
-        if self.stage == 3:
-            with torch.no_grad():
-                for u in self.units:
-                    self.gather(u)
+        for u in self.units if self.stage == 3 else []:
+            self.gather(u)

@@ -2,23 +2,23 @@
 
 1. "zero1", "zero2", "zero3": `ZeroDataParallel` as model and optimizer; `close` all-gathers
    stage 3's parameters once more (the ledger shows it) for the history;
-2. "zero_redundancy": DDP (its traffic counted) with torch's `ZeroRedundancyOptimizer` over
-   the config's optimizer: ZeRO-1 by whole tensors (each rank steps its own, then
-   broadcasts them);
-3. "fsdp2": FSDP2's `fully_shard` on every Linear and on the root, the config's optimizer on
-   the `DTensor` shards: ZeRO-3 by rows; `close` all-gathers whole parameters.
+2. "zero_redundancy": "ddp" with torch's `ZeroRedundancyOptimizer` over the config's
+   optimizer: ZeRO-1 by whole tensors, each owner broadcasting its own;
+3. "fsdp2": FSDP2's `fully_shard` on every Linear and the root, the config's optimizer on the
+   `DTensor` shards: ZeRO-3 by rows; `close` all-gathers whole parameters.
 
 `memory()`: the bytes of model state this rank holds (of a `DTensor`, its local shard).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import nn
 
-from syncedu.dp.ddp_hook import wrap_ddp
 from syncedu.train.memory import held_bytes, model_state_bytes
-from syncedu.train.strategies import Parts, make_optimizer, register
+from syncedu.train.strategies import Parts, build, make_optimizer, register
 from syncedu.zero.stages import ZeroDataParallel
 
 STAGE_OF = {"zero1": 1, "zero2": 2, "zero3": 3}
@@ -44,15 +44,12 @@ def zero_redundancy(module, comm, cfg) -> Parts:  # Step 2
     _real_ranks(comm, cfg)
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
-    ddp, events = wrap_ddp(module, comm, cfg.bucket_cap_mb,  # sync: DDP averages gradients
-                           broadcast_buffers=cfg.broadcast_buffers)
-    like = make_optimizer([torch.zeros(1, requires_grad=True)], cfg)  # cfg's class and options
-    options = {k: like.defaults[k] for k in ("lr", "momentum", "betas", "eps", "weight_decay")
-               if k in like.defaults}
-    # sync: state for this rank's tensors only; after its step, each owner broadcasts them
-    opt = ZeroRedundancyOptimizer(module.parameters(), optimizer_class=type(like), **options)
-    return Parts(ddp, opt, events, no_sync=ddp.no_sync,
-                 memory=lambda: model_state_bytes(module, opt.optim))  # .optim: this rank's
+    ddp = build(module, comm, replace(cfg, strategy="ddp"))  # sync: DDP averages gradients
+    # sync: "ddp"'s optimizer (its class, its groups), sharded by whole tensors: state for this
+    # rank's tensors only; after its step, each owner broadcasts them
+    opt = ZeroRedundancyOptimizer([dict(g) for g in ddp.optimizer.param_groups],
+                                  type(ddp.optimizer))
+    return replace(ddp, optimizer=opt, memory=lambda: model_state_bytes(module, opt.optim))
 
 
 def _local(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -86,3 +83,4 @@ def fsdp2(module, comm, cfg) -> Parts:  # Step 3
         return {**held, "total": sum(held.values())}
 
     return Parts(module, opt, close=close, memory=memory)
+

@@ -179,7 +179,7 @@ def test_bad_arguments_name_the_parameter():
 def test_per_parameter_spreads_each_layer_over_every_rank():
     # Lesson 10's table: elements of each layer per rank, flat shards vs rows (`rows`).
     from syncedu.train import models
-    from syncedu.zero.fully_shard_units import rows
+    from syncedu.zero.fully_shard import rows
     from syncedu.zero.shards import Layout, layer_units
 
     units = layer_units(models.make("mlp", hidden=13))  # 64 -> 13 -> 13 -> 10: 1,167

@@ -42,6 +42,15 @@ def _max_diff(a: dict, b: dict) -> float:
     return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
+def _simulate_step(stage: int, network, depth: int = 4, steps: int = 2) -> float:
+    """Lesson 10's `simulate_step`: one step (the slowest rank's mean) of "zero{stage}" (0:
+    "flat") on 4 simulated ranks, the MLP as `depth` Linear(64, 64) layers, 1 ms of forward."""
+    h = train.run("flat" if stage == 0 else f"zero{stage}", 4, steps=steps, global_batch=16,
+                  lr=0.01, simulate=True, network=network, compute_seconds=3e-3,
+                  model_kwargs={"hidden": 64, "classes": 64, "depth": depth - 1})
+    return max(sum(seconds) for seconds in h.rank_step_seconds) / steps
+
+
 P = sum(p.numel() for p in _model().parameters())  # 1,167: 4 does not divide it
 
 
@@ -282,11 +291,10 @@ def test_measured_model_state_is_the_fp32_formula():
 def test_simulated_step_time_matches_the_model():
     from syncedu import Network
     from syncedu.dp import timeline
-    from syncedu.zero import timing as zero_time
     net = Network(latency=10e-6, bandwidth=1e10)  # latency-bound: 16.6 KB a layer, 1.7 us
     psi = 4 * (64 * 64 + 64)
     for stage, mode in ((0, "dp"), (1, "zero1"), (3, "zero3")):
-        simulated = zero_time.simulate_step(stage, 4, network=net, depth=4)
+        simulated = _simulate_step(stage, net)
         model = timeline.zero_step_time(mode, psi, 4, 4, net, 1e-3, itemsize=4)
         assert simulated == pytest.approx(model, rel=0.02), mode
     assert timeline.zero_step_time("zero3_prefetch", psi, 4, 4, net, 1e-3, itemsize=4) < \
@@ -300,7 +308,6 @@ def test_time_model_is_a_lower_bound_for_flat_shards_on_a_slow_link():
 
     from syncedu import Network
     from syncedu.dp import timeline
-    from syncedu.zero import timing as zero_time
     link = Network(latency=1e-5, bandwidth=3e7)
     units = layer_units(nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)]))
     layout = Layout(units[-1].b, 4)
@@ -308,5 +315,5 @@ def test_time_model_is_a_lower_bound_for_flat_shards_on_a_slow_link():
     assert most == [4160] * 4  # each layer wholly on one rank
     bound = 3e-3 + sum(3 * 3 * (link.latency + 4 * m / link.bandwidth) for m in most)
     model = timeline.zero_step_time("zero3", 4 * (64 * 64 + 64), 4, 4, link, 1e-3, itemsize=4)
-    simulated = zero_time.simulate_step(3, 4, network=link, depth=4)
+    simulated = _simulate_step(3, link)
     assert model < simulated < bound and simulated > 2 * model

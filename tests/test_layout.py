@@ -181,9 +181,7 @@ def _lines(paths) -> int:
 
 def test_line_budgets_that_hold():
     """DESIGN.md, "Layout": no file over 350 lines, the engine (comm + train) <= 5,000, the
-    package <= 15,000 (benchmarks/ and examples/ live beside it).
-
-    (Each topic's 1,300 is not met yet by zero/: issue 21.)"""
+    package <= 15,000 (benchmarks/ and examples/ live beside it)."""
     over = {str(p.relative_to(PKG)): n for p in sorted(PKG.rglob("*.py"))
             if (n := _lines([p])) > 350}
     assert not over, f"files over 350 lines: {over}"
@@ -191,6 +189,16 @@ def test_line_budgets_that_hold():
     assert engine <= 5_000, f"the engine (comm + train) is {engine:,} lines (budget 5,000)"
     package = _lines(PKG.rglob("*.py"))
     assert package <= 15_000, f"the package is {package:,} lines (budget 15,000)"
+
+
+def test_each_topic_within_its_budget():
+    """DESIGN.md, "Layout": each topic package (every folder under syncedu/ but the engine's
+    comm and train, and ui) is at most 1,300 lines."""
+    topics = [d for d in sorted(PKG.iterdir())
+              if d.is_dir() and d.name not in ("comm", "train", "ui") and any(d.glob("*.py"))]
+    over = {d.name: n for d in topics if (n := _lines(d.rglob("*.py"))) > 1_300}
+    assert {d.name for d in topics} >= set(TOPICS)
+    assert not over, f"topics over 1,300 lines: {over}"
 
 
 def test_what_a_lesson_shows_and_calls_is_public():

@@ -34,6 +34,7 @@ def held_bytes(tensors) -> int:
     """Bytes of the distinct storages behind `tensors` (None and empty count 0)."""
     seen: dict[int, int] = {}
     for t in tensors:
+        t = t.to_local() if hasattr(t, "to_local") else t  # a DTensor: this rank's shard
         if t is None or t.numel() == 0:
             continue
         storage = t.untyped_storage()

@@ -3,7 +3,8 @@
 Exercises 1 (`zero2_step`: one SGD step) and 3 (`zero1_step`: two steps of SGD with momentum,
 kept in `state`) run the answer at N = 3 and 4 with Psi = 10 (neither divides it) and ask:
 
-1. are every rank's parameters those of one process stepping the mean gradient (1e-6)?
+1. are every rank's parameters those of one process stepping the mean gradient (1e-6)? If
+   not, are they one of `MISTAKES`' plausible wrong answers (named in the verdict)?
 2. is it data parallelism (the whole mean gradient on every rank: an allreduce), or a
    parameter server (`comm.reduce`/`gather`, `broadcast`/`scatter`)?
 3. does a rank send or receive (the trace) more than a ring reduce-scatter plus
@@ -59,13 +60,23 @@ def _worker(comm, answer, numel: int, steps: int, nan_outside: bool = False):
     return params.tolist(), _held(state), grads.tolist()
 
 
-def _reference(n: int, numel: int, steps: int) -> list[float]:
+MISTAKES = {"sum": "the sum, not the mean: divide the reduced piece by N",
+            "reset": "the momentum restarts every step: keep the velocity in `state`",
+            "ema": "v = m v + (1 - m) g is not torch's SGD momentum: use v = m v + g"}
+
+
+def _reference(n: int, numel: int, steps: int, mistake: str | None = None) -> list[float]:
     params, velocity = torch.linspace(-1.0, 1.0, numel), torch.zeros(numel)
     for step in range(steps):
-        mean = sum(_grads(r, step, numel) for r in range(n)) / n
-        velocity = (MOMENTUM * velocity if steps > 1 else 0) + mean
+        mean = sum(_grads(r, step, numel) for r in range(n)) / (1 if mistake == "sum" else n)
+        keep = MOMENTUM if steps > 1 and mistake != "reset" else 0
+        velocity = keep * velocity + (1 - MOMENTUM if mistake == "ema" else 1) * mean
         params -= LR * velocity
     return params.tolist()
+
+
+def _close(got: list[float], want: list[float]) -> bool:
+    return len(got) == len(want) and all(abs(a - b) <= 1e-6 for a, b in zip(got, want))
 
 
 def _judge(n: int, numel: int, steps: int, res, nan: bool) -> str | None:
@@ -76,9 +87,10 @@ def _judge(n: int, numel: int, steps: int, res, nan: bool) -> str | None:
             return (f"N={n}: with rank {r}'s parameters NaN outside its own shard it ends with "
                     f"{sum(math.isnan(a) for a in got)} NaN: it updated parameters it does not own"
                     " (data parallelism on a copy of the gradients?) - update only your shard")
-        if len(got) != numel or not all(abs(a - b) <= 1e-6 for a, b in zip(got, want)):
+        if not _close(got, want):
+            named = [m for k, m in MISTAKES.items() if _close(got, _reference(n, numel, steps, k))]
             return (f"N={n}: rank {r}'s parameters are not those of one process stepping the "
-                    "mean gradient (divide the sum by N? all-gather every rank's shard?)")
+                    f"mean gradient: {named[0] if named else 'all-gather every shard?'}")
     ops = set(res.ledger.ops)
     total = sum(_grads(r, steps - 1, numel) for r in range(n))
     whole = [(total / k).tolist() for k in (1, n)]  # the sum or the mean, on every rank
@@ -151,6 +163,8 @@ def memory_per_rank(answer) -> bool:
                 hint = {"params": "parameters are sharded only at stage 3",
                         "grads": "gradients are sharded from stage 2 on",
                         "optimizer": "the optimizer state is sharded from stage 1 on"}[kind]
+                if psi % n and math.isclose(got[kind], psi // n * per, abs_tol=1e-6):
+                    hint = "a shard holds ceil(Psi/N) elements: round up, not down"
                 return verdict(name, False, f"psi={psi:,.0f}, N={n}, stage {stage}: {kind} "
                                 f"{got[kind]:,.1f} bytes, expected {exact:,.1f} (or {ceil:,.0f} "
                                 f"with ceil(Psi/N) elements per shard): {hint}")

@@ -69,11 +69,8 @@ def broadcast_params(comm, params) -> torch.Tensor:
 
 
 def ring_reduce_scatter_pieces(comm, pieces: list[torch.Tensor]) -> torch.Tensor:
-    """Ring reduce-scatter in place: afterwards `pieces[r]` on rank r is the sum over ranks.
-
-    Lesson 02's ring (`ring_reduce_scatter_chunks`), which adds in the order of a ring
-    allreduce (and the simulator's `comm.all_reduce`); empty pieces skip the wire.
-    """
+    """Ring reduce-scatter in place, `pieces[r]` on rank r the sum: lesson 02's ring, adding
+    in a ring allreduce's order (and `comm.all_reduce`'s); empty pieces skip the wire."""
     with comm.scope("ring_reduce_scatter"):
         ring_reduce_scatter_chunks(comm, pieces, list(range(comm.world_size)), skip_empty=True)
     return pieces[comm.rank]
@@ -105,9 +102,8 @@ class Synced(nn.Module):
 
 
 class MemoryMeter:
-    """Peak model-state bytes a `ZeroDataParallel` held: `peak` = {"params", "grads",
-    "optimizer", "total"} (each its own maximum; "total" the largest sum at one sample), as
-    `train.memory` measures them on the wrapper (its shard, and the module's views)."""
+    """Peak model-state bytes of a `ZeroDataParallel` (`train.memory`'s count): `peak` =
+    {"params", "grads", "optimizer", "total"}, each its own maximum over the samples."""
 
     def __init__(self, owner):
         self.owner = owner
@@ -126,9 +122,9 @@ class Unit:
 
     def __init__(self, name: str, module: nn.Module, params: list, a: int):
         self.name, self.module, self.params = name, module, params
-        self.shapes = [p.shape for p in params]  # stage 3 leaves the parameters empty
+        self.shapes = [p.shape for p in params]
         self.a, self.b = a, a + sum(p.numel() for p in params)
-        self.flat: torch.Tensor | None = None  # stage 3: the gathered slice, while in use
+        self.flat: torch.Tensor | None = None  # stage 3: the slice (its storage freed if unused)
         self.flat_grad: torch.Tensor | None = None  # stages 2-3: its gradients, until reduced
         self.ready = 0  # parameters whose gradient arrived in this backward
 
@@ -138,11 +134,15 @@ class Unit:
                                self.shapes):
             setattr(p, attr, v.view(shape))
 
+    @property
+    def gathered(self) -> bool:
+        return self.flat is not None and self.flat.untyped_storage().nbytes() > 0
+
     def free(self) -> None:
-        """Stage 3: drop the whole parameters (0-element placeholders stay in the module)."""
-        self.flat = None
-        for p in self.params:
-            p.data = p.data.new_empty(0)
+        """Stage 3: release the whole parameters' memory, as FSDP1 does: resize the storage
+        to 0 bytes, so the tensors autograd saved for backward (views such as W.t()) hold
+        nothing either until `ZeroDataParallel.gather` refills the same storage."""
+        self.flat.untyped_storage().resize_(0)
 
 
 def layer_units(module: nn.Module) -> list[Unit]:

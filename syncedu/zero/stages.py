@@ -87,7 +87,9 @@ class ZeroDataParallel(Synced):
                 u.attach(flat[u.a: u.b])
             return mine
         self.flat = None  # stage 3 keeps only its own shard
-        for u in self.units:
+        for u in self.units:  # each layer's buffer, its storage freed until gathered
+            u.flat = flat[u.a: u.b].clone()
+            u.attach(u.flat)
             u.free()
         return mine.clone()
 
@@ -140,14 +142,14 @@ class ZeroDataParallel(Synced):
 
     # ------------------------------------------------ one layer's traffic
     def gather(self, u: Unit) -> None:
-        """Stage 3: all-gather the layer's slice from the shards (unless it is here)."""
-        if u.flat is None:
-            u.flat = self.shard.new_empty(u.b - u.a)
+        """Stage 3: all-gather the layer's slice from the shards (unless it is here), into
+        the storage its parameters and autograd's saved tensors share."""
+        if not u.gathered:
+            u.flat.untyped_storage().resize_(u.flat.numel() * u.flat.element_size())
             pieces = self.layout.pieces(u.flat, u.a)
             lo, hi = self.layout.within_shard(u.a, u.b, self.comm.rank)
             pieces[self.comm.rank].copy_(self.shard.detach()[lo:hi])
             ring_all_gather_pieces(self.comm, pieces)
-            u.attach(u.flat)
 
     def reduce(self, u: Unit) -> None:
         """Stages 2-3: reduce-scatter the layer's gradients; keep (add up) this rank's piece."""
@@ -199,7 +201,7 @@ class ZeroDataParallel(Synced):
         """The whole parameters by the module's names (stage 3 gathers them: traffic)."""
         out = {}
         for u in self.units:
-            was_free = u.flat is None and self.stage == 3
+            was_free = self.stage == 3 and not u.gathered
             if was_free:
                 self.gather(u)
             out.update({id(p): p.detach().clone() for p in u.params})

@@ -7,17 +7,17 @@
 3. "fsdp2": FSDP2's `fully_shard` on every Linear and the root, the config's optimizer on the
    `DTensor` shards: ZeRO-3 by rows; `close` all-gathers whole parameters.
 
-`memory()`: the bytes of model state this rank holds (of a `DTensor`, its local shard).
+`memory()`: the bytes of model state this rank holds (of a `DTensor`, its local shard:
+`train.memory` counts those).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-import torch
 from torch import nn
 
-from syncedu.train.memory import held_bytes, model_state_bytes
+from syncedu.train.memory import model_state_bytes
 from syncedu.train.strategies import Parts, build, make_optimizer, register
 from syncedu.zero.stages import ZeroDataParallel
 
@@ -52,10 +52,6 @@ def zero_redundancy(module, comm, cfg) -> Parts:  # Step 2
     return replace(ddp, optimizer=opt, memory=lambda: model_state_bytes(module, opt.optim))
 
 
-def _local(t: torch.Tensor | None) -> torch.Tensor | None:
-    return t.to_local() if hasattr(t, "to_local") else t  # a DTensor: this rank's shard
-
-
 @register("fsdp2")
 def fsdp2(module, comm, cfg) -> Parts:  # Step 3
     _real_ranks(comm, cfg)
@@ -74,13 +70,5 @@ def fsdp2(module, comm, cfg) -> Parts:  # Step 3
             if hasattr(m, "unshard"):  # each fully_shard-ed module, its own unit
                 m.unshard()
 
-    def memory() -> dict[str, int]:
-        params = list(module.parameters())
-        state = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]
-        held = {"params": held_bytes(_local(p.data) for p in params),
-                "grads": held_bytes(_local(p.grad) for p in params),
-                "optimizer": held_bytes(map(_local, state))}
-        return {**held, "total": sum(held.values())}
-
-    return Parts(module, opt, close=close, memory=memory)
+    return Parts(module, opt, close=close, memory=lambda: model_state_bytes(module, opt))
 

@@ -116,6 +116,27 @@ def no_mean(comm, params, grads, state, lr, m):
     ring_all_gather_pieces(comm, pieces)
 
 
+def _ring_step(comm, params, grads, velocity):
+    layout = Layout(params.numel(), comm.world_size)
+    mean = ring_reduce_scatter_pieces(comm, layout.pieces(grads.clone())).div_(comm.world_size)
+    pieces = layout.pieces(params)
+    pieces[comm.rank].sub_(velocity(mean))
+    ring_all_gather_pieces(comm, pieces)
+
+
+def momentum_reset(comm, params, grads, state, lr, m):
+    """Momentum kept nowhere: each step starts from v = 0."""
+    _ring_step(comm, params, grads, lambda g: lr * _momentum({}, g, m))
+
+
+def momentum_ema(comm, params, grads, state, lr, m):
+    """v = m v + (1 - m) g, an exponential average instead of torch's v = m v + g."""
+    def ema(g):
+        state["v"] = g.mul(1 - m) if "v" not in state else state["v"].mul_(m).add_(g, alpha=1 - m)
+        return lr * state["v"]
+    _ring_step(comm, params, grads, ema)
+
+
 def stub(comm, params, grads, state, lr, m):
     raise NotImplementedError
 
@@ -132,7 +153,9 @@ def test_wrong_answers_fail_with_the_reason(capsys):
                            (whole_momentum, "keeps momentum for 10 elements"),
                            (whole_momentum_in_a_list, "keeps momentum for 10 elements"),
                            (copy_data_parallel, "NaN outside its own shard"),
-                           (no_mean, "divide the sum by N")):
+                           (no_mean, "the sum, not the mean"),
+                           (momentum_reset, "the momentum restarts every step"),
+                           (momentum_ema, "(1 - m) g is not torch's SGD momentum")):
         assert not zero1_step.grade(answer), answer.__name__
         assert reason in capsys.readouterr().out, answer.__name__
 
@@ -235,3 +258,4 @@ def test_memory_checker_accepts_psi_over_n_and_ceil_and_rejects_the_swaps(capsys
         return {k: (v // 2 * 2 if k != "optimizer" else v) for k, v in parts.items()}
 
     assert not memory_per_rank.grade(floor)
+    assert "round up, not down" in capsys.readouterr().out

@@ -176,6 +176,45 @@ def test_stages_shrink_gradients_then_parameters():
     assert peak[1]["optimizer"] == peak[2]["optimizer"] == peak[3]["optimizer"]
 
 
+def _saved_bytes(comm, stage):
+    """Bytes of the distinct storages autograd keeps after one forward (our stage 3, or the
+    plain model without its parameters' storages), and stage 3's gradients with every
+    all-gather after the forward (the backward's) filled with NaN."""
+    model = _model(hidden=64, depth=3)
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    wrapped = model if stage == 0 else ZeroDataParallel(model, comm, stage=stage)
+    saved = []
+    x, y = _batch(0, comm.rank)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        loss = F.cross_entropy(wrapped(x), y)
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in saved
+                if stage or t.untyped_storage().data_ptr() not in weights}
+    if stage == 0:
+        return sum(storages.values()), None
+    real, poisoned = wrapped.gather, []
+
+    def poison(u):  # the backward's gathers: are they what autograd reads?
+        if not u.gathered:
+            real(u)
+            u.flat.fill_(float("nan"))
+            poisoned.append(u.name)
+
+    wrapped.gather = poison  # this rank's wrapper only (simulated ranks share the module)
+    loss.backward()
+    return sum(storages.values()), (len(poisoned), wrapped.shard.grad.isnan().any().item())
+
+
+def test_stage3_frees_what_autograd_saved_and_backward_reads_its_gathers():
+    # After forward, stage 3 holds no whole weight, not even the views autograd saved:
+    # what autograd keeps is the activations, as for the plain model without its weights.
+    plain = sim.run(_saved_bytes, 2, args=(0,))[0][0]
+    res = sim.run(_saved_bytes, 2, args=(3,))
+    assert [r[0] for r in res] == [plain, plain]
+    # The backward re-gathers every layer, and its gradients come from those gathers.
+    layers = len(layer_units(_model(hidden=64, depth=3)))
+    assert layers == 4 and [r[1] for r in res] == [(layers, True)] * 2
+
+
 # ------------------------------------------------------------ bad input
 @pytest.mark.parametrize("field,value", [("stage", 4), ("optimizer", "lamb"),
                                          ("momentum", 1.5), ("lr", 0.0)])

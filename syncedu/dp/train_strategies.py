@@ -23,7 +23,7 @@ def ours(module, comm, cfg, strategy: str | None = None) -> Parts:  # Step 1
                  no_sync=dp.no_sync, finish=dp.finish_gradient_synchronization, close=dp.close)
 
 
-@register("ddp")
+@register("ddp", real_only=True)
 def _ddp(module, comm, cfg) -> Parts:  # Step 2
     ddp, events = wrap_ddp(module, comm, cfg.bucket_cap_mb, hook=cfg.ddp_hook,
                            compression=copy.deepcopy(cfg.compression),

@@ -121,7 +121,7 @@ class _FusedLedger:
         return out
 
 
-@register("horovod")
+@register("horovod", real_only=True)
 def _horovod(module, comm, cfg) -> Parts:
     """The factory `train_strategies.build` calls inside a Horovod rank (Steps 2-4)."""
     import horovod.torch as hvd

@@ -87,7 +87,7 @@ def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumu
     cfg = TrainConfig(strategy=strategy, world_size=world_size, steps=steps,  # Step 1
                       global_batch=global_batch, accumulation=accumulation, lr=lr, seed=seed,
                       **options)
-    if simulate and strategy in ("ddp", "horovod"):
+    if simulate and strategy in strategies.REAL_ONLY:
         raise ValueError(f"strategy={strategy!r} needs torch.distributed: it cannot be "
                          f"simulated (use simulate=False)")
     if strategy in strategies.LAUNCHERS:  # it starts its own ranks (Horovod: horovod.run)

@@ -27,6 +27,7 @@ from syncedu.train.optimizers import make_optimizer
 
 FACTORIES: dict[str, Callable] = {}
 CHECKS: dict[str, Callable] = {}  # name -> check(cfg), raising ValueError
+REAL_ONLY: set[str] = set()  # strategies that need torch.distributed: never simulated
 # Strategies that start their own ranks -> fn(cfg, *, pool, network, timeout) -> results.
 LAUNCHERS: dict[str, Callable] = {}
 
@@ -46,11 +47,14 @@ class Parts:
     report: Callable[[], dict] = dict
 
 
-def register(*names: str, check: Callable | None = None):
-    """Decorator: make `factory(module, comm, cfg) -> Parts` the strategy `names`."""
+def register(*names: str, check: Callable | None = None, real_only: bool = False):
+    """Decorator: make `factory(module, comm, cfg) -> Parts` the strategy `names`
+    (`real_only`: a library's own, on torch.distributed, which `simulate=True` refuses)."""
     def add(factory):
         for name in names:
             FACTORIES[name] = factory
+            if real_only:
+                REAL_ONLY.add(name)
             if check is not None:
                 CHECKS[name] = check
         return factory

@@ -33,15 +33,8 @@ def _zero(module, comm, cfg) -> Parts:  # Step 1
                  close=zero.close, memory=lambda: dict(zero.memory.peak))
 
 
-def _real_ranks(comm, cfg) -> None:
-    if comm.backend == "sim":
-        raise ValueError(f"strategy={cfg.strategy!r} is torch's own: it needs torch.distributed "
-                         f"and cannot be simulated (use simulate=False)")
-
-
-@register("zero_redundancy")
+@register("zero_redundancy", real_only=True)
 def zero_redundancy(module, comm, cfg) -> Parts:  # Step 2
-    _real_ranks(comm, cfg)
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
     ddp = build(module, comm, replace(cfg, strategy="ddp"))  # sync: DDP averages gradients
@@ -52,9 +45,8 @@ def zero_redundancy(module, comm, cfg) -> Parts:  # Step 2
     return replace(ddp, optimizer=opt, memory=lambda: model_state_bytes(module, opt.optim))
 
 
-@register("fsdp2")
+@register("fsdp2", real_only=True)
 def fsdp2(module, comm, cfg) -> Parts:  # Step 3
-    _real_ranks(comm, cfg)
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 

@@ -15,7 +15,7 @@ gradients, ~120 ms of backward. One data-parallel step (Li et al., VLDB 2020, Fi
 2. backward produces the gradients bucket by bucket (last layer first), each
    bucket's share of `backward` in proportion to its bytes;
 3. a bucket's allreduce starts when its gradients are ready *and* the previous
-   bucket's allreduce is done (one link), and lasts `ring_seconds`: a ring on
+   bucket's allreduce is done (one link), and lasts `collective_time`: a ring on
    the `Network`, 2(N-1)(alpha + S/(N B)), as in the emulator and the simulator;
 4. without overlap all buckets go after backward; the optimizer step starts when
    the last allreduce ends (`step` seconds). An `overlap` share in between: the
@@ -28,7 +28,6 @@ import math
 from dataclasses import dataclass
 
 from syncedu.collectives.cost import allreduce_time, collective_time
-from syncedu.comm.emulation import ring_seconds
 from syncedu.comm.network import Network
 from syncedu.train.sampling import check_int
 
@@ -83,7 +82,7 @@ def schedule(buckets: list[int], world_size: int, network: Network, *, forward: 
     for b, p in zip(buckets, produced):  # Step 3 (Step 4's share: ready over the last part)
         ready = p if overlap == 1 else end_backward - overlap * (end_backward - p)
         start = max(ready, link)
-        dur = ring_seconds("all_reduce", b, world_size, network)
+        dur = collective_time("all_reduce", b, world_size, network)
         comm_total += dur
         if dur:
             segs.append(("comm", start, start + dur))
@@ -104,7 +103,7 @@ def accumulation_time(k: int, world_size: int, network: Network, grad_bytes: int
     step with `no_sync`, one per micro-batch with `sync_every` (or the partial-`no_sync` bug)."""
     if k < 1:
         raise ValueError(f"k={k} must be >= 1")
-    one = ring_seconds("all_reduce", grad_bytes, world_size, network)
+    one = collective_time("all_reduce", grad_bytes, world_size, network)
     return k * micro_compute + (k if sync_every else 1) * one
 
 

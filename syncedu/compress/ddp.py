@@ -1,12 +1,15 @@
 """Compression and mixed precision under DDP, on real ranks: what goes on the wire.
 
-Every configuration's allreduces go through Python hooks (DDP's default path is
-C++), so patching `dist.all_reduce` sees them all. Mixed precision as in
-Micikevicius et al. 2018: fp32 masters, 16-bit parameters and gradients.
+Every configuration of the audit allreduces through Python hooks (DDP's default path is
+C++), so patching `dist.all_reduce` for one step sees them all. Mixed precision as in
+Micikevicius et al. 2018: fp32 masters, 16-bit parameters and gradients. `TorchPowerSGD`
+is torch's `powerSGD_hook` as a compressor for the harness, its traffic in our ledger.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
 from unittest import mock
 
 import torch
@@ -16,8 +19,10 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from syncedu.compress import BF16, FP16, PowerSGD
+from syncedu.compress import BF16, FP16, Compressor
+from syncedu.dp.ddp_hook import charge_ring_allreduce
 from syncedu.train import data, models
+from syncedu.train.sampling import check_int
 
 
 def recording_allreduce(calls: list):
@@ -72,31 +77,49 @@ def wire_audit(comm) -> dict:
     return out
 
 
-def powersgd_pair(comm, steps: int = 30, rank: int = 1, start_iter: int = 2,
-                  lr: float = 0.2) -> dict:
-    """Train the digits MLP under DDP with torch's powerSGD_hook, then with ours."""
-    out = {}
-    for who in ("torch", "ours"):
-        torch.manual_seed(0)  # torch's hook draws its first Q from its own seeded RNG
-        ddp = DDP(models.make("mlp", seed=0))  # one bucket
-        if who == "torch":
-            state = psgd.PowerSGDState(None, matrix_approximation_rank=rank,
-                                       start_powerSGD_iter=start_iter)
-            ddp.register_comm_hook(state, psgd.powerSGD_hook)
-        else:
-            ddp.register_comm_hook(*PowerSGD(rank, start_iter=start_iter).ddp_hook(comm))
-        opt = torch.optim.SGD(ddp.parameters(), lr=lr)
-        calls, losses = [], []
-        with recording_allreduce(calls):
-            for step in range(steps):
-                x, y = _batch(comm, step)
-                opt.zero_grad()
-                loss = F.cross_entropy(ddp(x), y)
-                loss.backward()
-                opt.step()
-                losses.append(loss.item())
-        out[who] = {"bytes": sum(b for _, b in calls), "losses": losses}
-    return out
+class _ChargedGroup(dist.ProcessGroup):
+    """`comm`'s process group; each allreduce issued on it is charged to `comm.ledger`.
+
+    torch's hook allreduces with `dist.all_reduce(t, group=state.process_group)`, also later
+    in its futures' callbacks, which ends in `group.allreduce`: a group of our own sees them
+    all, where a patch of `dist.all_reduce` would have to outlive the hook call and could
+    leak into a warm pool's later runs. A subclass, though a duck-typed wrapper also works in
+    torch 2.13: it stays a `ProcessGroup` wherever torch checks the type.
+    """
+
+    def __init__(self, comm):
+        self.inner, self.comm = comm.group or dist.group.WORLD, comm
+        super().__init__(self.inner.rank(), self.inner.size())
+
+    def allreduce(self, tensors, *args, **kwargs):
+        for t in tensors:  # as `counting_hook` charges DDP's own buckets
+            charge_ring_allreduce(self.comm, t.numel(), t.element_size())
+        return self.inner.allreduce(tensors, *args, **kwargs)
+
+
+@dataclass(frozen=True)
+class TorchPowerSGD(Compressor):
+    """torch's `powerSGD_hook` for `train.run("ddp", ..., compression=)`: torch's state on a
+    `_ChargedGroup`, torch's hook unchanged (its first Q drawn from `seed`). Keep DDP to one
+    bucket: with several, its chained allreduces on Gloo came in different orders per rank."""
+
+    rank: int = 1
+    start_iter: int = 2  # torch refuses < 2 with error feedback or warm start (pytorch#51427)
+    seed: int = 0
+    name: ClassVar[str] = "torch_powersgd"
+
+    def __post_init__(self):
+        for pname, low in (("rank", 1), ("start_iter", 2), ("seed", 0)):
+            check_int(pname, getattr(self, pname), low)
+
+    def average_(self, comm, tensors, key: str = "bucket") -> None:
+        raise ValueError("TorchPowerSGD is torch's DDP comm hook: it runs only under DDP, "
+                         "train.run(\"ddp\", ...); use PowerSGD with other strategies")
+
+    def ddp_hook(self, comm):
+        return psgd.PowerSGDState(process_group=_ChargedGroup(comm), random_seed=self.seed,
+                                  matrix_approximation_rank=self.rank,
+                                  start_powerSGD_iter=self.start_iter), psgd.powerSGD_hook
 
 
 def grad_scaler_fp16(comm, scales=(2.0 ** 24, 2.0 ** 10)) -> list[dict]:

@@ -44,6 +44,10 @@ class BNConfig:
     seed: int = 0
     test_size: int = 360
     broadcast_buffers: bool = False  # True: rank 0's buffers re-sent every forward (DDP's default)
+    # Plain BN on 2 images amplifies float32's last bits (which change with the thread count
+    # and the CPU) into a different test image flipped here and there; float64's are ~1e9x
+    # smaller, so every machine prints the same table.
+    dtype: str = "float64"
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -81,16 +85,20 @@ class BNResult:
         return {"mean": pick(torch.cat(means)).item(), "var": pick(torch.cat(varis)).item()}
 
 
-def run(cfg: BNConfig, *, network=None, simulate: bool = True, pool=None) -> BNResult:
-    """Steps 1-4: one configuration through `train.run`, on simulated ranks (or real ones:
-    `simulate=False`, `pool=`)."""
+def run(mode: str = "syncbn", world_size: int = 4, *, network=None, simulate: bool = True,
+        pool=None, **options) -> BNResult:
+    """Steps 1-4: mode `mode` on `world_size` ranks through `train.run`, simulated (or real:
+    `simulate=False`, `pool=`); `options` are `BNConfig`'s other fields (`per_rank_batch`,
+    `steps`, `seed`, `broadcast_buffers`, ...)."""
+    cfg = BNConfig(mode=mode, world_size=world_size, **options)
     # "single" runs in this process: no network, pool or simulation to pass
-    where = {} if cfg.mode == "single" else dict(network=network, simulate=simulate, pool=pool)
-    h = harness.run(STRATEGY[cfg.mode], 1 if cfg.mode == "single" else cfg.world_size,
+    where = {} if mode == "single" else dict(network=network, simulate=simulate, pool=pool)
+    h = harness.run(STRATEGY[mode], 1 if mode == "single" else world_size,
                     steps=cfg.steps, global_batch=cfg.global_batch, lr=cfg.lr,
                     momentum=cfg.momentum, seed=cfg.seed, model="cnn",
                     model_kwargs={"channels": cfg.channels}, holdout=cfg.test_size,
-                    broadcast_buffers=cfg.broadcast_buffers, progress=False, **where)
+                    broadcast_buffers=cfg.broadcast_buffers, dtype=cfg.dtype, progress=False,
+                    **where)
     layers = [k[:-len(".running_var")] for k in h.rank_buffers[0] if k.endswith(".running_var")]
     running = [{name: (b[f"{name}.running_mean"], b[f"{name}.running_var"]) for name in layers}
                for b in h.rank_buffers]
@@ -98,13 +106,11 @@ def run(cfg: BNConfig, *, network=None, simulate: bool = True, pool=None) -> BNR
                     h.ledger, h.seconds)
 
 
-def compare(per_rank_batch: int = 2, world_size: int = 4, steps: int = 150,
-            seed: int = 0, *, network=None, simulate: bool = True, **kwargs
+def compare(world_size: int = 4, *, network=None, simulate: bool = True, **options
             ) -> dict[str, BNResult]:
     """The three modes side by side, same data and initial weights: {mode: result}."""
-    return {mode: run(BNConfig(mode=mode, world_size=world_size, per_rank_batch=per_rank_batch,
-                               steps=steps, seed=seed, **kwargs), network=network,
-                      simulate=simulate) for mode in MODES}
+    return {mode: run(mode, world_size, network=network, simulate=simulate, **options)
+            for mode in MODES}
 
 
 def stat_noise(batch_sizes=(1, 2, 4, 8, 16, 32), *, params: dict | None = None, layer: int = 1,

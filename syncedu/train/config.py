@@ -20,6 +20,7 @@ MISTAKES = (None, "sync_every", "partial_no_sync", "unscaled_loss")
 DATASETS = ("digits", "synthetic")
 MODELS = ("mlp", "cnn")
 DTYPES = ("float32", "float64")
+FLOAT64 = ("single", "naive", "syncbn")  # the others' wire (DiLoCo, compressors, DDP) is fp32
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class TrainConfig:
     seed: int = 0
     model: str = "mlp"
     dataset: str = "digits"
-    dtype: str = "float32"  # "float64" ("single" only): CPUs' last-bit differences ~1e9x smaller
+    dtype: str = "float32"  # "float64" (FLOAT64 only): CPUs' last-bit differences ~1e9x smaller
     momentum: float = 0.0
     warmup_steps: int = 0  # > 0: the rate grows from lr / warmup_steps to lr (Goyal et al. 2017)
     bucket_cap_mb: float = 25.0
@@ -91,9 +92,10 @@ class TrainConfig:
             raise ValueError(f"global_batch={self.global_batch} must be <= the training set's size "
                              f"{size - self.holdout} (the dataset's {size} less holdout)")
         check_optimizer_options(self)  # optimizer, lr, momentum, weight_decay, betas, eps
-        if self.dtype != "float32" and self.strategy != "single":  # DiLoCo, compressors: fp32 wire
-            raise ValueError(f"dtype={self.dtype!r} applies to strategy='single' only; "
-                             f"got strategy={self.strategy!r}")
+        if self.dtype != "float32" and (self.strategy not in FLOAT64 or self.compression):
+            raise ValueError(f"dtype={self.dtype!r} applies to strategy in {FLOAT64} without "
+                             f"compression only; got strategy={self.strategy!r}, compression="
+                             f"{self.compression!r}")
         for name, default in (("sync_every", 1), ("start_local_at", 0)):
             if getattr(self, name) != default and self.strategy != "local_sgd":
                 raise ValueError(f"{name}={getattr(self, name)} applies to strategy='local_sgd' "

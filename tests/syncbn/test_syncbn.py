@@ -285,8 +285,9 @@ def test_experiment_on_real_ranks_sends_what_the_simulated_run_counts(pool3):
     op as on simulated ranks, and the same losses within float rounding."""
     from syncedu.syncbn import experiment as bx
 
-    cfg = bx.BNConfig(mode="syncbn", world_size=3, steps=4, channels=4, test_size=100)
-    real, simulated = bx.run(cfg, simulate=False, pool=pool3), bx.run(cfg)
+    cfg = dict(steps=4, channels=4, test_size=100)
+    real = bx.run("syncbn", 3, simulate=False, pool=pool3, **cfg)
+    simulated = bx.run("syncbn", 3, **cfg)
     assert real.ledger.sent == simulated.ledger.sent
     assert real.ledger.ops["syncbn_forward"].calls == simulated.ledger.ops["syncbn_forward"].calls
     assert real.loss == pytest.approx(simulated.loss, rel=1e-5) and real.seconds > 0
@@ -303,6 +304,10 @@ def test_experiment_syncbn_equals_one_process_and_plain_ranks_disagree():
     assert sync.spread() == {"mean": 0.0, "var": 0.0} and plain.spread()["var"] > 0
     assert len(sync.loss) == 12 and sync.ledger.ops["syncbn_forward"].calls == [24] * 3
     with pytest.raises(ValueError, match="mode"):
-        bx.BNConfig(mode="nope")
+        bx.run("nope")
+    with pytest.raises(ValueError, match="world_size"):
+        bx.run("plain", 0)
+    with pytest.raises(TypeError, match="stepz"):
+        bx.run("plain", 2, stepz=3)
     noise = bx.stat_noise((2, 8), draws=50)
     assert noise[2][1] > noise[8][1]

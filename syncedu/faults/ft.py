@@ -28,7 +28,10 @@ import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector as flat
 from torch.nn.utils import vector_to_parameters
 
-from syncedu import models, sim
+from syncedu import launch, models, sim
+from syncedu.comm.ledger import Ledger
+from syncedu.comm.trace import Trace
+from syncedu.train.sampling import check_int
 
 TAG_STATUS, TAG_QUORUM, TAG_STATE, TAG_GRAD, TAG_MEAN = 11, 12, 13, 14, 15
 
@@ -206,9 +209,30 @@ def _worker(comm, cfg: FTConfig):
     return _lighthouse(comm, cfg) if comm.rank == 0 else _replica(comm, cfg)
 
 
-def run(cfg: FTConfig, network=None):
-    """Run `cfg` on `cfg.replicas + 1` simulated ranks; `res[0]` the quorums, `res[1:]` replicas."""
-    return sim.run(_worker, cfg.replicas + 1, args=(cfg,), network=network)
+@dataclass(frozen=True)
+class FTResult:
+    """A run: the lighthouse's quorums (members per iteration), each replica's {"alive",
+    "step", "log": [(iteration, members, committed)], "params"}, and the run's ledger, trace
+    and seconds (logical on simulated ranks)."""
+
+    config: FTConfig
+    quorums: list[list[int]]
+    replicas: list[dict]
+    ledger: Ledger
+    trace: Trace
+    seconds: float
+
+
+def run(world_size: int = 3, *, failures=(), network=None, simulate: bool = True,
+        **options) -> FTResult:
+    """`world_size` replicas (ranks 1..world_size) and the lighthouse (rank 0), simulated or
+    as real processes (`simulate=False`: the same messages, compute slept, deterministic
+    too, since every receive names its sender); `options` are `FTConfig`'s other fields."""
+    check_int("world_size", world_size, 2)
+    cfg = FTConfig(replicas=world_size, failures=tuple(failures), **options)
+    go = sim.run if simulate else launch.run
+    res = go(_worker, world_size + 1, args=(cfg,), network=network)
+    return FTResult(cfg, res[0], list(res[1:]), res.ledger, res.trace, res.seconds)
 
 
 def committed_steps(log) -> list[tuple[int, tuple[int, ...]]]:

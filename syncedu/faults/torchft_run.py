@@ -33,6 +33,8 @@ from pathlib import Path
 
 import torch
 
+from syncedu.comm.ledger import Ledger, RankLedger, ring_allreduce_charge
+
 from .tft_procs import _start_replicas, _stderr_to, _wait, _write, listening
 
 
@@ -131,14 +133,16 @@ def replica_step(manager, model, opt, index: int, kill) -> dict:
     if kill(step, manager.num_participants()):
         os.kill(os.getpid(), signal.SIGKILL)
     before = [p.detach().clone() for p in model.parameters()]
-    for w in [manager.allreduce(p.grad) for p in model.parameters()]:
+    grads = [p.grad for p in model.parameters()]
+    for w in [manager.allreduce(g) for g in grads]:
         w.wait()
     t_reduce = time.time()
     opt.step()
     committed = manager.current_step() == step + 1  # should_commit() counts a commit
     unchanged = all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
     return dict(step=step, t0=t0, t_quorum=t_quorum, t_reduce=t_reduce, committed=committed,
-                unchanged=unchanged, participants=manager.num_participants())
+                unchanged=unchanged, participants=manager.num_participants(),
+                numel=sum(g.numel() for g in grads), itemsize=grads[0].element_size())
 
 
 def replica_main(index: int, lighthouse: str, folder: str, cfg: TorchftConfig, kill: bool,
@@ -170,7 +174,7 @@ def replica_main(index: int, lighthouse: str, folder: str, cfg: TorchftConfig, k
         if stop is not None and manager.current_step() >= stop:
             break
         log.append(replica_step(manager, model, opt, index, dies_now))
-        _write(out / f"progress_{index}_{os.getpid()}", log[-1])
+        _write(out / f"progress_{index}_{os.getpid()}", log)  # the whole log: a kill loses none
         time.sleep(cfg.pace)
     torch.save({"log": log, "params": model.state_dict(), "step": manager.current_step()},
                out / f"final_{index}_{os.getpid()}.pt")
@@ -178,17 +182,58 @@ def replica_main(index: int, lighthouse: str, folder: str, cfg: TorchftConfig, k
     os._exit(0)  # skip the interpreter's teardown of torchft's threads (seconds, nothing to save)
 
 
-def _progress(folder: Path, index: int, pid: int):
+def _progress(folder: Path, index: int, pid: int, whole: bool = False):
+    """A replica's last step (`whole`: every step it logged), or None before its first."""
     path = folder / f"progress_{index}_{pid}"
-    return json.loads(path.read_text()) if path.exists() else None
+    log = json.loads(path.read_text()) if path.exists() else None
+    return log if whole or not log else log[-1]
 
 
-def run(cfg: TorchftConfig = TorchftConfig(), folder: str | None = None) -> dict:
-    """Steps 1-5 (the parent); returns both replicas' logs, weights, sockets and timings."""
+def _ledger(logs: list[tuple[int, list[dict]]]) -> Ledger:
+    """Each replica's steps, charged by formula ("modeled": torchft's Gloo hides its messages)
+    as one ring allreduce of its gradients among that step's participants: a quorum of one
+    sends nothing; the survivor's failed step is charged whole, as if it had completed."""
+    ranks = [RankLedger(r, kind="modeled") for r in range(2)]
+    for index, log in logs:
+        for e in log:
+            n = e["participants"]
+            ranks[index].record("all_reduce", **ring_allreduce_charge(
+                e["numel"], e["itemsize"], n, index if n > 1 else 0))
+    return Ledger(ranks)
+
+
+@dataclass(frozen=True)
+class TorchftResult:
+    """A run: what listened, the kill ({"time", "step"}) and the killed process's exit code,
+    the survivor's and the restarted replica's {"log", "params", "step"}; `ledger`, charged
+    by `_ledger`, and `seconds`, the run's wall-clock."""
+
+    folder: str
+    listening: list[str]
+    exitcode: int
+    killed: dict
+    survivor: dict
+    restarted: dict
+    ledger: Ledger
+    seconds: float
+
+
+def run(world_size: int = 2, *, network=None, simulate: bool = False, folder: str | None = None,
+        **options) -> TorchftResult:
+    """Steps 1-5 (the parent), on real processes only; `options` are `TorchftConfig`'s fields.
+    `faults.ft.run` simulates the same kind of protocol, from scratch, at any size."""
+    if world_size != 2:
+        raise ValueError(f"world_size={world_size!r} must be 2: this drill runs two replica "
+                         "groups, one killed and replaced, one surviving")
+    if network is not None or simulate is not False:
+        raise ValueError(f"network={network!r}, simulate={simulate!r}: torchft runs real "
+                         "processes over real Gloo only (network=None, simulate=False)")
+    cfg = TorchftConfig(**options)
     from torchft._torchft import LighthouseServer
 
     out = Path(folder or tempfile.mkdtemp(prefix="torchft_"))
-    deadline, result, forker = time.time() + cfg.deadline, {"folder": str(out)}, None
+    start, result, forker = time.time(), {"folder": str(out)}, None
+    deadline = start + cfg.deadline
     ours = set(listening([os.getpid()]))  # this process's own listeners, before the lighthouse
     with _stderr_to(out / "lighthouse.log"):
         lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=1,  # Step 1
@@ -213,6 +258,9 @@ def run(cfg: TorchftConfig = TorchftConfig(), folder: str | None = None) -> dict
             result["survivor"] = torch.load(out / f"final_0_{first}.pt")
             result["restarted"] = torch.load(out / f"final_1_{reborn}.pt")
             result["killed"] = json.loads((out / "killed").read_text())
+            result["ledger"] = _ledger([(0, result["survivor"]["log"]),
+                                        (1, _progress(out, 1, doomed, whole=True)),
+                                        (1, result["restarted"]["log"])])
         finally:
             if forker is not None:
                 if forker.poll() is None:
@@ -220,25 +268,25 @@ def run(cfg: TorchftConfig = TorchftConfig(), folder: str | None = None) -> dict
                 forker.wait(5)
                 forker.stdout.close()
             lighthouse.shutdown()
-    return result
+    return TorchftResult(**result, seconds=time.time() - start)
 
 
-def verdicts(result: dict) -> dict:
+def verdicts(result: TorchftResult) -> dict:
     """What the run showed: discard, continue, recover, equal weights; and the timings (s)."""
-    killed, log = result["killed"]["time"], result["survivor"]["log"]
-    failed = [e for e in log if e["step"] == result["killed"]["step"] and not e["committed"]]
+    killed, log = result.killed["time"], result.survivor["log"]
+    failed = [e for e in log if e["step"] == result.killed["step"] and not e["committed"]]
     alone = [e for e in log if e["t0"] > killed and e["participants"] == 1 and e["committed"]]
-    first = result["restarted"]["log"][0]
-    a, b = result["survivor"]["params"], result["restarted"]["params"]
+    first = result.restarted["log"][0]
+    a, b = result.survivor["params"], result.restarted["params"]
     return {
         "discarded, parameters unchanged": bool(failed) and all(e["unchanged"] for e in failed),
         "quorum shrank, survivor trained on": bool(alone),
         "restarted replica healed from its peer": first["step"] > 0 and first["participants"] == 2,
-        "final weights bit-identical": result["survivor"]["step"] == result["restarted"]["step"]
+        "final weights bit-identical": result.survivor["step"] == result.restarted["step"]
         and all(torch.equal(a[k], b[k]) for k in a),
-        "SIGKILLed (exit code -9)": result["exitcode"] == -signal.SIGKILL,
-        "only 127.0.0.1 listening": bool(result["listening"])
-        and all(x.startswith("127.0.0.1:") for x in result["listening"]),
+        "SIGKILLed (exit code -9)": result.exitcode == -signal.SIGKILL,
+        "only 127.0.0.1 listening": bool(result.listening)
+        and all(x.startswith("127.0.0.1:") for x in result.listening),
         "detect_s": failed[0]["t_reduce"] - killed if failed else None,
         "shrink_s": alone[0]["t_quorum"] - killed if alone else None,
         "recover_s": first["t_quorum"] - first["t0"],

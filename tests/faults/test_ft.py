@@ -7,7 +7,8 @@ import torch
 
 from syncedu.faults import ft
 
-CFG = ft.FTConfig(replicas=3, iterations=10, failures=(ft.Failure(1, 3, 2), ft.Failure(2, 6, 1)))
+RUN = dict(iterations=10, failures=(ft.Failure(1, 3, 2), ft.Failure(2, 6, 1)))
+CFG = ft.FTConfig(replicas=3, **RUN)
 
 
 def _equal(a, b):
@@ -15,28 +16,49 @@ def _equal(a, b):
 
 
 def test_failed_steps_are_discarded_and_the_rest_equals_training_without_them():
-    res = ft.run(CFG)
-    leader = res[1]
+    res = ft.run(3, **RUN)
+    assert res.config == CFG
+    leader = res.replicas[0]
     verdicts = [ok for _, _, ok in leader["log"]]
     assert verdicts == [True] * 3 + [False, True, True, False] + [True] * 3
-    assert res[0][4] == [0, 2]  # replica 1 dropped from the quorum while down
+    assert res.quorums[4] == [0, 2]  # replica 1 dropped from the quorum while down
     ref = ft.reference(CFG, ft.committed_steps(leader["log"]))
-    for r in res[1:]:
+    for r in res.replicas:
         assert r["alive"] and r["step"] == 8
         assert _equal(r["params"], ref)  # bit-identical, the restarted ones included
 
 
 def test_deterministic_and_heartbeat_on_the_logical_clock():
-    a, b = ft.run(CFG), ft.run(CFG)
+    a, b = ft.run(3, **RUN), ft.run(3, **RUN)
     assert a.seconds == b.seconds
     assert a.seconds == pytest.approx(10 * CFG.step_seconds + CFG.heartbeat_timeout)
-    assert _equal(a[1]["params"], b[1]["params"])
+    assert _equal(a.replicas[0]["params"], b.replicas[0]["params"])
 
 
 def test_without_recovery_the_restarted_replica_would_differ():
-    res = ft.run(CFG)
-    wrong = ft.reference(CFG, ft.committed_steps(res[1]["log"])[:-1])
-    assert not _equal(res[2]["params"], wrong)
+    res = ft.run(3, **RUN)
+    wrong = ft.reference(CFG, ft.committed_steps(res.replicas[0]["log"])[:-1])
+    assert not _equal(res.replicas[1]["params"], wrong)
+
+
+@pytest.mark.real
+def test_real_processes_exchange_what_the_simulated_ranks_exchange():
+    """The same protocol on 4 real processes (Gloo): the same quorums, commits, bytes and
+    final parameters as on simulated ranks; the heartbeat timeout is slept for real."""
+    real, simulated = ft.run(3, simulate=False, **RUN), ft.run(3, **RUN)
+    assert real.quorums == simulated.quorums
+    assert [r["log"] for r in real.replicas] == [r["log"] for r in simulated.replicas]
+    assert real.ledger.sent == simulated.ledger.sent
+    for a, b in zip(real.replicas, simulated.replicas):
+        torch.testing.assert_close(a["params"], b["params"], atol=1e-6, rtol=1e-6)
+    assert real.seconds >= CFG.heartbeat_timeout
+
+
+@pytest.mark.parametrize("bad, name", [(1, "world_size"), (2.0, "world_size"),
+                                       (True, "world_size")])
+def test_run_rejects_a_bad_world_size(bad, name):
+    with pytest.raises(ValueError, match=name):
+        ft.run(bad)
 
 
 @pytest.mark.parametrize("bad", [dict(replicas=1), dict(iterations=0),

@@ -25,14 +25,24 @@ def test_kill_discard_continue_recover_on_loopback_only(tmp_path):
                   "SIGKILLed (exit code -9)", "only 127.0.0.1 listening"):
         assert v[claim], claim
     # lighthouse + for each of 2 replicas: manager server, TCPStore, checkpoint server, Gloo
-    assert len(result["listening"]) >= 5
+    assert len(result.listening) >= 5
     assert 0 < v["detect_s"] < 1.5 and 1.0 < v["shrink_s"] < 6.0 and v["recover_s"] < 3.0
     assert _children() <= before
+    # the ledger, charged per logged step: 36 fp32 gradients, a ring of 2 sends them once; the
+    # survivor is charged one allreduce more than replica 1, its discarded step
+    together = [e for e in result.survivor["log"] if e["participants"] == 2]
+    assert result.ledger.sent[0] == 144 * len(together) > 0
+    assert result.ledger.sent[1] == result.ledger.sent[0] - 144
+    assert result.seconds > v["shrink_s"]
 
 
-def test_config_rejects_bad_values():
-    with pytest.raises(ValueError, match="kill_after"):
-        torchft_run.TorchftConfig(kill_after=-1)
+@pytest.mark.parametrize("bad, name", [(dict(world_size=3), "world_size"),
+                                       (dict(simulate=True), "simulate"),
+                                       (dict(network=object()), "network"),
+                                       (dict(kill_after=-1), "kill_after")])
+def test_run_refuses_what_it_cannot_do_before_starting(bad, name):
+    with pytest.raises(ValueError, match=name):
+        torchft_run.run(**bad)
 
 
 class _Manager:

@@ -21,6 +21,7 @@ Deterministic on simulated ranks; `reference` replays the committed steps.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +32,7 @@ from torch.nn.utils import vector_to_parameters
 from syncedu import launch, models, sim
 from syncedu.comm.ledger import Ledger
 from syncedu.comm.trace import Trace
+from syncedu.train import data
 from syncedu.train.sampling import check_int
 
 TAG_STATUS, TAG_QUORUM, TAG_STATE, TAG_GRAD, TAG_MEAN = 11, 12, 13, 14, 15
@@ -90,10 +92,17 @@ def status(cfg: FTConfig, replica: int, t: int) -> str:
     return "up"
 
 
+@functools.cache
+def _digits() -> tuple[torch.Tensor, torch.Tensor]:
+    return data.digits().tensors  # the harness's dataset, read once per process
+
+
 def replica_batch(cfg: FTConfig, step: int, replica: int):
-    """The batch replica `replica` trains on at committed step `step` (same on any retry)."""
+    """The digits replica `replica` trains on at committed step `step` (same on any retry)."""
+    x, y = _digits()
     g = torch.Generator().manual_seed(cfg.seed * 100_003 + step * 101 + replica)
-    return torch.randn(cfg.batch, 64, generator=g), torch.randint(0, 10, (cfg.batch,), generator=g)
+    pick = torch.randint(0, len(y), (cfg.batch,), generator=g)
+    return x[pick], y[pick]
 
 
 def _grad(model, cfg, step, replica) -> torch.Tensor:

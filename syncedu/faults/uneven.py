@@ -24,7 +24,7 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
-from syncedu import dp, models
+from syncedu import data, dp, models
 
 from .join import train_joined
 
@@ -32,10 +32,10 @@ COUNTS = (4, 7, 5)  # batches per rank: rank 0 runs out first
 
 
 def batches(rank: int, count: int, size: int = 8) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Rank `rank`'s `count` batches of `size` digits-like samples, the same on every run."""
+    """Rank `rank`'s `count` batches of `size` digits (the harness's), the same on every run."""
+    x, y = data.digits().tensors
     g = torch.Generator().manual_seed(1000 + rank)
-    return [(torch.randn(size, 64, generator=g), torch.randint(0, 10, (size,), generator=g))
-            for _ in range(count)]
+    return [(x[pick], y[pick]) for pick in torch.randint(0, len(y), (count, size), generator=g)]
 
 
 def _ddp_steps(model, optimizer, data) -> int:

@@ -29,10 +29,8 @@ import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector as flat
 from torch.nn.utils import vector_to_parameters
 
-from syncedu import launch, models, sim
-from syncedu.comm.ledger import Ledger
-from syncedu.comm.trace import Trace
-from syncedu.train import data
+from syncedu import data, launch, models, sim
+from syncedu.comm import Ledger, Trace
 from syncedu.train.sampling import check_int
 
 TAG_STATUS, TAG_QUORUM, TAG_STATE, TAG_GRAD, TAG_MEAN = 11, 12, 13, 14, 15
@@ -220,9 +218,8 @@ def _worker(comm, cfg: FTConfig):
 
 @dataclass(frozen=True)
 class FTResult:
-    """A run: the lighthouse's quorums (members per iteration), each replica's {"alive",
-    "step", "log": [(iteration, members, committed)], "params"}, and the run's ledger, trace
-    and seconds (logical on simulated ranks)."""
+    """The quorums (members per iteration); per replica {"alive", "step", "params", "log":
+    [(iteration, members, committed)]}; the ledger, trace and seconds (logical if simulated)."""
 
     config: FTConfig
     quorums: list[list[int]]
@@ -234,13 +231,12 @@ class FTResult:
 
 def run(world_size: int = 3, *, failures=(), network=None, simulate: bool = True,
         **options) -> FTResult:
-    """`world_size` replicas (ranks 1..world_size) and the lighthouse (rank 0), simulated or
-    as real processes (`simulate=False`: the same messages, compute slept, deterministic
-    too, since every receive names its sender); `options` are `FTConfig`'s other fields."""
+    """`world_size` replicas (ranks 1..world_size), the lighthouse (rank 0); real processes if
+    not `simulate` (the same messages: every receive names its sender); `options`: FTConfig's."""
     check_int("world_size", world_size, 2)
     cfg = FTConfig(replicas=world_size, failures=tuple(failures), **options)
-    go = sim.run if simulate else launch.run
-    res = go(_worker, world_size + 1, args=(cfg,), network=network)
+    res = (sim.run if simulate else launch.run)(_worker, world_size + 1, args=(cfg,),
+                                                network=network)
     return FTResult(cfg, res[0], list(res[1:]), res.ledger, res.trace, res.seconds)
 
 

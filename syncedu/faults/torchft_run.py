@@ -185,8 +185,8 @@ def replica_main(index: int, lighthouse: str, folder: str, cfg: TorchftConfig, k
 def _progress(folder: Path, index: int, pid: int, whole: bool = False):
     """A replica's last step (`whole`: every step it logged), or None before its first."""
     path = folder / f"progress_{index}_{pid}"
-    log = json.loads(path.read_text()) if path.exists() else None
-    return log if whole or not log else log[-1]
+    log = json.loads(path.read_text()) if path.exists() else [None]
+    return log if whole else log[-1]
 
 
 def _ledger(logs: list[tuple[int, list[dict]]]) -> Ledger:
@@ -195,18 +195,16 @@ def _ledger(logs: list[tuple[int, list[dict]]]) -> Ledger:
     sends nothing; the survivor's failed step is charged whole, as if it had completed."""
     ranks = [RankLedger(r, kind="modeled") for r in range(2)]
     for index, log in logs:
-        for e in log:
-            n = e["participants"]
+        for e in log:  # alone in its quorum, a replica is rank 0 of a ring of 1
             ranks[index].record("all_reduce", **ring_allreduce_charge(
-                e["numel"], e["itemsize"], n, index if n > 1 else 0))
+                e["numel"], e["itemsize"], e["participants"], min(index, e["participants"] - 1)))
     return Ledger(ranks)
 
 
 @dataclass(frozen=True)
 class TorchftResult:
-    """A run: what listened, the kill ({"time", "step"}) and the killed process's exit code,
-    the survivor's and the restarted replica's {"log", "params", "step"}; `ledger`, charged
-    by `_ledger`, and `seconds`, the run's wall-clock."""
+    """What listened, the kill ({"time", "step"}) and its exit code, the survivor's and the
+    restarted replica's {"log", "params", "step"}, the ledger (`_ledger`), wall-clock seconds."""
 
     folder: str
     listening: list[str]
@@ -222,12 +220,10 @@ def run(world_size: int = 2, *, network=None, simulate: bool = False, folder: st
         **options) -> TorchftResult:
     """Steps 1-5 (the parent), on real processes only; `options` are `TorchftConfig`'s fields.
     `faults.ft.run` simulates the same kind of protocol, from scratch, at any size."""
-    if world_size != 2:
-        raise ValueError(f"world_size={world_size!r} must be 2: this drill runs two replica "
-                         "groups, one killed and replaced, one surviving")
-    if network is not None or simulate is not False:
-        raise ValueError(f"network={network!r}, simulate={simulate!r}: torchft runs real "
-                         "processes over real Gloo only (network=None, simulate=False)")
+    if world_size != 2 or network is not None or simulate is not False:
+        raise ValueError(f"world_size={world_size!r}, network={network!r}, simulate={simulate!r}:"
+                         " this drill runs 2 torchft replica groups (one killed, one surviving) "
+                         "as real processes over Gloo: world_size=2, network=None, simulate=False")
     cfg = TorchftConfig(**options)
     from torchft._torchft import LighthouseServer
 

@@ -45,8 +45,8 @@ class Failure:
     down: int = 2
 
     def __post_init__(self):
-        if self.replica < 0 or self.at < 0 or self.down < 1:
-            raise ValueError(f"{self}: replica and at must be >= 0, down >= 1 iteration")
+        for name, low in (("replica", 0), ("at", 0), ("down", 1)):
+            check_int(name, getattr(self, name), low)
 
 
 @dataclass(frozen=True)
@@ -63,9 +63,16 @@ class FTConfig:
     step_seconds: float = 0.05  # modeled forward+backward per iteration
 
     def __post_init__(self):
-        if self.replicas < 2 or self.iterations < 1 or self.batch < 1:
-            raise ValueError(f"replicas={self.replicas} must be >= 2, iterations="
-                             f"{self.iterations} and batch={self.batch} >= 1")
+        for name, low in (("replicas", 2), ("iterations", 1), ("batch", 1), ("seed", 0)):
+            check_int(name, getattr(self, name), low)
+        for name, v in (("lr", self.lr), ("heartbeat_timeout", self.heartbeat_timeout),
+                        ("step_seconds", self.step_seconds)):
+            if isinstance(v, bool) or not (isinstance(v, (int, float)) and v >= 0):
+                raise ValueError(f"{name}={v!r} must be a number >= 0")
+        if not (isinstance(self.failures, tuple)
+                and all(isinstance(f, Failure) for f in self.failures)):
+            raise ValueError(f"failures={self.failures!r} must be a tuple of Failure(replica, "
+                             "at, down)")
         for f in self.failures:
             if not (f.replica < self.replicas and f.at < self.iterations):
                 raise ValueError(f"{f} is outside replicas 0..{self.replicas - 1} "
@@ -80,13 +87,8 @@ class FTConfig:
 def status(cfg: FTConfig, replica: int, t: int) -> str:
     """"up", "dies" (in this iteration's exchange), "down", or "back" (restarted now)."""
     for f in cfg.failures:
-        if f.replica == replica:
-            if t == f.at:
-                return "dies"
-            if f.at < t < f.at + f.down:
-                return "down"
-            if t == f.at + f.down:
-                return "back"
+        if f.replica == replica and f.at <= t <= f.at + f.down:
+            return "dies" if t == f.at else "back" if t == f.at + f.down else "down"
     return "up"
 
 
@@ -121,9 +123,7 @@ def _lighthouse(comm, cfg: FTConfig) -> list[list[int]]:
         if set(range(n)) - set(alive) - known_dead:  # newly silent: wait out the heartbeat
             comm.compute(cfg.heartbeat_timeout)
         known_dead = set(range(n)) - set(alive)
-        answer = torch.zeros(2 * n, dtype=torch.float64)
-        answer[alive] = 1.0
-        answer[n:] = reports[:, 1]
+        answer = torch.cat([(reports[:, 0] == 1).double(), reports[:, 1]])  # members, steps
         for r in range(n):
             comm.send(answer, dst=r + 1, tag=TAG_QUORUM)
         quorums.append(alive)
@@ -219,7 +219,8 @@ def _worker(comm, cfg: FTConfig):
 @dataclass(frozen=True)
 class FTResult:
     """The quorums (members per iteration); per replica {"alive", "step", "params", "log":
-    [(iteration, members, committed)]}; the ledger, trace and seconds (logical if simulated)."""
+    [(iteration, members, committed)]}; the ledger (row r: rank r, replica r - 1), the trace
+    and the seconds (logical if simulated)."""
 
     config: FTConfig
     quorums: list[list[int]]
@@ -229,13 +230,14 @@ class FTResult:
     seconds: float
 
 
-def run(world_size: int = 3, *, failures=(), network=None, simulate: bool = True,
+def run(world_size: int = 4, *, failures=(), network=None, simulate: bool = True,
         **options) -> FTResult:
-    """`world_size` replicas (ranks 1..world_size), the lighthouse (rank 0); real processes if
+    """`world_size` ranks: the lighthouse (rank 0), replica i on rank i + 1; real processes if
     not `simulate` (the same messages: every receive names its sender); `options`: FTConfig's."""
-    check_int("world_size", world_size, 2)
-    cfg = FTConfig(replicas=world_size, failures=tuple(failures), **options)
-    res = (sim.run if simulate else launch.run)(_worker, world_size + 1, args=(cfg,),
+    check_int("world_size", world_size, 3)
+    failures = tuple(failures) if isinstance(failures, list) else failures
+    cfg = FTConfig(replicas=world_size - 1, failures=failures, **options)
+    res = (sim.run if simulate else launch.run)(_worker, world_size, args=(cfg,),
                                                 network=network)
     return FTResult(cfg, res[0], list(res[1:]), res.ledger, res.trace, res.seconds)
 

@@ -11,12 +11,9 @@ WORLD_SIZES = (256, 1024, 4096, 16_384, 65_536, 131_072)
 
 def ft_table(quorums, log) -> str:
     """One line per iteration: the lighthouse's quorum and what the leader did with the step."""
-    lines = ["iter  quorum     step"]
-    done = {t: ok for t, _, ok in log}
-    for t, members in enumerate(quorums):
-        verdict = {True: "committed", False: "DISCARDED"}.get(done.get(t), "-")
-        lines.append(f"{t:>4}  {str(members):<9}  {verdict}")
-    return "\n".join(lines)
+    done = {t: ("DISCARDED", "committed")[ok] for t, _, ok in log}
+    return "\n".join(["iter  quorum     step"] + [f"{t:>4}  {str(members):<9}  {done.get(t, '-')}"
+                                                 for t, members in enumerate(quorums)])
 
 
 def goodput_rows(job: goodput.Job, sizes=WORLD_SIZES) -> list[tuple]:

@@ -203,7 +203,7 @@ def _ledger(logs: list[tuple[int, list[dict]]]) -> Ledger:
 
 @dataclass(frozen=True)
 class TorchftResult:
-    """What listened, the kill ({"time", "step"}) and its exit code, the survivor's and the
+    """What listened, the kill ({"time", "step", "log"}) and its exit code, the survivor's and the
     restarted replica's {"log", "params", "step"}, the ledger (`_ledger`), wall-clock seconds."""
 
     folder: str
@@ -253,10 +253,10 @@ def run(world_size: int = 2, *, network=None, simulate: bool = False, folder: st
             forker.wait(max(0.0, deadline - time.time()))
             result["survivor"] = torch.load(out / f"final_0_{first}.pt")
             result["restarted"] = torch.load(out / f"final_1_{reborn}.pt")
-            result["killed"] = json.loads((out / "killed").read_text())
+            result["killed"] = {**json.loads((out / "killed").read_text()),
+                                "log": _progress(out, 1, doomed, whole=True)}
             result["ledger"] = _ledger([(0, result["survivor"]["log"]),
-                                        (1, _progress(out, 1, doomed, whole=True)),
-                                        (1, result["restarted"]["log"])])
+                                        (1, result["killed"]["log"] + result["restarted"]["log"])])
         finally:
             if forker is not None:
                 if forker.poll() is None:

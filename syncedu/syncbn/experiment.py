@@ -91,7 +91,9 @@ def run(mode: str = "syncbn", world_size: int = 4, *, network=None, simulate: bo
     `simulate=False`, `pool=`); `options` are `BNConfig`'s other fields (`per_rank_batch`,
     `steps`, `seed`, `broadcast_buffers`, ...)."""
     cfg = BNConfig(mode=mode, world_size=world_size, **options)
-    # "single" runs in this process: no network, pool or simulation to pass
+    if mode == "single" and (network is not None or pool is not None):
+        raise ValueError(f"mode='single' is one process, here: network={network!r} and "
+                         f"pool={pool!r} must be None")
     where = {} if mode == "single" else dict(network=network, simulate=simulate, pool=pool)
     h = harness.run(STRATEGY[mode], 1 if mode == "single" else world_size,
                     steps=cfg.steps, global_batch=cfg.global_batch, lr=cfg.lr,
@@ -109,8 +111,8 @@ def run(mode: str = "syncbn", world_size: int = 4, *, network=None, simulate: bo
 def compare(world_size: int = 4, *, network=None, simulate: bool = True, **options
             ) -> dict[str, BNResult]:
     """The three modes side by side, same data and initial weights: {mode: result}."""
-    return {mode: run(mode, world_size, network=network, simulate=simulate, **options)
-            for mode in MODES}
+    return {mode: run(mode, world_size, **options, **({} if mode == "single" else dict(
+        network=network, simulate=simulate))) for mode in MODES}
 
 
 def stat_noise(batch_sizes=(1, 2, 4, 8, 16, 32), *, params: dict | None = None, layer: int = 1,

@@ -16,7 +16,7 @@ def _equal(a, b):
 
 
 def test_failed_steps_are_discarded_and_the_rest_equals_training_without_them():
-    res = ft.run(3, **RUN)
+    res = ft.run(4, **RUN)
     assert res.config == CFG
     leader = res.replicas[0]
     verdicts = [ok for _, _, ok in leader["log"]]
@@ -29,14 +29,14 @@ def test_failed_steps_are_discarded_and_the_rest_equals_training_without_them():
 
 
 def test_deterministic_and_heartbeat_on_the_logical_clock():
-    a, b = ft.run(3, **RUN), ft.run(3, **RUN)
+    a, b = ft.run(4, **RUN), ft.run(4, **RUN)
     assert a.seconds == b.seconds
     assert a.seconds == pytest.approx(10 * CFG.step_seconds + CFG.heartbeat_timeout)
     assert _equal(a.replicas[0]["params"], b.replicas[0]["params"])
 
 
 def test_without_recovery_the_restarted_replica_would_differ():
-    res = ft.run(3, **RUN)
+    res = ft.run(4, **RUN)
     wrong = ft.reference(CFG, ft.committed_steps(res.replicas[0]["log"])[:-1])
     assert not _equal(res.replicas[1]["params"], wrong)
 
@@ -45,7 +45,7 @@ def test_without_recovery_the_restarted_replica_would_differ():
 def test_real_processes_exchange_what_the_simulated_ranks_exchange():
     """The same protocol on 4 real processes (Gloo): the same quorums, commits, bytes and
     final parameters as on simulated ranks; the heartbeat timeout is slept for real."""
-    real, simulated = ft.run(3, simulate=False, **RUN), ft.run(3, **RUN)
+    real, simulated = ft.run(4, simulate=False, **RUN), ft.run(4, **RUN)
     assert real.quorums == simulated.quorums
     assert [r["log"] for r in real.replicas] == [r["log"] for r in simulated.replicas]
     assert real.ledger.sent == simulated.ledger.sent
@@ -54,11 +54,16 @@ def test_real_processes_exchange_what_the_simulated_ranks_exchange():
     assert real.seconds >= CFG.heartbeat_timeout
 
 
-@pytest.mark.parametrize("bad, name", [(1, "world_size"), (2.0, "world_size"),
-                                       (True, "world_size")])
-def test_run_rejects_a_bad_world_size(bad, name):
+@pytest.mark.parametrize("bad, name", [(dict(world_size=2), "world_size"),  # 1 replica
+                                       (dict(world_size=4.0), "world_size"),
+                                       (dict(world_size=True), "world_size"),
+                                       (dict(lr="x"), "lr"), (dict(batch=2.5), "batch"),
+                                       (dict(heartbeat_timeout=-1), "heartbeat_timeout"),
+                                       (dict(failures=ft.Failure(1, 3)), "failures"),
+                                       (dict(failures=[(1, 3, 2)]), "failures")])
+def test_run_names_the_bad_argument_before_any_rank_starts(bad, name):
     with pytest.raises(ValueError, match=name):
-        ft.run(bad)
+        ft.run(**bad)
 
 
 @pytest.mark.parametrize("bad", [dict(replicas=1), dict(iterations=0),
@@ -74,3 +79,5 @@ def test_config_rejects_bad_values(bad):
 def test_failure_rejects_bad_values():
     with pytest.raises(ValueError, match="down"):
         ft.Failure(0, 1, 0)
+    with pytest.raises(ValueError, match="replica"):
+        ft.Failure(1.5, 2)  # would never fire

@@ -34,6 +34,9 @@ def test_kill_discard_continue_recover_on_loopback_only(tmp_path):
     assert result.ledger.sent[0] == 144 * len(together) > 0
     assert result.ledger.sent[1] == result.ledger.sent[0] - 144
     assert result.seconds > v["shrink_s"]
+    both = [sum(e["participants"] == 2 for e in log) for log in
+            (result.survivor["log"], result.killed["log"] + result.restarted["log"])]
+    assert both[0] - both[1] == 1  # the discarded step: the killed one never sent its gradients
 
 
 @pytest.mark.parametrize("bad, name", [(dict(world_size=3), "world_size"),

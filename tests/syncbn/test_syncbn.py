@@ -309,5 +309,7 @@ def test_experiment_syncbn_equals_one_process_and_plain_ranks_disagree():
         bx.run("plain", 0)
     with pytest.raises(TypeError, match="stepz"):
         bx.run("plain", 2, stepz=3)
+    with pytest.raises(ValueError, match="pool"):
+        bx.run("single", 1, pool=object())  # one process: nothing to run on a pool
     noise = bx.stat_noise((2, 8), draws=50)
     assert noise[2][1] > noise[8][1]

@@ -97,20 +97,42 @@ class _ChargedGroup(dist.ProcessGroup):
         return self.inner.allreduce(tensors, *args, **kwargs)
 
 
+def _one_bucket_hook(state, bucket):
+    """torch's `powerSGD_hook` on DDP's bucket 0; on a second bucket a ValueError before it
+    allreduces (no return annotation: DDP inspects it, a string here)."""
+    if bucket.index() > 0:
+        raise ValueError("TorchPowerSGD needs DDP to keep one bucket: raise bucket_cap_mb to "
+                         "at least the model's gradient bytes / 2**20")
+    return psgd.powerSGD_hook(state, bucket)
+
+
 @dataclass(frozen=True)
 class TorchPowerSGD(Compressor):
     """torch's `powerSGD_hook` for `train.run("ddp", ..., compression=)`: torch's state on a
-    `_ChargedGroup`, torch's hook unchanged (its first Q drawn from `seed`). Keep DDP to one
-    bucket: with several, its chained allreduces on Gloo came in different orders per rank."""
+    `_ChargedGroup`, torch's hook unchanged (its first Q drawn from `seed`). One DDP bucket
+    only: with several, its chained allreduces on Gloo came in different orders per rank
+    (a SIGABRT), so `check_config` and the hook refuse them, naming `bucket_cap_mb`."""
 
     rank: int = 1
     start_iter: int = 2  # torch refuses < 2 with error feedback or warm start (pytorch#51427)
     seed: int = 0
     name: ClassVar[str] = "torch_powersgd"
+    strategies: ClassVar[tuple] = ("ddp",)  # TrainConfig refuses the others before any rank
 
     def __post_init__(self):
         for pname, low in (("rank", 1), ("start_iter", 2), ("seed", 0)):
             check_int(pname, getattr(self, pname), low)
+
+    def check_config(self, cfg) -> None:
+        """Raise unless DDP keeps one bucket: a cap of at least the fp32 gradient bytes (DDP
+        closes a bucket once it reaches the cap, torch's `compute_bucket_assignment_by_size`
+        in reducer.cpp, so then only the last tensor can)."""
+        model = models.make(cfg.model, **dict(cfg.model_kwargs))
+        need = 4 * sum(p.numel() for p in model.parameters() if p.requires_grad)
+        if cfg.bucket_cap_mb * 2 ** 20 < need:
+            raise ValueError(f"bucket_cap_mb={cfg.bucket_cap_mb!r} splits DDP's gradients into "
+                             f"several buckets; TorchPowerSGD needs one: bucket_cap_mb >= "
+                             f"{need / 2 ** 20:.4f} (the {cfg.model}'s {need:,} gradient bytes)")
 
     def average_(self, comm, tensors, key: str = "bucket") -> None:
         raise ValueError("TorchPowerSGD is torch's DDP comm hook: it runs only under DDP, "
@@ -119,7 +141,7 @@ class TorchPowerSGD(Compressor):
     def ddp_hook(self, comm):
         return psgd.PowerSGDState(process_group=_ChargedGroup(comm), random_seed=self.seed,
                                   matrix_approximation_rank=self.rank,
-                                  start_powerSGD_iter=self.start_iter), psgd.powerSGD_hook
+                                  start_powerSGD_iter=self.start_iter), _one_bucket_hook
 
 
 def grad_scaler_fp16(comm, scales=(2.0 ** 24, 2.0 ** 10)) -> list[dict]:

@@ -1,5 +1,7 @@
 """What `compression=` accepts (None, a name `syncedu.compress` registers, or an object with
-`average_(comm, tensors, key)` and `check(comm)`), resolved without importing that topic."""
+`average_(comm, tensors, key)` and `check(comm)`), resolved without importing that topic.
+`TrainConfig` also reads two optional members: `strategies`, the names it runs under (default
+every compressible one), and `check_config(cfg)`, which raises on a job it cannot run."""
 
 from __future__ import annotations
 

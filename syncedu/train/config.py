@@ -100,10 +100,14 @@ class TrainConfig:
             if getattr(self, name) != default and self.strategy != "local_sgd":
                 raise ValueError(f"{name}={getattr(self, name)} applies to strategy='local_sgd' "
                                  f"only; the other strategies synchronize every step")
-        if self.compression is not None and self.strategy not in COMPRESSIBLE:
+        compressor = resolve(self.compression)  # raises ValueError naming what is allowed
+        allowed = getattr(compressor, "strategies", COMPRESSIBLE)  # a DDP hook: ("ddp",)
+        if self.compression is not None and self.strategy not in allowed:
             raise ValueError(f"compression={self.compression!r} needs a strategy that sends "
-                             f"gradients, one of {COMPRESSIBLE}; got strategy={self.strategy!r}")
-        resolve(self.compression)  # raises ValueError naming what is allowed
+                             f"gradients through it, one of {allowed}; got "
+                             f"strategy={self.strategy!r}")
+        if hasattr(compressor, "check_config"):
+            compressor.check_config(self)  # its own rules (torch's PowerSGD: one DDP bucket)
         if self.strategy in CHECKS:
             CHECKS[self.strategy](self)  # the topic's own rules
         elif self.strategy_config is not None:

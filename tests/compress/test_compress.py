@@ -254,6 +254,51 @@ def test_torch_powersgd_runs_only_under_ddp():
         TorchPowerSGD().average_(_FakeComm(), [torch.ones(3)])
 
 
+@pytest.mark.parametrize("strategy, options, message", [
+    ("naive", {}, r"TorchPowerSGD.* needs a strategy that sends gradients through it, one of "
+                  r"\('ddp',\); got strategy='naive'"),
+    ("ddp", {"bucket_cap_mb": 0.005}, r"bucket_cap_mb=0.005 splits DDP's gradients into several "
+                                      r"buckets; .* bucket_cap_mb >= 0.0342 \(the mlp's 35,880"),
+])
+def test_torch_powersgd_misuse_is_refused_before_any_rank_starts(monkeypatch, strategy, options,
+                                                                 message):
+    """Two plausible wrong uses: torch's DDP hook under our strategies, and DDP cut into several
+    buckets (on Gloo a rank died of SIGABRT). TrainConfig refuses both, naming the parameter."""
+    from syncedu import train
+    monkeypatch.setattr(launch, "Pool", None)  # starting ranks would be a TypeError
+    with pytest.raises(ValueError, match=message):
+        train.run(strategy, 2, steps=2, global_batch=64, compression=TorchPowerSGD(), **options)
+
+
+def _torch_powersgd_steps(comm, bucket_cap_mb):
+    """4 DDP steps with TorchPowerSGD's hook registered directly, past TrainConfig's check."""
+    from torch.nn.functional import cross_entropy
+
+    from syncedu.dp.ddp_hook import wrap_ddp
+    from syncedu.train import models
+    ddp, _ = wrap_ddp(models.make("mlp", seed=0), comm, bucket_cap_mb, compression=TorchPowerSGD())
+    g = torch.Generator().manual_seed(comm.rank)
+    done = 0
+    for _ in range(4):  # DDP rebuilds its buckets after step 0; PowerSGD starts at step 2
+        x, y = torch.randn(8, 64, generator=g), torch.randint(0, 10, (8,), generator=g)
+        ddp.zero_grad()
+        cross_entropy(ddp(x), y).backward()
+        done += 1
+    return done
+
+
+@pytest.mark.slow
+def test_torch_powersgd_hook_refuses_a_second_bucket():
+    """At bucket_cap_mb = the gradient bytes (TrainConfig's bound) DDP keeps one bucket: the
+    hook, which refuses any second bucket, runs all 4 steps; below it, an error naming
+    bucket_cap_mb from the hook, before that bucket's allreduce, instead of a SIGABRT."""
+    assert launch.run(_torch_powersgd_steps, 2, args=(S / 2 ** 20,), backend="gloo",
+                      timeout=60) == [4, 4]
+    with pytest.raises(launch.WorkerError, match="TorchPowerSGD needs DDP to keep one bucket: "
+                                                 "raise bucket_cap_mb"):
+        launch.run(_torch_powersgd_steps, 2, args=(0.005,), backend="gloo", timeout=60)
+
+
 # ------------------------------------------------- train.run(..., compression=)
 TRAIN_JOB = dict(steps=40, global_batch=64, lr=0.2, simulate=True)
 

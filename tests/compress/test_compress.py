@@ -223,12 +223,18 @@ def test_ddp_hooks_match_torch():
 
 
 @pytest.fixture(scope="module")
-def ddp_bytes():
-    """compressor -> bytes per rank of 6 steps of train.run("ddp", 2, ...), on one warm pool."""
-    from syncedu import train
+def pool2():
+    """One warm pair of real ranks for this file's DDP runs (process starts cost seconds)."""
     with launch.Pool(2, backend="gloo", output="quiet", timeout=120) as pool:
-        yield lambda c: train.run("ddp", 2, steps=6, global_batch=64, lr=0.2, compression=c,
-                                  pool=pool).ledger.ops["all_reduce"].sent
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def ddp_bytes(pool2):
+    """compressor -> bytes per rank of 6 steps of train.run("ddp", 2, ...), on the warm pool."""
+    from syncedu import train
+    return lambda c: train.run("ddp", 2, steps=6, global_batch=64, lr=0.2, compression=c,
+                               pool=pool2).ledger.ops["all_reduce"].sent
 
 
 S, PSGD_R1 = 35_880, 4 * 468  # the MLP's fp32 gradient bytes; PowerSGD r=1's per step
@@ -288,15 +294,15 @@ def _torch_powersgd_steps(comm, bucket_cap_mb):
 
 
 @pytest.mark.slow
-def test_torch_powersgd_hook_refuses_a_second_bucket():
+def test_torch_powersgd_hook_refuses_a_second_bucket(pool2):
     """At bucket_cap_mb = the gradient bytes (TrainConfig's bound) DDP keeps one bucket: the
     hook, which refuses any second bucket, runs all 4 steps; below it, an error naming
     bucket_cap_mb from the hook, before that bucket's allreduce, instead of a SIGABRT."""
-    assert launch.run(_torch_powersgd_steps, 2, args=(S / 2 ** 20,), backend="gloo",
-                      timeout=60) == [4, 4]
+    assert pool2.run(_torch_powersgd_steps, (S / 2 ** 20,)) == [4, 4]
+    # the pool's last use in this file: a failed run stops its ranks
     with pytest.raises(launch.WorkerError, match="TorchPowerSGD needs DDP to keep one bucket: "
                                                  "raise bucket_cap_mb"):
-        launch.run(_torch_powersgd_steps, 2, args=(0.005,), backend="gloo", timeout=60)
+        pool2.run(_torch_powersgd_steps, (0.005,))
 
 
 # ------------------------------------------------- train.run(..., compression=)

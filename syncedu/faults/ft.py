@@ -31,7 +31,7 @@ from torch.nn.utils import vector_to_parameters
 
 from syncedu import data, launch, models, sim
 from syncedu.comm import Ledger, Trace
-from syncedu.train.sampling import check_int
+from syncedu.train.sampling import check_int, check_number
 
 TAG_STATUS, TAG_QUORUM, TAG_STATE, TAG_GRAD, TAG_MEAN = 11, 12, 13, 14, 15
 
@@ -65,10 +65,10 @@ class FTConfig:
     def __post_init__(self):
         for name, low in (("replicas", 2), ("iterations", 1), ("batch", 1), ("seed", 0)):
             check_int(name, getattr(self, name), low)
-        for name, v in (("lr", self.lr), ("heartbeat_timeout", self.heartbeat_timeout),
-                        ("step_seconds", self.step_seconds)):
-            if isinstance(v, bool) or not (isinstance(v, (int, float)) and v >= 0):
-                raise ValueError(f"{name}={v!r} must be a number >= 0")
+        for name in ("lr", "heartbeat_timeout", "step_seconds"):
+            check_number(name, getattr(self, name), 0)
+        if isinstance(self.failures, list):  # a list is fine: stored as the tuple it means
+            object.__setattr__(self, "failures", tuple(self.failures))
         if not (isinstance(self.failures, tuple)
                 and all(isinstance(f, Failure) for f in self.failures)):
             raise ValueError(f"failures={self.failures!r} must be a tuple of Failure(replica, "
@@ -235,7 +235,6 @@ def run(world_size: int = 4, *, failures=(), network=None, simulate: bool = True
     """`world_size` ranks: the lighthouse (rank 0), replica i on rank i + 1; real processes if
     not `simulate` (the same messages: every receive names its sender); `options`: FTConfig's."""
     check_int("world_size", world_size, 3)
-    failures = tuple(failures) if isinstance(failures, list) else failures
     cfg = FTConfig(replicas=world_size - 1, failures=failures, **options)
     res = (sim.run if simulate else launch.run)(_worker, world_size, args=(cfg,),
                                                 network=network)

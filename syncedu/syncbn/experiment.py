@@ -111,8 +111,8 @@ def run(mode: str = "syncbn", world_size: int = 4, *, network=None, simulate: bo
 def compare(world_size: int = 4, *, network=None, simulate: bool = True, **options
             ) -> dict[str, BNResult]:
     """The three modes side by side, same data and initial weights: {mode: result}."""
-    return {mode: run(mode, world_size, **options, **({} if mode == "single" else dict(
-        network=network, simulate=simulate))) for mode in MODES}
+    return {mode: run(mode, world_size, network=None if mode == "single" else network,
+                      simulate=simulate, **options) for mode in MODES}
 
 
 def stat_noise(batch_sizes=(1, 2, 4, 8, 16, 32), *, params: dict | None = None, layer: int = 1,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from syncedu.train.sampling import check_number
+
 OPTIMIZERS = ("sgd", "adam", "adamw")
 DEFAULT_BETAS, DEFAULT_EPS = (0.9, 0.999), 1e-8
 
@@ -29,8 +31,7 @@ def check_optimizer_options(cfg) -> None:
                          f"optimizer='sgd' (Adam keeps its own moments)")
     if isinstance(cfg.betas, list):
         object.__setattr__(cfg, "betas", tuple(cfg.betas))
-    if not (_number(cfg.weight_decay) and cfg.weight_decay >= 0):
-        raise ValueError(f"weight_decay={cfg.weight_decay!r} must be a number >= 0")
+    check_number("weight_decay", cfg.weight_decay, 0)
     if not (isinstance(cfg.betas, tuple) and len(cfg.betas) == 2
             and all(_number(b) and 0 <= b < 1 for b in cfg.betas)):
         raise ValueError(f"betas={cfg.betas!r} must be two numbers in [0, 1)")

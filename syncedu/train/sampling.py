@@ -26,6 +26,13 @@ def check_int(name: str, value, low: int = 1) -> int:
     return value
 
 
+def check_number(name: str, value, low: float = 0) -> float:
+    """`value`, or a ValueError naming `name` unless it is a real number (not a bool) >= `low`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= low:
+        raise ValueError(f"{name}={value!r} must be a number >= {low}")
+    return value
+
+
 def check_bool(name: str, value) -> bool:
     """`value`, or a ValueError naming `name` unless it is True or False."""
     if not isinstance(value, bool):

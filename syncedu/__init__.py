@@ -6,7 +6,7 @@ one training harness, which imports no topic) <- one package per topic, in cours
 each opening with its algorithm files (`collectives/` 01-02, `dp/` 03 and 05, `ps/` 04,
 `syncbn/` 06, `compress/` 07, `horovod/` 08, `tuning/` 09, `zero/` 10, `faults/` 11) <-
 their notebook helpers; `syncedu/ui/` holds what every lesson shares. Beside the package,
-not in it: `benchmarks/` and `examples/` (README, "The package").
+not in it: `benchmarks/` and `examples/` (README, "The package in one screen").
 
 The short names are the real packages and modules, bound here eagerly:
 `from syncedu import launch, sim, collectives, cost, dp, syncbn, train, ps, compress, data,

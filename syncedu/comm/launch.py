@@ -1,5 +1,8 @@
 """Start real ranks and run a worker on each: `run`, `Pool`, `from_env`.
 
+    import torch
+    from syncedu import launch
+
     def hello(comm):                       # may be defined in a notebook cell
         t = torch.ones(3) * comm.rank
         comm.all_reduce(t)

@@ -61,7 +61,14 @@ def _run_one(comm, payload: bytes) -> tuple:
     comm.start_clock()
     value = fn(comm, *args, **kwargs)
     seconds = time.perf_counter() - t0
-    return ("done", pickle.dumps(value), comm.ledger, seconds, comm.trace)
+    try:  # pickled here, apart from fn's own errors: the message must blame the value
+        data = pickle.dumps(value)
+    except Exception as e:
+        raise ValueError(
+            f"the value fn returned on rank {comm.rank} (a {type(value).__name__}) cannot be "
+            f"sent back to the launcher ({e}); return tensors, numbers or plain data "
+            "(lists, dicts, dataclasses of them)") from None
+    return ("done", data, comm.ledger, seconds, comm.trace)
 
 
 def main() -> None:

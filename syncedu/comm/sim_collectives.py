@@ -40,7 +40,8 @@ class Call:
 
     def signature(self) -> tuple:
         t = self.tensor
-        return (self.kind, self.op, self.root, None if t is None else (t.numel(), t.dtype))
+        return (self.kind, self.op, self.root,
+                None if t is None else (t.numel(), t.dtype, tuple(t.shape)))
 
 
 class SimCollectiveWork:
@@ -77,8 +78,10 @@ def check(first: Call, call: Call) -> None:
                            "same order")
     if call.signature() != first.signature():
         mine, theirs = call.signature()[3], first.signature()[3]
-        raise RuntimeError(f"rank {call.rank}'s {call.kind} has {mine[0]} x {mine[1]} where "
-                           f"rank {first.rank}'s has {theirs[0]} x {theirs[1]}: every rank must "
+        # Same size, other shape: real backends see only bytes and sum silently; refuse it.
+        i = 2 if mine[:2] == theirs[:2] else 0
+        raise RuntimeError(f"rank {call.rank}'s {call.kind} has {mine[i]} x {mine[1]} where "
+                           f"rank {first.rank}'s has {theirs[i]} x {theirs[1]}: every rank must "
                            "pass tensors of the same shape and dtype")
 
 

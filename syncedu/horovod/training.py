@@ -121,7 +121,7 @@ class _FusedLedger:
         return out
 
 
-@register("horovod", real_only=True)
+@register("horovod", real_only=True, compressible=True)
 def _horovod(module, comm, cfg) -> Parts:
     """The factory `train_strategies.build` calls inside a Horovod rank (Steps 2-4)."""
     import horovod.torch as hvd

@@ -21,7 +21,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "syncedu"
 # The topics in course order; a topic may import the algorithms of the ones before it.
-TOPICS = ("collectives", "dp", "ps", "syncbn", "compress", "horovod", "tuning", "zero", "faults")
+TOPICS = ("collectives", "dp", "ps", "syncbn", "compress", "horovod", "tuning", "zero", "faults",
+          "decentralized")
 HELPER = re.compile(r"^(lesson\d\d|exercises(\d\d|_\w+)?|plots)$")  # a topic's notebook helpers
 
 LIGHT = """

@@ -11,7 +11,8 @@ from syncedu.train.strategies import CHECKS
 
 # Every name train.run accepts; each topic registers its factories (train/strategies.py).
 STRATEGIES = ("single", "naive", "flat", "bucketed", "ddp", "syncbn", "local_sgd", "diloco",
-              "noise_scale", "zero1", "zero2", "zero3", "zero_redundancy", "fsdp2", "horovod")
+              "noise_scale", "zero1", "zero2", "zero3", "zero_redundancy", "fsdp2", "horovod",
+              "dpsgd", "streaming_diloco")
 # Strategies whose gradient traffic a compressor can shrink.
 COMPRESSIBLE = ("naive", "flat", "bucketed", "ddp", "horovod")
 # Accumulation mistakes: "sync_every" (no `no_sync`), "partial_no_sync" (`no_sync` around
@@ -53,6 +54,9 @@ class TrainConfig:
     sync_every: int = 1  # local_sgd: average the parameters every sync_every optimizer steps
     start_local_at: int = 0  # local_sgd: average every step until then (post-local SGD)
     strategy_config: object = None  # a topic's own settings, e.g. tuning's DiLoCoConfig
+    topology: str = "ring"  # dpsgd: the gossip graph (decentralized/gossip.py)
+    inner_steps: int = 8  # streaming_diloco: H inner steps between two syncs of a fragment
+    fragments: int = 1  # streaming_diloco: F fragments (1: DiLoCo)
     compression: object = None  # None, "fp16", "bf16", a name or an object (resolved per rank)
     weight_decay: float = 0.0
     betas: tuple = (0.9, 0.999)  # adam / adamw only

@@ -21,7 +21,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "syncedu"
 # The topics in course order; a topic may import the algorithms of the ones before it.
-TOPICS = ("collectives", "dp", "ps", "syncbn", "compress", "horovod", "tuning", "zero", "faults")
+TOPICS = ("collectives", "dp", "ps", "syncbn", "compress", "horovod", "tuning", "zero", "faults",
+          "decentralized")
 HELPER = re.compile(r"^(lesson\d\d|exercises(\d\d|_\w+)?|plots)$")  # a topic's notebook helpers
 
 LIGHT = """
@@ -83,7 +84,7 @@ def test_every_strategy_is_registered_by_its_topic():
     assert train.STRATEGIES is strategies.FACTORIES
     assert not {"STRATEGIES", "COMPRESSIBLE", "FLOAT64"} & set(vars(config))
     assert {"single", "naive", "flat", "bucketed", "ddp", "horovod", "zero1", "local_sgd",
-            "syncbn", "diloco", "noise_scale"} <= set(strategies.FACTORIES)
+            "syncbn", "diloco", "noise_scale", "dpsgd", "streaming_diloco"} <= set(strategies.FACTORIES)
     assert strategies.names(strategies.FLOAT64) == ("single", "naive", "syncbn")
     assert strategies.names(strategies.COMPRESSIBLE) == ("naive", "flat", "bucketed", "ddp",
                                                          "horovod")

@@ -36,16 +36,19 @@ def _setup(cfg: dict):
     import torch.distributed as dist
 
     from syncedu.comm import perturb
+    from syncedu.comm.shm import ShmComm
     from syncedu.comm.torch_comm import TorchComm
 
     torch.set_num_threads(perturb.threads(cfg["threads"], cfg["rank"], cfg["pin_threads"]))
     if cfg["backend"] == "nccl":
         torch.cuda.set_device(cfg["rank"])
     store = dist.FileStore(cfg["store"], cfg["world_size"])
-    dist.init_process_group(cfg["backend"], store=store, rank=cfg["rank"],
+    shm = cfg["backend"] == "shm"  # shared memory between the ranks, Gloo for the launcher
+    dist.init_process_group("gloo" if shm else cfg["backend"], store=store, rank=cfg["rank"],
                             world_size=cfg["world_size"],
                             timeout=timedelta(seconds=cfg["pg_timeout"]))
-    comm = TorchComm(network=cfg["network"])
+    comm = ShmComm(prefix=os.path.basename(os.path.dirname(cfg["store"])),
+                   network=cfg["network"]) if shm else TorchComm(network=cfg["network"])
     perturb.install(comm)  # test runs only (SYNCEDU_PERTURB): other arrival orders
     return comm
 

@@ -40,7 +40,7 @@ __all__ = ["run", "Pool", "from_env", "free_port", "resolve_backend", "WorkerErr
 
 MAX_WORLD_SIZE = 64  # real processes on one machine; use syncedu.sim for more
 DEFAULT_TIMEOUT = 120.0
-BACKENDS = ("auto", "gloo", "nccl")
+BACKENDS = ("auto", "gloo", "nccl", "shm")  # shm: local ranks over shared memory (shm.py)
 
 
 def free_port() -> int:
@@ -213,6 +213,7 @@ def from_env(backend: str = "auto", *, network: Network | None = None, timeout: 
 
     import torch.distributed as dist
 
+    from .shm import ShmComm
     from .torch_comm import TorchComm
 
     if not dist.is_initialized():
@@ -227,5 +228,6 @@ def from_env(backend: str = "auto", *, network: Network | None = None, timeout: 
         chosen = resolve_backend(backend, local_size)
         if chosen == "nccl":
             torch.cuda.set_device(local)
-        dist.init_process_group(chosen, timeout=datetime.timedelta(seconds=timeout))
-    return TorchComm(network=network)
+        dist.init_process_group("gloo" if chosen == "shm" else chosen,
+                                timeout=datetime.timedelta(seconds=timeout))
+    return (ShmComm if backend == "shm" else TorchComm)(network=network)  # shm: shm.py

@@ -29,6 +29,7 @@ from multiprocessing.connection import Pipe, wait
 from ._worker import END_MARK
 from .errors import TimeoutError, WorkerError
 from .rank_output import RankSink
+from .shm import SHM_DIR
 
 
 def default_threads(world_size: int) -> int:
@@ -275,3 +276,5 @@ class Ranks:
             conn.close()
         self.conns = []
         shutil.rmtree(self._tmp, ignore_errors=True)
+        for path in glob.glob(f"{SHM_DIR}/{os.path.basename(self._tmp)}-*"):  # killed in set-up
+            os.unlink(path)

@@ -48,6 +48,9 @@ class TrainConfig:
     sync_every: int = 1  # local_sgd: average the parameters every sync_every optimizer steps
     start_local_at: int = 0  # local_sgd: average every step until then (post-local SGD)
     strategy_config: object = None  # a topic's own settings, e.g. tuning's DiLoCoConfig
+    topology: str = "ring"  # dpsgd: the gossip graph (decentralized/gossip.py)
+    inner_steps: int = 8  # streaming_diloco: H inner steps between two syncs of a fragment
+    fragments: int = 1  # streaming_diloco: F fragments (1: DiLoCo)
     compression: object = None  # None, "fp16", "bf16", a name or an object (resolved per rank)
     weight_decay: float = 0.0
     betas: tuple = (0.9, 0.999)  # adam / adamw only

@@ -83,8 +83,8 @@ def test_every_strategy_is_registered_by_its_topic():
 
     assert train.STRATEGIES is strategies.FACTORIES
     assert not {"STRATEGIES", "COMPRESSIBLE", "FLOAT64"} & set(vars(config))
-    assert {"single", "naive", "flat", "bucketed", "ddp", "horovod", "zero1", "local_sgd",
-            "syncbn", "diloco", "noise_scale", "dpsgd", "streaming_diloco"} <= set(strategies.FACTORIES)
+    assert {"single", "naive", "flat", "bucketed", "ddp", "horovod", "zero1", "local_sgd", "syncbn",
+            "diloco", "noise_scale", "dpsgd", "streaming_diloco"} <= set(strategies.FACTORIES)
     assert strategies.names(strategies.FLOAT64) == ("single", "naive", "syncbn")
     assert strategies.names(strategies.COMPRESSIBLE) == ("naive", "flat", "bucketed", "ddp",
                                                          "horovod")

@@ -75,6 +75,11 @@ def _run_one(comm, payload: bytes) -> tuple:
 
 
 def main() -> None:
+    """One rank's life (the module docstring's steps 1-4): set up, then serve runs until "stop".
+
+    Errors inside a run go back as ("error", message, traceback), so the launcher raises a
+    `WorkerError` naming this rank; a set-up failure does the same before "ready".
+    """
     conn = Connection(int(os.environ["SYNCEDU_FD"]))
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     cfg = pickle.loads(conn.recv_bytes())

@@ -79,12 +79,15 @@ class Network:
     is_cluster = False
 
     def node_of(self, rank: int) -> int:
+        """The node `rank` sits on: 0 on a flat network (one node holds every rank)."""
         return 0
 
     def local_rank_of(self, rank: int) -> int:
+        """`rank`'s index inside its node: the rank itself on a flat network."""
         return rank
 
     def local_world_size_of(self, rank: int, world_size: int) -> int:
+        """Ranks on `rank`'s node: all `world_size` of them on a flat network."""
         return world_size
 
     def link(self, src: int, dst: int) -> Network:
@@ -130,6 +133,7 @@ class Network:
 
     @property
     def deterministic(self) -> bool:
+        """True when no message is delayed at random (no jitter, no loss)."""
         return not self.jitter and not self.loss
 
     @classmethod
@@ -144,6 +148,7 @@ class Network:
         return dataclasses.replace(self, **changes)
 
     def describe(self) -> str:
+        """One line for a figure or a print: name, latency in us, bandwidth in GB/s."""
         bw = "inf" if math.isinf(self.bandwidth) else f"{self.bandwidth / 1e9:g} GB/s"
         return f"{self.name}: latency {self.latency * 1e6:g} us, bandwidth {bw}"
 
@@ -202,15 +207,19 @@ class Cluster(Network):
 
     @property
     def world_size(self) -> int:
+        """nodes x gpus_per_node: the one world size this cluster fits."""
         return self.nodes * self.gpus_per_node
 
     def node_of(self, rank: int) -> int:
+        """The node of `rank`: consecutive ranks share a node (rank // gpus_per_node)."""
         return rank // self.gpus_per_node
 
     def local_rank_of(self, rank: int) -> int:
+        """`rank`'s index inside its node (rank % gpus_per_node), torchrun's LOCAL_RANK."""
         return rank % self.gpus_per_node
 
     def local_world_size_of(self, rank: int, world_size: int) -> int:
+        """Ranks per node (gpus_per_node), torchrun's LOCAL_WORLD_SIZE."""
         return self.gpus_per_node
 
     def nic_of(self, rank: int) -> int:
@@ -218,9 +227,11 @@ class Cluster(Network):
         return self.local_rank_of(rank) % self.nics_per_node
 
     def link(self, src: int, dst: int) -> Network:
+        """The link a message from `src` to `dst` takes: `intra` inside a node, else `inter`."""
         return self.intra if self.node_of(src) == self.node_of(dst) else self.inter
 
     def check_world_size(self, world_size: int) -> None:
+        """Raise `ValueError` unless `world_size` is nodes x gpus_per_node (and `slowdown` fits)."""
         if world_size != self.world_size:
             raise ValueError(f"Network.cluster has nodes={self.nodes} x gpus_per_node="
                              f"{self.gpus_per_node} = {self.world_size} ranks but world_size="
@@ -228,6 +239,7 @@ class Cluster(Network):
         super().check_world_size(world_size)
 
     def describe(self) -> str:
+        """One line: nodes, ranks and NICs per node, then each link's own description."""
         return (f"{self.name}: {self.nodes} nodes x {self.gpus_per_node} ranks, "
                 f"{self.nics_per_node} NIC(s) per node; inside {self.intra.describe()}; "
                 f"between {self.inter.describe()}")

@@ -248,6 +248,7 @@ class Ranks:
         return self._collect(timeout, "the run")
 
     def alive(self) -> bool:
+        """True while every rank process runs (a dead one means: start fresh ranks)."""
         return bool(self.procs) and all(p.poll() is None for p in self.procs)
 
     def stop(self, grace: float = 3.0) -> None:

@@ -39,6 +39,7 @@ class Call:
         self.name = kind  # the ledger op its messages are charged to (a comm.scope's name)
 
     def signature(self) -> tuple:
+        """What every rank's call must share: kind, op, root and (numel, dtype, shape)."""
         t = self.tensor
         return (self.kind, self.op, self.root,
                 None if t is None else (t.numel(), t.dtype, tuple(t.shape)))
@@ -59,6 +60,7 @@ class SimCollectiveWork:
         self.world.wires.clocks[self.rank].advance(self.call.end)
 
     def describe(self, world) -> str:
+        """For a deadlock report: which ranks this collective still waits for, and why."""
         missing = [r for r in range(world.n) if r not in self.pending]
         text = f"{self.call.kind}: waiting for a message from rank {missing[0]}"
         if len(missing) > 1:

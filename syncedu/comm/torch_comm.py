@@ -30,6 +30,7 @@ class TorchWork(Work):
         self._after = after  # emulated delay still owed once the data has arrived
 
     def wait(self, timeout: float | None = None) -> None:
+        """Wait for torch's handle (at most `timeout` seconds), then the emulated delay owed."""
         if self._work is not None:
             if timeout is None:
                 self._work.wait()

@@ -17,6 +17,10 @@ from syncedu.train.strategies import Parts, make_optimizer, register
 @register("naive", compressible=True, float64=True)  # (applied first: registered first)
 def ours(module, comm, cfg, strategy: str | None = None) -> Parts:  # Step 1
     # A private compressor per rank: simulated ranks share `cfg`, error feedback is per rank.
+    """`train.run("naive" | "flat" | "bucketed")`: our `DataParallel` with the config's
+    bucket cap, buffer broadcast and a private copy of its compressor (`strategy`: another
+    name's wrapper, as "syncbn" asks for "naive").
+    """
     dp = DataParallel(module, comm, strategy or cfg.strategy, bucket_cap_mb=cfg.bucket_cap_mb,
                       broadcast_buffers=cfg.broadcast_buffers,
                       compression=copy.deepcopy(cfg.compression))

@@ -80,12 +80,15 @@ class HorovodComm:
         self._t0 = time.perf_counter()
 
     def barrier(self) -> None:
+        """Horovod's own barrier over every rank."""
         self.hvd.barrier()
 
     def now(self) -> float:
+        """Seconds since this comm was made (wall clock)."""
         return time.perf_counter() - self._t0
 
     def compute(self, seconds: float) -> None:
+        """Modeled compute on real ranks: sleep `seconds` (frees the CPU as a GPU would)."""
         time.sleep(seconds)
 
 

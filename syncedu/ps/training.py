@@ -51,6 +51,7 @@ class PSHistory:
         return runner.max_param_diff(self, other)
 
     def staleness_histogram(self) -> dict[int, int]:
+        """{staleness: how many applied gradients had it}, in increasing staleness."""
         return dict(sorted(collections.Counter(self.staleness).items()))
 
     def loss_vs_time(self) -> tuple[list[float], list[float]]:
@@ -62,6 +63,7 @@ class PSHistory:
 
     @property
     def mean_idle(self) -> float:
+        """The workers' mean share of time spent waiting."""
         return sum(self.idle_fraction) / len(self.idle_fraction)
 
 

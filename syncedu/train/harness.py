@@ -54,6 +54,7 @@ class History:
 
     @property
     def steps_per_second(self) -> float:
+        """Optimizer steps per second of `train_seconds` (inf for a run that took no time)."""
         return len(self.loss) / self.train_seconds if self.train_seconds else float("inf")
 
     @property

@@ -176,6 +176,7 @@ class ZeroDataParallel(Synced):
     # ------------------------------------------------------ the optimizer
     @property
     def param_groups(self) -> list[dict]:
+        """The local optimizer's parameter groups (over this rank's shard), as torch's."""
         return self.opt.param_groups
 
     @torch.no_grad()

@@ -33,7 +33,23 @@ EAGER_LIMIT = 64 * 1024  # bytes: Open MPI's btl_tcp_eager_limit
 
 @dataclass(frozen=True)
 class Network:
-    """Latency (s), bandwidth (bytes/s), stragglers, jitter and loss of a network."""
+    """Latency (s), bandwidth (bytes/s), stragglers, jitter and loss of a network.
+
+    Args:
+        latency: seconds per message, alpha (default 0.0).
+        bandwidth: bytes per second of one link in one direction, 1/beta (default inf).
+        slowdown: one factor per rank multiplying its compute time (stragglers; default
+            None). Charged through the comm's compute hook on simulated ranks, waited out on
+            real ones.
+        jitter: up to this many seconds added to a message at random (default 0.0).
+        loss: probability a message is lost and resent after `retransmit` s (default 0.0).
+        retransmit: seconds a lost message costs (default 0.2).
+        seed: seeds jitter and loss, per rank (default 0).
+        name: shown by `describe()` and in figures (default "custom").
+        latency_model: "port" (default) or "wire", see the module docstring.
+        eager_limit: bytes above which a send waits for its receive (default 64 KiB).
+        builtin_algorithm: how simulated broadcast/reduce run: "ring" (default) or "binomial".
+    """
 
     latency: float = 0.0
     bandwidth: float = math.inf

@@ -184,8 +184,26 @@ def sync_paused(wrapper):
 class DataParallel(nn.Module):
     """Wrap `module` so that training on every rank's shard averages the gradients.
 
-    `broadcast_buffers`: re-broadcast rank 0's buffers (BatchNorm statistics) at every
-    synchronizing forward, as DDP does; `compression`: None, "fp16", "bf16" or a compressor.
+    Like `torch.nn.parallel.DistributedDataParallel` (Li et al., "PyTorch Distributed",
+    VLDB 2020): rank 0's parameters and buffers are broadcast at construction, so every rank
+    starts equal; each backward then averages the gradients, and since every rank applies the
+    same averaged update the parameters stay equal without being sent again.
+
+    Args:
+        module: any `nn.Module`; frozen parameters are never sent, tied ones once.
+        comm: this rank's `Comm` (real or simulated ranks: the same code).
+        strategy: "naive" (one allreduce per gradient, after backward), "flat" (one
+            allreduce of every gradient concatenated) or "bucketed" (default: buckets of
+            about `bucket_cap_mb`, each allreduced asynchronously as soon as backward has
+            filled it, so the traffic overlaps the rest of the backward, as DDP does).
+        bucket_cap_mb: bucket size in MB (10^6 bytes) for "bucketed" (default 25.0, DDP's).
+        broadcast_buffers: re-broadcast rank 0's buffers (BatchNorm statistics) at every
+            synchronizing forward, as DDP's default (default True).
+        timeout: seconds any wait for gradient traffic may take before `TimeoutError`
+            (default 300.0).
+        compression: None (default: fp32 on the wire), "fp16", "bf16" or a compressor from
+            `syncedu.compress` (`TopK`, `SignSGD`, `PowerSGD`): the ledger counts the bytes
+            actually sent.
     """
 
     def __init__(self, module: nn.Module, comm, strategy: str = "bucketed", *,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import random
 from dataclasses import dataclass
 
@@ -72,6 +73,10 @@ class Network:
             if not self.slowdown or any(not s > 0 or math.isinf(s) for s in self.slowdown):
                 raise ValueError(f"slowdown={list(self.slowdown)} must be finite factors > 0, "
                                  "one per rank")
+        for name in ("latency", "bandwidth", "jitter", "loss", "retransmit"):  # "1e-6" too:
+            value = getattr(self, name)  # a ValueError naming the field, not a TypeError
+            _check(isinstance(value, numbers.Real) and not isinstance(value, bool), name,
+                   value, "a number")
         _check(self.latency >= 0 and math.isfinite(self.latency), "latency",
                self.latency, "a finite number of seconds >= 0")
         _check(self.bandwidth > 0, "bandwidth", self.bandwidth, "bytes per second > 0")

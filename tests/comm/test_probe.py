@@ -130,3 +130,9 @@ def test_a_launcher_killed_by_sigkill_leaves_no_folder_after_the_next_start():
     assert os.path.isdir(folder)  # what the probe found
     assert launch.run(lambda comm: comm.rank, 2, output="quiet") == [0, 1]
     assert not os.path.exists(folder)
+
+
+@pytest.mark.parametrize("field", ["latency", "bandwidth"])
+def test_a_network_given_text_names_the_field(field):
+    with pytest.raises(ValueError, match=f"Network.{field}='1e9' is invalid: must be a number"):
+        Network(**{field: "1e9"})  # was TypeError: '>=' not supported between 'str' and 'int'

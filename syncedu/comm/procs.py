@@ -95,7 +95,8 @@ def _exit_reason(code: int | None) -> str:
 
 def _remove_stale_folders() -> None:
     """Remove the rendezvous folders of launchers that died without cleaning up (kill -9):
-    `syncedu-<pid>-*` of this user whose pid is gone. A live pid keeps its folder."""
+    `syncedu-<pid>-*` of this user whose pid is gone, and the shared-memory segments named
+    after them (shm.py). A live pid keeps its folder."""
     for path in glob.glob(os.path.join(tempfile.gettempdir(), "syncedu-*-*")):
         pid = os.path.basename(path).split("-")[1]
         if not pid.isdigit() or os.stat(path).st_uid != os.getuid():
@@ -104,6 +105,8 @@ def _remove_stale_folders() -> None:
             os.kill(int(pid), 0)
         except ProcessLookupError:  # (PermissionError: alive, someone else's)
             shutil.rmtree(path, ignore_errors=True)
+            for segment in glob.glob(f"{SHM_DIR}/{os.path.basename(path)}-*"):
+                os.unlink(segment)
         except OSError:
             pass
 

@@ -16,6 +16,7 @@ import torch
 
 from syncedu import Network, cost, launch, ps, sim
 from syncedu.comm import procs
+from syncedu.comm.shm import SHM_DIR
 
 ETH = Network.preset("ethernet_10g")
 
@@ -77,10 +78,13 @@ def test_stale_folders_of_dead_launchers_go_and_live_ones_stay():
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = tempfile.mkdtemp(prefix=f"syncedu-{dead.pid}-")
+    segment = os.path.join(SHM_DIR, f"{os.path.basename(stale)}-0")  # its shm segment
+    open(segment, "wb").close()
     live = tempfile.mkdtemp(prefix=f"syncedu-{os.getpid()}-")
     try:
         procs._remove_stale_folders()
-        assert not os.path.exists(stale) and os.path.exists(live)
+        assert not os.path.exists(stale) and not os.path.exists(segment)
+        assert os.path.exists(live)
     finally:
         os.rmdir(live)
 

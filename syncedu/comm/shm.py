@@ -79,7 +79,7 @@ class ShmComm(TorchComm):
                  network=None):
         super().__init__(group, network=network)
         self.backend, self.timeout, self._lock = "shm", timeout, threading.Lock()
-        self.transport_bytes = {"shm": 0, "gloo": 0}  # payload bytes this rank sent by each
+        self.transport_bytes = {"shm": 0, "gloo": 0}  # payload bytes sent by each, ever
         box = [prefix or f"syncedu-{secrets.token_hex(6)}"]
         dist.broadcast_object_list(box, src=self._global(0), group=group)  # rank 0's name
         first = self.rank - self.local_rank

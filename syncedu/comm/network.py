@@ -10,8 +10,11 @@ The simulator's assumptions are named fields:
 - `latency_model`: "port" holds the sender's port for latency + n / bandwidth (k messages
   cost k (alpha + n beta)); "wire" makes latency a delay off the port (alpha + k n beta),
   as in LogGP (Alexandrov et al. 1995) and NCCL (nccl_model.py);
-- `eager_limit` (Open MPI's `btl_tcp_eager_limit`): a larger send's `wait()` returns once
-  the matching receive is posted, so an unsafe exchange deadlocks;
+- `eager_limit`: a larger send's `wait()` returns once the matching receive is posted, so
+  an unsafe exchange deadlocks. The default, "gloo" (0 bytes), is Gloo's rule: its TCP
+  `Pair::send` transmits only once the peer has posted the receive, at every size (NCCL
+  too: concurrent sends and receives must be grouped). "open_mpi" is 64 KiB, Open MPI's
+  `btl_tcp_eager_limit`: below it an MPI send is copied out and returns at once;
 - `builtin_algorithm`: broadcast and reduce as a "ring" chain or "binomial" trees (MPICH's
   choice for short messages, Thakur et al. 2005).
 
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 
 LATENCY_MODELS = ("port", "wire")
 BUILTIN_ALGORITHMS = ("ring", "binomial")
-EAGER_LIMIT = 64 * 1024  # bytes: Open MPI's btl_tcp_eager_limit
+EAGER_LIMITS = {"gloo": 0, "nccl": 0, "open_mpi": 64 * 1024}  # bytes sent without a receive
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class Network:
     seed: int = 0
     name: str = "custom"
     latency_model: str = "port"
-    eager_limit: float = EAGER_LIMIT
+    eager_limit: float | str = "gloo"
     builtin_algorithm: str = "ring"
 
     def __post_init__(self) -> None:
@@ -86,9 +89,12 @@ class Network:
         _check(isinstance(self.seed, int), "seed", self.seed, "an int")
         _check(self.latency_model in LATENCY_MODELS, "latency_model", self.latency_model,
                f"one of {LATENCY_MODELS}")
+        if isinstance(self.eager_limit, str):  # a named rule
+            object.__setattr__(self, "eager_limit", EAGER_LIMITS.get(*[self.eager_limit] * 2))
         _check(not isinstance(self.eager_limit, bool) and isinstance(self.eager_limit, (int, float))
                and self.eager_limit >= 0, "eager_limit", self.eager_limit,
-               "a number of bytes >= 0 (math.inf: every send is eager)")
+               "a number of bytes >= 0 (math.inf: every send is eager) or one of "
+               f"{sorted(EAGER_LIMITS)}")
         _check(self.builtin_algorithm in BUILTIN_ALGORITHMS, "builtin_algorithm",
                self.builtin_algorithm, f"one of {BUILTIN_ALGORITHMS}")
 

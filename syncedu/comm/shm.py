@@ -79,7 +79,7 @@ class ShmComm(TorchComm):
                  network=None):
         super().__init__(group, network=network)
         self.backend, self.timeout, self._lock = "shm", timeout, threading.Lock()
-        self.transport_bytes = {"shm": 0, "gloo": 0}  # payload bytes this rank sent by each
+        self.transport_bytes = {"shm": 0, "gloo": 0}  # payload bytes sent by each, ever
         box = [prefix or f"syncedu-{secrets.token_hex(6)}"]
         dist.broadcast_object_list(box, src=self._global(0), group=group)  # rank 0's name
         first = self.rank - self.local_rank
@@ -113,8 +113,7 @@ class ShmComm(TorchComm):
 
     def _post(self, peer: int, sending: bool, tensor: torch.Tensor, tag: int) -> ShmWork:
         payload = tensor.detach().reshape(-1).view(torch.uint8)
-        if not payload.is_cuda:  # CPU: a memoryview copies with far less overhead per step
-            payload = memoryview(payload.numpy())
+        payload = payload if payload.is_cuda else memoryview(payload.numpy())  # CPU: cheaper steps
         header = memoryview(struct.pack("qq", len(payload), tag) if sending else bytearray(16))
         work = ShmWork(self, peer, sending, [header] + ([payload] if len(payload) else []),
                        None if sending else (len(payload), tag))
@@ -183,13 +182,16 @@ class ShmComm(TorchComm):
                 work.wait()
 
     def _reduce_scatter(self, output, inputs, op, async_op, name="reduce_scatter"):
-        parts = [inputs[p] if p == self.rank else torch.empty_like(output)
+        parts = [output if p == self.rank else torch.empty_like(output)
                  for p in range(self.world_size)]
+        output.copy_(inputs[self.rank])  # (all_reduce: the same tensor, no copy)
         self._exchange(name, inputs, parts)
-        total = parts[0].clone()
-        for part in parts[1:]:  # in rank order: the same bits on every rank
-            _REDUCE[op](total, part, out=total)
-        output.copy_(total)
+        # In rank order, the same bits on every rank; p0 op p1 == p1 op p0 bit for bit, so
+        # ranks 0 and 1 reduce into their own piece and skip a copy.
+        a = self.rank if self.rank < 2 else 0
+        for part in [t for p, t in enumerate(parts) if p != a]:
+            _REDUCE[op](parts[a], part, out=parts[a])
+        output.copy_(parts[a])
 
     def _all_gather(self, outputs, tensor, async_op, name="all_gather"):
         self._exchange(name, [tensor] * self.world_size, outputs)

@@ -87,6 +87,7 @@ def out_peers(topology: str, n: int, i: int, round: int = 0) -> list[int]:
 def mixing_matrix(topology: str, n: int, round: int = 0) -> torch.Tensor:
     """W (n x n, float64): one gossip round is X <- W X. `round` selects the one-peer
     exponential graph's matrix of that round (the other topologies ignore it)."""
+    check_topology(topology, n)
     w = torch.zeros(n, n, dtype=torch.float64)
     for i in range(n):
         peers = in_peers(topology, n, i, round)

@@ -39,12 +39,13 @@ class PSHistory:
     seconds: float
     pushed: int
     applied: int
-    staleness: list[int]  # per applied gradient, in server 0's order
+    staleness: list[int]  # per applied gradient, in server 0's order: SSP's clock gap (steps)
     idle_fraction: list[float]  # per worker
     events: list[Applied] = field(repr=False)  # server 0's applied gradients, in order
     final_loss: float = float("nan")  # the final parameters on the whole data set
     accuracy: float = float("nan")
     trace: object = field(default=None, repr=False)  # the run's `comm.trace.Trace` (every message)
+    delay: list[int] = field(default_factory=list)  # per applied gradient: updates it missed
 
     def max_param_diff(self, other) -> float:
         """Largest absolute difference to another run's history or `params` dict."""
@@ -174,10 +175,11 @@ def _history(cfg: PSConfig, res, x, y) -> PSHistory:
     wlogs, slogs = logs[:cfg.workers], logs[cfg.workers:]
     net = models.make("mlp", seed=cfg.seed)
     vector_to_parameters(torch.cat([s.shard for s in slogs]), net.parameters())
-    worst = collections.Counter()
+    worst, late = collections.Counter(), collections.Counter()
     for s in slogs:
         for e in s.events:
             worst[e.worker, e.step] = max(worst[e.worker, e.step], e.staleness)
+            late[e.worker, e.step] = max(late[e.worker, e.step], e.delay)
     order = [(e.worker, e.step) for e in slogs[0].events]
     losses = [[log.losses[c] for log in wlogs if c < len(log.losses)]
               for c in range(max(cfg.steps))]
@@ -190,7 +192,7 @@ def _history(cfg: PSConfig, res, x, y) -> PSHistory:
         seconds=max(log.end for log in logs), pushed=sum(len(w.losses) for w in wlogs),
         applied=min(len(s.events) for s in slogs), staleness=[worst[k] for k in order],
         idle_fraction=[w.idle_fraction for w in wlogs], events=slogs[0].events,
-        final_loss=final_loss, accuracy=acc.item(), trace=res.trace)
+        final_loss=final_loss, accuracy=acc.item(), trace=res.trace, delay=[late[k] for k in order])
 
 
 @functools.cache

@@ -58,29 +58,31 @@ def torus_shape(n: int) -> tuple[int, int] | None:
 
 
 def in_peers(topology: str, n: int, i: int, round: int = 0) -> list[int]:
-    """The ranks whose tensors rank i mixes in (W[i, j] > 0, j != i), sorted."""
+    """The ranks whose tensors rank i mixes in (W[i, j] > 0, j != i), in offset order: the
+    same k-th offset on every rank, so that the k-th sends of all ranks form a permutation
+    (each rank receives one message at a time, no port contention)."""
     check_topology(topology, n)
     tau = max(1, math.ceil(math.log2(n))) if n > 1 else 1
     if topology == "ring":
-        peers = {(i - 1) % n, (i + 1) % n}
+        peers = [(i - 1) % n, (i + 1) % n]
     elif topology == "torus":
         rows, cols = torus_shape(n)
         r, c = divmod(i, cols)
-        peers = {((r - 1) % rows) * cols + c, ((r + 1) % rows) * cols + c,
-                 r * cols + (c - 1) % cols, r * cols + (c + 1) % cols}
+        peers = [((r - 1) % rows) * cols + c, ((r + 1) % rows) * cols + c,
+                 r * cols + (c - 1) % cols, r * cols + (c + 1) % cols]
     elif topology == "exponential":
-        peers = {(i + 2 ** k) % n for k in range(tau)}
+        peers = [(i + 2 ** k) % n for k in range(tau)]
     elif topology == "one_peer_exponential":
-        peers = {(i + 2 ** (round % tau)) % n}
+        peers = [(i + 2 ** (round % tau)) % n]
     else:
-        peers = set(range(n))
-    return sorted(peers - {i})
+        peers = [(i + d) % n for d in range(1, n)]
+    return [j for j in dict.fromkeys(peers) if j != i]
 
 
 def out_peers(topology: str, n: int, i: int, round: int = 0) -> list[int]:
-    """The ranks that need rank i's tensor (W[j, i] > 0, j != i), sorted."""
+    """The ranks that need rank i's tensor (W[j, i] > 0, j != i), in offset order."""
     if topology in ("exponential", "one_peer_exponential"):  # i + d receives from i: reversed
-        return sorted({(2 * i - j) % n for j in in_peers(topology, n, i, round)} - {i})
+        return [(2 * i - j) % n for j in in_peers(topology, n, i, round)]
     return in_peers(topology, n, i, round)  # undirected
 
 

@@ -191,9 +191,8 @@ class Cluster(Network):
     def __post_init__(self) -> None:
         if self.placement is not None:  # slots are node-major: slot // gpus_per_node
             object.__setattr__(self, "placement", tuple(self.placement))
-            if sorted(self.placement) != list(range(self.nodes * self.gpus_per_node)):
-                raise ValueError(f"Network.cluster: placement={list(self.placement)} must be a "
-                                 "permutation of range(nodes * gpus_per_node), or None")
+            _check(sorted(self.placement) == list(range(self.nodes * self.gpus_per_node)),
+                   "placement", self.placement, "a permutation of range(nodes * gpus_per_node)")
         for field in ("nodes", "gpus_per_node", "nics_per_node"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import random
 from dataclasses import dataclass
 
@@ -37,7 +38,23 @@ EAGER_LIMITS = {"gloo": 0, "nccl": 0, "open_mpi": 64 * 1024}  # bytes sent witho
 
 @dataclass(frozen=True)
 class Network:
-    """Latency (s), bandwidth (bytes/s), stragglers, jitter and loss of a network."""
+    """Latency (s), bandwidth (bytes/s), stragglers, jitter and loss of a network.
+
+    Args:
+        latency: seconds per message, alpha (default 0.0).
+        bandwidth: bytes per second of one link in one direction, 1/beta (default inf).
+        slowdown: one factor per rank multiplying its compute time (stragglers; default
+            None). Charged through the comm's compute hook on simulated ranks, waited out on
+            real ones.
+        jitter: up to this many seconds added to a message at random (default 0.0).
+        loss: probability a message is lost and resent after `retransmit` s (default 0.0).
+        retransmit: seconds a lost message costs (default 0.2).
+        seed: seeds jitter and loss, per rank (default 0).
+        name: shown by `describe()` and in figures (default "custom").
+        latency_model: "port" (default) or "wire", see the module docstring.
+        eager_limit: bytes above which a send waits for its receive (default 64 KiB).
+        builtin_algorithm: how simulated broadcast/reduce run: "ring" (default) or "binomial".
+    """
 
     latency: float = 0.0
     bandwidth: float = math.inf
@@ -60,6 +77,10 @@ class Network:
             if not self.slowdown or any(not s > 0 or math.isinf(s) for s in self.slowdown):
                 raise ValueError(f"slowdown={list(self.slowdown)} must be finite factors > 0, "
                                  "one per rank")
+        for name in ("latency", "bandwidth", "jitter", "loss", "retransmit"):  # "1e-6" too:
+            value = getattr(self, name)  # a ValueError naming the field, not a TypeError
+            _check(isinstance(value, numbers.Real) and not isinstance(value, bool), name,
+                   value, "a number")
         _check(self.latency >= 0 and math.isfinite(self.latency), "latency",
                self.latency, "a finite number of seconds >= 0")
         _check(self.bandwidth > 0, "bandwidth", self.bandwidth, "bytes per second > 0")
@@ -86,12 +107,15 @@ class Network:
     is_cluster = False
 
     def node_of(self, rank: int) -> int:
+        """The node `rank` sits on: 0 on a flat network (one node holds every rank)."""
         return 0
 
     def local_rank_of(self, rank: int) -> int:
+        """`rank`'s index inside its node: the rank itself on a flat network."""
         return rank
 
     def local_world_size_of(self, rank: int, world_size: int) -> int:
+        """Ranks on `rank`'s node: all `world_size` of them on a flat network."""
         return world_size
 
     def link(self, src: int, dst: int) -> Network:
@@ -137,6 +161,7 @@ class Network:
 
     @property
     def deterministic(self) -> bool:
+        """True when no message is delayed at random (no jitter, no loss)."""
         return not self.jitter and not self.loss
 
     @classmethod
@@ -151,6 +176,7 @@ class Network:
         return dataclasses.replace(self, **changes)
 
     def describe(self) -> str:
+        """One line for a figure or a print: name, latency in us, bandwidth in GB/s."""
         bw = "inf" if math.isinf(self.bandwidth) else f"{self.bandwidth / 1e9:g} GB/s"
         return f"{self.name}: latency {self.latency * 1e6:g} us, bandwidth {bw}"
 
@@ -214,15 +240,20 @@ class Cluster(Network):
 
     @property
     def world_size(self) -> int:
+        """nodes x gpus_per_node: the one world size this cluster fits."""
         return self.nodes * self.gpus_per_node
 
     def node_of(self, rank: int) -> int:
+        """The node of `rank`: its slot // gpus_per_node (slot = placement[rank], or rank:
+        consecutive ranks share a node)."""
         return (self.placement[rank] if self.placement else rank) // self.gpus_per_node
 
     def local_rank_of(self, rank: int) -> int:
+        """`rank`'s index inside its node (slot % gpus_per_node), torchrun's LOCAL_RANK."""
         return (self.placement[rank] if self.placement else rank) % self.gpus_per_node
 
     def local_world_size_of(self, rank: int, world_size: int) -> int:
+        """Ranks per node (gpus_per_node), torchrun's LOCAL_WORLD_SIZE."""
         return self.gpus_per_node
 
     def nic_of(self, rank: int) -> int:
@@ -230,9 +261,11 @@ class Cluster(Network):
         return self.local_rank_of(rank) % self.nics_per_node
 
     def link(self, src: int, dst: int) -> Network:
+        """The link a message from `src` to `dst` takes: `intra` inside a node, else `inter`."""
         return self.intra if self.node_of(src) == self.node_of(dst) else self.inter
 
     def check_world_size(self, world_size: int) -> None:
+        """Raise `ValueError` unless `world_size` is nodes x gpus_per_node (and `slowdown` fits)."""
         if world_size != self.world_size:
             raise ValueError(f"Network.cluster has nodes={self.nodes} x gpus_per_node="
                              f"{self.gpus_per_node} = {self.world_size} ranks but world_size="
@@ -240,6 +273,7 @@ class Cluster(Network):
         super().check_world_size(world_size)
 
     def describe(self) -> str:
+        """One line: nodes, ranks and NICs per node, then each link's own description."""
         return (f"{self.name}: {self.nodes} nodes x {self.gpus_per_node} ranks, "
                 f"{self.nics_per_node} NIC(s) per node; inside {self.intra.describe()}; "
                 f"between {self.inter.describe()}")

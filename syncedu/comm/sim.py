@@ -132,9 +132,23 @@ def run(fn, world_size: int, args=(), kwargs=None, *, network: Network | None = 
         scheduler: str = "auto", progress=None) -> RunResult:
     """Run `fn(comm, *args, **kwargs)` on `world_size` simulated ranks; return a `RunResult`.
 
-    Raises `WorkerError` (the lowest rank that raised), `DeadlockError` or, after
-    `timeout` real seconds, `TimeoutError`. `scheduler`: sim_sched.py; `progress`: None,
-    True (a tqdm bar) or anything with `.update(n)` (told of point-to-point messages).
+    Raises `WorkerError` (the lowest rank that raised), `DeadlockError` (every unfinished rank
+    waits; it names what each waits for) or, after `timeout` real seconds, `TimeoutError`.
+
+    Args:
+        fn: the worker, the same function `launch.run` takes.
+        world_size: simulated ranks, 1..4096.
+        args, kwargs: passed to `fn` on every rank (default none).
+        network: the `Network` the logical clock follows (default None: zero latency,
+            infinite bandwidth, so only the counts matter).
+        timeout: real seconds before the run is stopped (default None: 300.0).
+        output: "live" (default), "ordered" or "quiet", as for `launch.Pool`.
+        scheduler: "auto" (default: threads up to 64 ranks, then greenlets), "thread" or
+            "greenlet" (sim_sched.py).
+        progress: None/False (default, no bar), True (a tqdm bar) or anything with
+            `.update(n)`, told of point-to-point messages.
+
+    `.seconds` of the result is the logical time of the slowest rank.
     """
     check_ranks(world_size, MAX_WORLD_SIZE, network, timeout, output)
     check_call(fn, args, kwargs)

@@ -24,6 +24,7 @@ class SendWork(Work):
             guard[0]._unwaited[self] = guard
 
     def wait(self, timeout: float | None = None) -> None:
+        """A posted eager send: the sender's clock moves to when its port is free again."""
         self.clock.advance(self.end)
         comm, view, copy, version, dst, tag = self.guard or (None,) * 6
         # any view of the same storage moves the version: then compare the bytes themselves
@@ -48,12 +49,14 @@ class RendezvousWork(SendWork):
         self.posted = 0.0
 
     def wait(self, timeout: float | None = None) -> None:
+        """A rendezvous send: wait for the matching receive, then for the bytes to leave."""
         if self.msg is None:
             self.world.wait(self.rank, self)
         self.clock.advance(self.posted)
         super().wait()
 
     def describe(self, world) -> str:
+        """For a deadlock report: the receive this send waits for."""
         text = (f"send to rank {self.dst} (tag {self.chan}, {self.nbytes} bytes > eager_limit "
                 f"{world.wires.net.eager_limit:g}): waits for rank {self.dst} to post the "
                 "matching receive")
@@ -76,6 +79,7 @@ class RecvWork(Work):
         self.at = at  # the receiver's clock when it posted this receive
 
     def wait(self, timeout: float | None = None) -> None:
+        """Copy the matching message (dtype and size checked) in, at its arrival time."""
         if self.done:
             return
         data = self.arrive(self)
@@ -91,6 +95,7 @@ class RecvWork(Work):
         self.done = True
 
     def describe(self, world) -> str:
+        """For a deadlock report: the message this receive waits for."""
         text = f"recv from rank {self.src} (tag {self.chan}, {self.nbytes} bytes)"
         if world.ranks[self.src].done:
             text += f"; rank {self.src} has already returned"

@@ -20,6 +20,7 @@ def checker(grade):
 
 
 def verdict(name: str, ok: bool, detail: str = "") -> bool:
+    """Print `name: correct` or `name: not yet right - detail`, and return `ok`."""
     mark = "correct" if ok else "not yet right"
     print(f"{name}: {mark}{' - ' + detail if detail else ''}")
     return ok

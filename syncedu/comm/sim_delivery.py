@@ -240,6 +240,7 @@ class World:
             self._stop(error)
 
     def stop_for_timeout(self) -> None:
+        """Stop every rank with a `TimeoutError` naming those not yet done."""
         self.stop(self.timeout_error([r for r, st in enumerate(self.ranks) if not st.done]))
 
     def outcome(self) -> BaseException | None:

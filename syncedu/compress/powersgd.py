@@ -75,6 +75,7 @@ class PowerSGD(Compressor):
 
     @staticmethod
     def decompress(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """The rank-r approximation P Q^T of a matrix from its two factors."""
         return p @ q.t()
 
     def residual(self, comm, key: str = "bucket") -> torch.Tensor | None:

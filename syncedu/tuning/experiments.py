@@ -41,6 +41,7 @@ class TuningRun:
 
     @classmethod
     def of(cls, history) -> TuningRun:
+        """A `TuningRun` from a `train.run` history (cumulative step seconds, noise estimates)."""
         return cls(history.loss, list(itertools.accumulate(history.step_seconds)),
                    history.final_loss, history.accuracy, history.ledger, history.seconds,
                    history.params, history.extra.get("noise", []))

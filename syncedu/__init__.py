@@ -7,7 +7,7 @@ each opening with its algorithm files (`collectives/` 01-02, `dp/` 03 and 05, `p
 `syncbn/` 06, `compress/` 07, `horovod/` 08, `tuning/` 09, `zero/` 10, `faults/` 11,
 `decentralized/` 12) <-
 their notebook helpers; `syncedu/ui/` holds what every lesson shares. Beside the package,
-not in it: `benchmarks/` and `examples/` (README, "The package").
+not in it: `benchmarks/` and `examples/` (README, "The package in one screen").
 
 The short names are the real packages and modules, bound here eagerly:
 `from syncedu import launch, sim, collectives, cost, dp, syncbn, train, ps, compress, data,

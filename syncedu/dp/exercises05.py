@@ -16,9 +16,8 @@ from syncedu.ui.checkers import attempt, checker, verdict
 
 LR = 0.5
 STEPS = 2  # two calls: a forgotten zero_grad shows in the second
-LUMPED = ("the K forwards ran before one backward (of their summed losses?): the right "
-          "gradient, but all K graphs and their activations stay alive, so no memory is saved; "
-          "run each micro-batch's backward before the next micro-batch's forward")
+LUMPED = ("the K forwards ran before one backward (of their summed losses?): all K graphs and "
+          "their activations stay alive, no memory saved; backward each micro-batch first")
 
 
 def _micro_batches(rank: int, k: int, per_micro: int, step: int = 0):

@@ -38,6 +38,8 @@ class CheckerNet(nn.Module):
         self.rare = nn.Linear(9, 9) if rare else None
 
     def forward(self, x, rank: int = 0):
+        """A net with a frozen layer and a weight used twice (and, if built with them, `d` run
+        out of definition order, `rare` run by rank 1 only): what the checker's DP must handle."""
         h = torch.tanh(self.frozen(torch.tanh(self.a(x))))
         h = h if self.d is None else torch.tanh(self.d(h))  # d runs before b, defined after
         h = torch.tanh(self.b(torch.tanh(self.b(h))))  # the same weight twice

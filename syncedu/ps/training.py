@@ -52,6 +52,7 @@ class PSHistory:
         return runner.max_param_diff(self, other)
 
     def staleness_histogram(self) -> dict[int, int]:
+        """{staleness: how many applied gradients had it}, in increasing staleness."""
         return dict(sorted(collections.Counter(self.staleness).items()))
 
     def loss_vs_time(self) -> tuple[list[float], list[float]]:
@@ -63,6 +64,7 @@ class PSHistory:
 
     @property
     def mean_idle(self) -> float:
+        """The workers' mean share of time spent waiting."""
         return sum(self.idle_fraction) / len(self.idle_fraction)
 
 
@@ -128,10 +130,30 @@ def run(mode: str, workers: int, *, servers: int = 1, staleness: int = 0, steps,
         global_batch: int, lr: float = 0.1, seed: int = 0, network: Network | None = None,
         simulate: bool = False, compute_seconds: float = 0.01, variability: float = 0.0,
         pool=None, timeout: float = 300.0, worker_step=None) -> PSHistory:
-    """Train through a parameter server (the module docstring's steps). `steps`: an int, or
-    one count per worker in "async"/"ssp"; `compute_seconds`, `variability`: see `PSConfig`;
-    `pool`: a warm `launch.Pool(workers + servers)`; `worker_step`: replaces
-    `ps.worker.push_pull` (Exercise 04.1 plugs the learner's in)."""
+    """Train through a parameter server (the module docstring's steps); a `PSHistory`.
+
+    Workers are ranks 0..workers-1, servers the last `servers` ranks; the data and model are
+    `train.run`'s, so "sync" trains to `train.run("single", 1, ...)`'s parameters.
+
+    Args:
+        mode: "sync" (every worker's gradient of step c before step c + 1), "async" (no
+            bound) or "ssp" (bounded staleness, Ho et al. 2013).
+        workers: ranks that compute gradients.
+        servers: ranks that hold a shard of the parameters each (default 1).
+        staleness: the bound tau of "ssp", in steps (default 0).
+        steps: gradients each worker pushes: an int, or one count per worker in
+            "async"/"ssp".
+        global_batch: samples per step over all workers (each uses global_batch // workers).
+        lr: the servers' SGD learning rate (default 0.1).
+        seed: seeds the model and the data order (default 0).
+        network: a `Network` (its `slowdown` makes stragglers; default None).
+        simulate: simulated ranks on a logical clock (default False: real processes).
+        compute_seconds: modeled compute per gradient, in seconds (default 0.01).
+        variability: share of each step's compute drawn at random (default 0.0; `PSConfig`).
+        pool: a warm `launch.Pool(workers + servers)` (default None).
+        timeout: seconds the run may take on real ranks (default 300.0).
+        worker_step: replaces `ps.worker.push_pull` (Exercise 04.1 plugs the learner's in).
+    """
     cfg = PSConfig(mode=mode, workers=workers, servers=servers, staleness=staleness,  # Step 1
                    steps=steps, lr=lr, compute_seconds=compute_seconds,
                    variability=variability, seed=seed)

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Claim:
+    """One claim of the articles: its `id` (A<n> or B<n>: article A or B), the `quote`, its
+    English `translation`, our `verdict`, and the `lesson` whose `claims.check` measures it.
+    """
     id: str
     quote: str
     translation: str

@@ -59,6 +59,7 @@ class RowUnit:
 
     @property
     def shards(self) -> list[nn.Parameter]:
+        """This unit's parameters as registered now: this rank's shards (between gathers)."""
         return [self.module._parameters[n] for n in self.names]
 
     def shard(self, i: int, full: torch.Tensor) -> torch.Tensor:
@@ -197,6 +198,9 @@ class FullyShard(Synced):
         return hook
 
     def post_forward(self, u: RowUnit):
+        """A forward hook for unit `u`: drop the gathered full parameters (when
+        `reshard_after_forward`) and put the shards back.
+        """
         def hook(module, _args, _output):
             if self.reshard_after_forward:
                 self._held(-u.held_forward)

@@ -52,7 +52,17 @@ def _options(group: dict) -> dict:
 
 class ShardedOptimizer(torch.optim.Optimizer):
     """ZeRO-1 over `optimizer_cls` (a class, e.g. `torch.optim.AdamW`; `**kwargs` its defaults).
-    An Optimizer itself (schedulers take it) whose `param_groups` hold whole parameters."""
+    An Optimizer itself (schedulers take it) whose `param_groups` hold whole parameters.
+
+    Args:
+        params: parameters or parameter groups, as any torch optimizer takes them.
+        optimizer_cls: an element-wise `torch.optim.Optimizer` class (SGD, Adam, AdamW), not
+            an instance; it steps only this rank's shard, so its state is 1/N per rank.
+        comm: this rank's `Comm` (default None: the default process group's `TorchComm`).
+        reduce_scatter: average the gradients here, by a ring reduce-scatter (default False:
+            they arrive averaged, from DDP or `dp.DataParallel`).
+        **kwargs: `optimizer_cls`'s hyperparameters (lr, betas, weight_decay, ...).
+    """
 
     def __init__(self, params, optimizer_cls, comm=None, *, reduce_scatter: bool = False,
                  **kwargs):

@@ -4,26 +4,40 @@ Rajbhandari et al., SC 2020 (ZeRO-3). FSDP1 (Zhao et al., VLDB 2023) cuts a unit
 parameters in N, as `shards.Layout`; FSDP2 (`torch.distributed.fsdp.fully_shard`) gives every
 rank c = ceil(d0 / N) of each parameter's d0 rows (`rows`: the last fewer, maybe none) and
 swaps in the rank's shards (fp32 masters), so any optimizer on `.parameters()` updates 1/N of
-the model. Modules chosen by `shard` (FSDP's wrap policy) are one `RowUnit` each (its pieces
-padded to c rows); the rest is replicated.
+the model.
 
-1. set-up: rank 0's parameters to every rank; each sharded one replaced by this rank's rows;
-2. forward of a sharded module (pre-hook): one `comm.all_gather` of its unit (copy-in the
-   padded shards, copy-out full tensors), through an autograd function whose backward is
-   step 3; the full tensors (cast to `compute_dtype`, FSDP2's param_dtype, as are the
-   module's floating inputs) go in the module's `__dict__`, found before the shards; with
-   `reshard_after_forward` saved tensors become tokens, gathered again in backward;
-3. backward of the unit: the full fp32 gradients cut into the same padded pieces and
-   reduce-scattered (`op="avg"`) into the shards' gradients; in `no_sync()` added into whole
+Units, as FSDP2's `fully_shard(block)` for each block and then `fully_shard(model)`: every
+module chosen by `shard` (FSDP's wrap policy; it may own no parameter itself) is one `RowUnit`
+holding every parameter of its subtree that no nested chosen module holds, and the wrapped
+root is always a unit holding the rest. A tied parameter (one tensor registered in several
+modules) is sharded once, in the innermost unit that holds all its uses, so its gradient sums
+both uses. A unit gathers before its module's forward and frees after it, so a module that
+reads a child's weight without calling the child (`nn.MultiheadAttention` reads
+`out_proj.weight`) finds it whole. Only 0-dim parameters stay replicated. The default,
+`shard=None`, is the root alone (FSDP's default without a wrap policy): correct for any model.
+
+1. set-up: rank 0's parameters to every rank; each sharded one replaced by this rank's rows
+   (in every module that registers it);
+2. forward of a unit's module (pre-hook): one `comm.all_gather` of its unit (copy-in the
+   padded shards cast to `compute_dtype`, FSDP2's param_dtype; copy-out full tensors), through
+   an autograd function whose backward is step 3; the full tensors go in the `__dict__` of
+   each module registering them, found before the shards; with `reshard_after_forward` saved
+   tensors become tokens, gathered again in backward. With `compute_dtype` every module's
+   floating inputs are cast to it (replicated modules' too);
+3. backward of the unit: the full gradients cut into the same padded pieces and
+   reduce-scattered (`op="avg"`) in `reduce_dtype` (None: the compute dtype, as FSDP2's
+   `MixedPrecisionPolicy`) into the shards' fp32 gradients; in `no_sync()` added into whole
    fp32 gradients instead (FSDP2's `set_requires_gradient_sync(False)`);
 4. `finish_gradient_synchronization()`: replicated gradients allreduced (one flat buffer:
-   the same bits on every rank); every trainable parameter gets a `.grad`.
+   the same bits on every rank); every trainable parameter gets a `.grad`;
+5. `clip_grad_norm_(max_norm)`: the norm over all shards (a sum over ranks) and the
+   replicated gradients, as torch's `clip_grad_norm_` on the unsharded model.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
+import itertools
 
 import torch
 from torch import nn
@@ -31,7 +45,7 @@ from torch import nn
 from syncedu.comm.torch_comm import TorchComm
 from syncedu.dp.data_parallel import FlatSync
 from syncedu.train.sampling import check_bool
-from syncedu.zero.shards import Synced, broadcast_params
+from syncedu.zero.shards import Synced, broadcast_params, clip_grad_norm
 
 COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
 
@@ -43,23 +57,24 @@ def rows(d0: int, world_size: int, rank: int) -> tuple[int, int]:
 
 
 class RowUnit:
-    """One module's sharded parameters (`names` in `module._parameters`)."""
+    """One unit's sharded parameters: `slots[i]` lists every (module, name) registering
+    parameter i (a tied one: several), `trainable[i]` whether it gets a gradient."""
 
-    def __init__(self, module: nn.Module, names: list[str], shapes: list[torch.Size],
-                 world_size: int, rank: int):
-        self.module, self.names, self.shapes = module, names, shapes
+    def __init__(self, module: nn.Module, slots: list[list[tuple[nn.Module, str]]],
+                 shapes: list[torch.Size], trainable: list[bool], world_size: int, rank: int):
+        self.module, self.slots, self.shapes, self.trainable = module, slots, shapes, trainable
         self.world_size, self.rank = world_size, rank
         self.rest = [s[1:].numel() for s in shapes]  # elements per row
         self.chunk = [-(-s[0] // world_size) * r for s, r in zip(shapes, self.rest)]
-        self.offsets = [sum(self.chunk[:i]) for i in range(len(shapes))]
-        self.size = sum(self.chunk)  # one rank's padded piece of the unit, in elements
+        self.offsets = list(itertools.accumulate(self.chunk, initial=0))
+        self.size = self.offsets.pop()  # one rank's padded piece of the unit, in elements
         self.cache: list[torch.Tensor] | None = None  # re-gathered for backward
         self.accumulated: list[torch.Tensor] | None = None  # no_sync: whole fp32 gradients
         self.held_forward = 0  # bytes of the forward's gathered weights still held
 
     @property
     def shards(self) -> list[nn.Parameter]:
-        return [self.module._parameters[n] for n in self.names]
+        return [m._parameters[k] for (m, k), *_ in self.slots]
 
     def shard(self, i: int, full: torch.Tensor) -> torch.Tensor:
         """Step 1 (a copy)."""
@@ -69,8 +84,7 @@ class RowUnit:
     def unshard(self, comm, dtype: torch.dtype | None = None) -> list[torch.Tensor]:
         """Step 2: the unit's full parameters, gathered (and cast to `dtype`) in one collective."""
         shards = [s.detach() for s in self.shards]
-        dtype = dtype or shards[0].dtype
-        send = shards[0].new_zeros(self.size, dtype=dtype)
+        send = shards[0].new_zeros(self.size, dtype=dtype or shards[0].dtype)
         for s, a in zip(shards, self.offsets):
             send[a: a + s.numel()] = s.reshape(-1)  # copy-in (cast), the tail padded with zeros
         outs = [torch.empty_like(send) for _ in range(self.world_size)]
@@ -78,34 +92,38 @@ class RowUnit:
         return [torch.cat([o[a: a + chunk] for o in outs]).view(-1, *shape[1:])[: shape[0]]
                 for shape, a, chunk in zip(self.shapes, self.offsets, self.chunk)]  # copy-out
 
-    def reduce(self, comm, grads: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Step 3: the mean over ranks of this rank's rows of `grads` (fp32, shards' shapes)."""
-        n = self.world_size
-        pieces = [grads[0].new_zeros(self.size, dtype=torch.float32) for _ in range(n)]
-        for g, shape, a, rest in zip(grads, self.shapes, self.offsets, self.rest):
-            flat = g.detach().to(torch.float32).reshape(-1)
+    def reduce(self, comm, grads: list, dtype: torch.dtype) -> list:
+        """Step 3: the mean over ranks (reduced in `dtype`) of this rank's rows of the trainable
+        `grads`, as fp32 tensors of the shards' shapes (None for frozen parameters)."""
+        n, keep = self.world_size, [i for i, t in enumerate(self.trainable) if t]
+        at = list(itertools.accumulate((self.chunk[i] for i in keep), initial=0))
+        pieces = [grads[keep[0]].new_zeros(at[-1], dtype=dtype) for _ in range(n)]
+        for i, a in zip(keep, at):
+            flat, rest = grads[i].detach().to(dtype).reshape(-1), self.rest[i]
             for j in range(n):
-                lo, hi = rows(shape[0], n, j)
+                lo, hi = rows(self.shapes[i][0], n, j)
                 pieces[j][a: a + (hi - lo) * rest] = flat[lo * rest: hi * rest]
-        out = pieces[0].new_empty(self.size)
+        out = pieces[0].new_empty(at[-1])
         comm.reduce_scatter(out, pieces, op="avg")
-        return [out[a: a + s.numel()].view(s.shape).clone()  # this rank's rows: the shard's shape
-                for s, a in zip(self.shards, self.offsets)]
+        mine = iter(out[a: a + s.numel()].view(s.shape).to(torch.float32, copy=True)
+                    for s, a in zip([self.shards[i] for i in keep], at))
+        return [next(mine) if t else None for t in self.trainable]
 
 
 def policy(shard):
-    """`shard` as a predicate on modules: None (all), a tuple of module types, or a callable."""
+    """`shard` as a predicate on modules: None (none: the root alone), a tuple of module
+    types, or a callable."""
     if isinstance(shard, type) and issubclass(shard, nn.Module):
         shard = (shard,)
     if shard is None:
-        return lambda m: True
+        return lambda m: False
     if isinstance(shard, tuple) and shard and all(
             isinstance(t, type) and issubclass(t, nn.Module) for t in shard):
         return lambda m: isinstance(m, shard)
     if callable(shard):
         return lambda m: bool(shard(m))
-    raise ValueError(f"shard={shard!r} is unknown; give None (every module with parameters), "
-                     f"a tuple of nn.Module types, or a predicate module -> bool")
+    raise ValueError(f"shard={shard!r} is unknown; give None (the root as one unit), a tuple "
+                     f"of nn.Module types, or a predicate module -> bool")
 
 
 class _Gather(torch.autograd.Function):
@@ -114,7 +132,9 @@ class _Gather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, owner, unit, *shards):
         ctx.owner, ctx.unit, ctx.sync = owner, unit, owner.require_sync
-        return tuple(unit.unshard(owner.shard_comm, owner.compute_dtype))
+        fulls = tuple(unit.unshard(owner.shard_comm, owner.compute_dtype))
+        ctx.mark_non_differentiable(*(f for f, t in zip(fulls, unit.trainable) if not t))
+        return fulls
 
     @staticmethod
     def backward(ctx, *grads):
@@ -122,19 +142,32 @@ class _Gather(torch.autograd.Function):
 
 
 class FullyShard(Synced):
-    """Shard `module`'s parameters over `comm`'s ranks (steps 1-4 of the module docstring);
-    `compute_dtype` casts the gathered weights and sharded modules' inputs."""
+    """Shard `module`'s parameters over `comm`'s ranks (steps 1-5 of the module docstring).
+
+    Args:
+        module: the model; its `.parameters()` become this rank's shards (fp32 masters).
+        comm: a `Comm` (None: `TorchComm()` on the default process group).
+        compute_dtype: dtype of the gathered weights and of every module's floating inputs
+            (FSDP2's `param_dtype`); None: the parameters' own.
+        reduce_dtype: dtype of the gradient reduce-scatter; None: `compute_dtype` (as FSDP2).
+        shard: the units besides the root: a tuple of module types or a predicate; None: the
+            root alone.
+        reshard_after_forward: free the gathered weights after each unit's forward (gather
+            again in backward).
+    """
 
     def __init__(self, module: nn.Module, comm=None, *, compute_dtype=None, shard=None,
-                 reshard_after_forward: bool = True):
-        if compute_dtype not in COMPUTE_DTYPES:
-            raise ValueError(f"compute_dtype={compute_dtype!r} is not supported; choose one of "
-                             f"{COMPUTE_DTYPES}")
+                 reshard_after_forward: bool = True, reduce_dtype=None):
+        for name, dtype in (("compute_dtype", compute_dtype), ("reduce_dtype", reduce_dtype)):
+            if dtype not in COMPUTE_DTYPES:
+                raise ValueError(f"{name}={dtype!r} is not supported; choose one of "
+                                 f"{COMPUTE_DTYPES}")
         chosen = policy(shard)
         check_bool("reshard_after_forward", reshard_after_forward)
         comm = TorchComm() if comm is None else comm
         super().__init__(module, comm)
         self.reshard_after_forward, self.compute_dtype = reshard_after_forward, compute_dtype
+        self.reduce_dtype = reduce_dtype or compute_dtype or torch.float32
         self._live: dict[int, tuple] = {}  # storage -> (unit, index, gathered tensor)
         self.gathered_bytes = self.peak_gathered_bytes = 0  # full weights held (see _held)
         if not list(module.parameters()):
@@ -148,6 +181,8 @@ class FullyShard(Synced):
         for u in self.units:
             u.module.register_forward_pre_hook(self.pre_forward(u))
             u.module.register_forward_hook(self.post_forward(u))
+        for m in module.modules() if compute_dtype is not None else ():
+            m.register_forward_pre_hook(self._cast_inputs, with_kwargs=True)
 
     # ------------------------------------------------------------ set-up
     def _shard_comm(self, comm):
@@ -155,23 +190,35 @@ class FullyShard(Synced):
         return comm
 
     def _build_units(self, chosen) -> list[RowUnit]:
-        # A parameter two modules own (tied) stays replicated.
-        count = Counter(id(p) for m in self.module.modules() for p in m._parameters.values()
-                        if p is not None)
-        units, n, r = [], self.shard_comm.world_size, self.shard_comm.rank
-        for m in self.module.modules():
-            # Only trainable tensors with a dim 0 are cut (scalars and frozen ones replicate).
-            names = [k for k, p in m._parameters.items()
-                     if p is not None and p.requires_grad and p.dim() >= 1 and count[id(p)] == 1]
-            if not names or not chosen(m):
-                continue
-            u = RowUnit(m, names, [m._parameters[k].shape for k in names], n, r)
-            for i, k in enumerate(names):
-                full = m._parameters[k]
-                if full.dtype != torch.float32 and self.compute_dtype is not None:
-                    raise ValueError(f"parameter {k!r} is {full.dtype}: with compute_dtype the "
-                                     f"parameters are the fp32 masters")
-                m._parameters[k] = nn.Parameter(u.shard(i, full.detach()))
+        """Step 1: a unit per chosen module and the root; each parameter in the innermost unit
+        that holds all the modules registering it."""
+        root, up, head, stack = self.module, {}, {}, [(self.module, None)]
+        while stack:  # up: unit module -> the unit above it; head: module -> its unit
+            m, above = stack.pop()
+            if m is root or chosen(m):
+                up[m], above = above, m
+            head[m] = above
+            stack += [(c, above) for c in m.children()]
+
+        def chain(m):  # m's unit and every unit above it
+            return [m] + chain(up[m]) if m is not None else []
+
+        owned: dict[nn.Module, list] = {m: [] for m in up}  # unit -> [(parameter, slots)]
+        for p, slots in _uses(root).items():
+            inner = next(u for u in chain(head[slots[0][0]])
+                         if all(u in chain(head[m]) for m, _ in slots))
+            owned[inner].append((p, slots))
+        n, r, units = self.shard_comm.world_size, self.shard_comm.rank, []
+        for m, params in ((m, ps) for m, ps in owned.items() if ps):
+            u = RowUnit(m, [s for _, s in params], [p.shape for p, _ in params],
+                        [p.requires_grad for p, _ in params], n, r)
+            for i, (p, slots) in enumerate(params):
+                if p.dtype != torch.float32 and self.compute_dtype is not None:
+                    raise ValueError(f"parameter {slots[0][1]!r} is {p.dtype}: with "
+                                     f"compute_dtype the parameters are the fp32 masters")
+                shard = nn.Parameter(u.shard(i, p.detach()), requires_grad=p.requires_grad)
+                for module, name in slots:
+                    module._parameters[name] = shard
             units.append(u)
         return units
 
@@ -186,24 +233,27 @@ class FullyShard(Synced):
         def hook(module, args):
             fulls = _Gather.apply(self, u, *u.shards)  # Step 2
             u.held_forward += self._held(sum(f.nbytes for f in fulls))
-            for i, (name, full) in enumerate(zip(u.names, fulls)):
-                module.__dict__[name] = full
+            for i, (slots, full) in enumerate(zip(u.slots, fulls)):
+                for owner, name in slots:  # every module registering it sees it whole
+                    owner.__dict__[name] = full
                 if self.reshard_after_forward:
                     self._live[full.untyped_storage().data_ptr()] = (u, i, full)
-            if self.compute_dtype is not None:
-                return tuple(a.to(self.compute_dtype) if torch.is_tensor(a) and
-                             a.is_floating_point() else a for a in args)
-            return None
         return hook
+
+    def _cast_inputs(self, module, args, kwargs):
+        """Step 2: every module's floating inputs in `compute_dtype`."""
+        def cast(a):
+            return a.to(self.compute_dtype) if torch.is_tensor(a) and a.is_floating_point() else a
+        return tuple(map(cast, args)), {k: cast(v) for k, v in kwargs.items()}
 
     def post_forward(self, u: RowUnit):
         def hook(module, _args, _output):
             if self.reshard_after_forward:
                 self._held(-u.held_forward)
                 u.held_forward = 0
-            for name in u.names:
-                full = module.__dict__.pop(name)
-                self._live.pop(full.untyped_storage().data_ptr(), None)
+            for slots in u.slots:
+                fulls = [owner.__dict__.pop(name) for owner, name in slots]
+                self._live.pop(fulls[0].untyped_storage().data_ptr(), None)
         return hook
 
     def _pack(self, t: torch.Tensor):
@@ -246,7 +296,7 @@ class FullyShard(Synced):
             u.accumulated = grads
             return [None] * len(grads)
         u.accumulated = None
-        return u.reduce(self.shard_comm, grads)
+        return u.reduce(self.shard_comm, grads, self.reduce_dtype)
 
     @torch.no_grad()
     def finish_gradient_synchronization(self) -> None:
@@ -254,10 +304,19 @@ class FullyShard(Synced):
         if not self._armed:
             return
         self._armed = False
-        for s in (s for u in self.units for s in u.shards if s.grad is None):
+        for s in (s for u in self.units for s in u.shards if s.grad is None and s.requires_grad):
             s.grad = torch.zeros_like(s)
         if self.replicated:  # data parallelism's flat allreduce (lesson 03)
             FlatSync(self.replicated, self.comm).finish()
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """Step 5: clip every gradient in place by the norm of the whole model's (returned),
+        as `torch.nn.utils.clip_grad_norm_` on the unsharded model (FSDP1's method name)."""
+        self.finish_gradient_synchronization()
+        shards = [s.grad for u in self.units for s in u.shards if s.grad is not None]
+        return clip_grad_norm(self.comm, shards, [p.grad for p in self.replicated],
+                              max_norm, norm_type,
+                              copies=self.comm.world_size // self.shard_comm.world_size)
 
     # ------------------------------------------------------------ inspection
     @torch.no_grad()
@@ -267,3 +326,14 @@ class FullyShard(Synced):
                  for s, full in zip(u.shards, u.unshard(self.shard_comm))}
         return {name: fulls.get(id(p), p.detach().clone())
                 for name, p in self.module.named_parameters()}
+
+
+def _uses(root: nn.Module) -> dict[nn.Parameter, list[tuple[nn.Module, str]]]:
+    """Every shardable parameter (floating, at least 1-D) and the (module, name) pairs that
+    register it, in the order of `root.modules()`."""
+    uses: dict = {}
+    for m in root.modules():
+        for k, p in m._parameters.items():
+            if p is not None and p.dim() >= 1 and p.is_floating_point():
+                uses.setdefault(p, []).append((m, k))
+    return uses

@@ -101,8 +101,9 @@ class HybridShard(FullyShard):
 
     def unit_backward(self, u, grads, sync: bool) -> list:
         mine = super().unit_backward(u, grads, sync)  # the node's mean, or None (no_sync)
-        if mine[0] is not None:
-            flat = flatten(mine)
+        if sync:
+            kept = [g for g in mine if g is not None]  # frozen parameters have none
+            flat = flatten(kept)
             self.replicas.all_reduce_mean(flat)  # Step 2: the mean over the nodes too
-            unflatten_(mine, flat)
+            unflatten_(kept, flat)
         return mine

@@ -70,6 +70,7 @@ class RowUnit:
         self.size = self.offsets.pop()  # one rank's padded piece of the unit, in elements
         self.cache: list[torch.Tensor] | None = None  # re-gathered for backward
         self.accumulated: list[torch.Tensor] | None = None  # no_sync: whole fp32 gradients
+        self.pending: list | None = None  # HSDP's deferred allreduce: the node's mean shards
         self.held_forward = 0  # bytes of the forward's gathered weights still held
 
     @property

@@ -103,9 +103,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
     def add_param_group(self, param_group: dict) -> None:
         """torch's, while the constructor runs; after it, refused (the shards are laid out)."""
         if hasattr(self, "optim"):
-            raise NotImplementedError("ShardedOptimizer cannot add a parameter group after "
-                                      "construction (the flat layout is cut); build a new one "
-                                      "with every group")
+            raise NotImplementedError("ShardedOptimizer cannot add a parameter group once its "
+                                      "flat layout is cut; build a new one with every group")
         super().add_param_group(param_group)
 
     def _local_optimizer(self, optimizer_cls, kwargs):

@@ -81,11 +81,9 @@ def clip_grad_norm(comm, sharded: list, whole: list, max_norm: float, norm_type:
     inf = p == float("inf")
 
     def part(grads):  # sum of |g|^p, or max |g|, in float64
-        norms = [torch.linalg.vector_norm(g.double(), p) for g in grads if g.numel()]
-        if not norms:
-            return torch.zeros(1, dtype=torch.float64)
-        norms = torch.stack(norms)
-        return norms.max().reshape(1) if inf else norms.pow(p).sum().reshape(1)
+        norms = torch.stack([torch.linalg.vector_norm(g.double(), p) for g in grads if g.numel()]
+                            or [torch.zeros((), dtype=torch.float64)])
+        return (norms.max() if inf else norms.pow(p).sum()).reshape(1)
 
     total = part(sharded)
     if comm is not None:

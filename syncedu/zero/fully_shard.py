@@ -31,7 +31,10 @@ reads a child's weight without calling the child (`nn.MultiheadAttention` reads
 4. `finish_gradient_synchronization()`: replicated gradients allreduced (one flat buffer:
    the same bits on every rank); every trainable parameter gets a `.grad`;
 5. `clip_grad_norm_(max_norm)`: the norm over all shards (a sum over ranks) and the
-   replicated gradients, as torch's `clip_grad_norm_` on the unsharded model.
+   replicated gradients, as torch's `clip_grad_norm_` on the unsharded model;
+6. checkpoints: `sharded_state_dict()` holds this rank's rows with their global shape and
+   first row; `load_sharded_state_dict` cuts any world size's pieces into this rank's rows
+   (the idea of `torch.distributed.checkpoint`'s metadata, for plain tensors on any `Comm`).
 """
 
 from __future__ import annotations
@@ -60,12 +63,13 @@ class RowUnit:
     """One unit's sharded parameters: `slots[i]` lists every (module, name) registering
     parameter i (a tied one: several), `trainable[i]` whether it gets a gradient."""
 
-    def __init__(self, module: nn.Module, slots: list[list[tuple[nn.Module, str]]],
-                 shapes: list[torch.Size], trainable: list[bool], world_size: int, rank: int):
-        self.module, self.slots, self.shapes, self.trainable = module, slots, shapes, trainable
-        self.world_size, self.rank = world_size, rank
-        self.rest = [s[1:].numel() for s in shapes]  # elements per row
-        self.chunk = [-(-s[0] // world_size) * r for s, r in zip(shapes, self.rest)]
+    def __init__(self, module: nn.Module, params: list, world_size: int, rank: int):
+        """`params`: (full parameter, its slots) pairs."""
+        self.module, self.world_size, self.rank = module, world_size, rank
+        self.slots, self.shapes = [s for _, s in params], [p.shape for p, _ in params]
+        self.trainable = [p.requires_grad for p, _ in params]
+        self.rest = [s[1:].numel() for s in self.shapes]  # elements per row
+        self.chunk = [-(-s[0] // world_size) * r for s, r in zip(self.shapes, self.rest)]
         self.offsets = list(itertools.accumulate(self.chunk, initial=0))
         self.size = self.offsets.pop()  # one rank's padded piece of the unit, in elements
         self.cache: list[torch.Tensor] | None = None  # re-gathered for backward
@@ -77,19 +81,13 @@ class RowUnit:
     def shards(self) -> list[nn.Parameter]:
         return [m._parameters[k] for (m, k), *_ in self.slots]
 
-    def shard(self, i: int, full: torch.Tensor) -> torch.Tensor:
-        """Step 1 (a copy)."""
-        lo, hi = rows(self.shapes[i][0], self.world_size, self.rank)
-        return full[lo:hi].clone()
-
     def unshard(self, comm, dtype: torch.dtype | None = None) -> list[torch.Tensor]:
         """Step 2: the unit's full parameters, gathered (and cast to `dtype`) in one collective."""
         shards = [s.detach() for s in self.shards]
         send = shards[0].new_zeros(self.size, dtype=dtype or shards[0].dtype)
         for s, a in zip(shards, self.offsets):
             send[a: a + s.numel()] = s.reshape(-1)  # copy-in (cast), the tail padded with zeros
-        outs = [torch.empty_like(send) for _ in range(self.world_size)]
-        comm.all_gather(outs, send)
+        outs = comm.all_gather([torch.empty_like(send) for _ in range(self.world_size)], send)
         return [torch.cat([o[a: a + chunk] for o in outs]).view(-1, *shape[1:])[: shape[0]]
                 for shape, a, chunk in zip(self.shapes, self.offsets, self.chunk)]  # copy-out
 
@@ -104,8 +102,7 @@ class RowUnit:
             for j in range(n):
                 lo, hi = rows(self.shapes[i][0], n, j)
                 pieces[j][a: a + (hi - lo) * rest] = flat[lo * rest: hi * rest]
-        out = pieces[0].new_empty(at[-1])
-        comm.reduce_scatter(out, pieces, op="avg")
+        out = comm.reduce_scatter(pieces[0].new_empty(at[-1]), pieces, op="avg")
         mine = iter(out[a: a + s.numel()].view(s.shape).to(torch.float32, copy=True)
                     for s, a in zip([self.shards[i] for i in keep], at))
         return [next(mine) if t else None for t in self.trainable]
@@ -116,13 +113,11 @@ def policy(shard):
     types, or a callable."""
     if isinstance(shard, type) and issubclass(shard, nn.Module):
         shard = (shard,)
-    if shard is None:
-        return lambda m: False
     if isinstance(shard, tuple) and shard and all(
             isinstance(t, type) and issubclass(t, nn.Module) for t in shard):
         return lambda m: isinstance(m, shard)
-    if callable(shard):
-        return lambda m: bool(shard(m))
+    if shard is None or callable(shard):
+        return lambda m: shard is not None and bool(shard(m))
     raise ValueError(f"shard={shard!r} is unknown; give None (the root as one unit), a tuple "
                      f"of nn.Module types, or a predicate module -> bool")
 
@@ -161,8 +156,7 @@ class FullyShard(Synced):
                  reshard_after_forward: bool = True, reduce_dtype=None):
         for name, dtype in (("compute_dtype", compute_dtype), ("reduce_dtype", reduce_dtype)):
             if dtype not in COMPUTE_DTYPES:
-                raise ValueError(f"{name}={dtype!r} is not supported; choose one of "
-                                 f"{COMPUTE_DTYPES}")
+                raise ValueError(f"{name}={dtype!r} is unsupported; choose one of {COMPUTE_DTYPES}")
         chosen = policy(shard)
         check_bool("reshard_after_forward", reshard_after_forward)
         comm = TorchComm() if comm is None else comm
@@ -176,9 +170,7 @@ class FullyShard(Synced):
         broadcast_params(comm, list(module.parameters()))  # Step 1 (each tied one once)
         self.shard_comm = self._shard_comm(comm)
         self.units = self._build_units(chosen)
-        sharded = {id(s) for u in self.units for s in u.shards}
-        self.replicated = [p for p in module.parameters()  # after the swap
-                           if p.requires_grad and id(p) not in sharded]
+        self.replicated = [p for p in module.parameters() if p.requires_grad and p.dim() == 0]
         for u in self.units:
             u.module.register_forward_pre_hook(self.pre_forward(u))
             u.module.register_forward_hook(self.post_forward(u))
@@ -204,23 +196,27 @@ class FullyShard(Synced):
         def chain(m):  # m's unit and every unit above it
             return [m] + chain(up[m]) if m is not None else []
 
+        uses: dict = {}  # every shardable parameter (floating, >= 1-D) -> [(module, name), ...]
+        for m in root.modules():
+            for k, p in m._parameters.items():
+                if p is not None and p.dim() >= 1 and p.is_floating_point():
+                    uses.setdefault(p, []).append((m, k))
         owned: dict[nn.Module, list] = {m: [] for m in up}  # unit -> [(parameter, slots)]
-        for p, slots in _uses(root).items():
+        for p, slots in uses.items():
             inner = next(u for u in chain(head[slots[0][0]])
                          if all(u in chain(head[m]) for m, _ in slots))
             owned[inner].append((p, slots))
         n, r, units = self.shard_comm.world_size, self.shard_comm.rank, []
         for m, params in ((m, ps) for m, ps in owned.items() if ps):
-            u = RowUnit(m, [s for _, s in params], [p.shape for p, _ in params],
-                        [p.requires_grad for p, _ in params], n, r)
-            for i, (p, slots) in enumerate(params):
+            units.append(RowUnit(m, params, n, r))
+            for p, slots in params:
                 if p.dtype != torch.float32 and self.compute_dtype is not None:
                     raise ValueError(f"parameter {slots[0][1]!r} is {p.dtype}: with "
                                      f"compute_dtype the parameters are the fp32 masters")
-                shard = nn.Parameter(u.shard(i, p.detach()), requires_grad=p.requires_grad)
+                lo, hi = rows(p.shape[0], n, r)  # Step 1: my rows, a copy
+                shard = nn.Parameter(p.detach()[lo:hi].clone(), requires_grad=p.requires_grad)
                 for module, name in slots:
                     module._parameters[name] = shard
-            units.append(u)
         return units
 
     # ------------------------------------------------------------ forward
@@ -315,9 +311,8 @@ class FullyShard(Synced):
         as `torch.nn.utils.clip_grad_norm_` on the unsharded model (FSDP1's method name)."""
         self.finish_gradient_synchronization()
         shards = [s.grad for u in self.units for s in u.shards if s.grad is not None]
-        return clip_grad_norm(self.comm, shards, [p.grad for p in self.replicated],
-                              max_norm, norm_type,
-                              copies=self.comm.world_size // self.shard_comm.world_size)
+        return clip_grad_norm(self.comm, shards, [p.grad for p in self.replicated], max_norm,
+                              norm_type, copies=self.comm.world_size // self.shard_comm.world_size)
 
     # ------------------------------------------------------------ inspection
     @torch.no_grad()
@@ -328,13 +323,46 @@ class FullyShard(Synced):
         return {name: fulls.get(id(p), p.detach().clone())
                 for name, p in self.module.named_parameters()}
 
+    # ------------------------------------------------------------ checkpoints
+    def _where(self) -> dict:
+        """By parameter name: (global shape, first row, end row) on this rank (None: whole)."""
+        n, r = self.shard_comm.world_size, self.shard_comm.rank
+        full = {s: tuple(shape) for u in self.units for s, shape in zip(u.shards, u.shapes)}
+        return {k: (full[p], *rows(full[p][0], n, r)) if p in full else (tuple(p.shape), None, None)
+                for k, p in self.module.named_parameters()}
 
-def _uses(root: nn.Module) -> dict[nn.Parameter, list[tuple[nn.Module, str]]]:
-    """Every shardable parameter (floating, at least 1-D) and the (module, name) pairs that
-    register it, in the order of `root.modules()`."""
-    uses: dict = {}
-    for m in root.modules():
-        for k, p in m._parameters.items():
-            if p is not None and p.dim() >= 1 and p.is_floating_point():
-                uses.setdefault(p, []).append((m, k))
-    return uses
+    @torch.no_grad()
+    def sharded_state_dict(self, optimizer: torch.optim.Optimizer | None = None) -> dict:
+        """Step 6, a sharded checkpoint: by parameter name, this rank's rows ("param"), their
+        global "shape" and first "row" (None: replicated, whole), and `optimizer`'s state for
+        them ("optim.exp_avg", ...). Each rank saves its own (`torch.save`); HSDP: one node's."""
+        where, state = self._where(), optimizer.state if optimizer is not None else {}
+        return {name: {"shape": where[name][0], "row": where[name][1], "param": p.detach().clone(),
+                       **{f"optim.{k}": v.clone() if torch.is_tensor(v) else v
+                          for k, v in state.get(p, {}).items()}}
+                for name, p in self.module.named_parameters()}
+
+    @torch.no_grad()
+    def load_sharded_state_dict(self, saved: list[dict],
+                                optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Load the `sharded_state_dict()`s of every rank of a run at any world size (in rank
+        order; `torch.load(..., mmap=True)` reads only the rows used): this rank's rows of each
+        parameter and of the optimizer's per-element state, cut from the saved pieces."""
+        where = self._where()
+        if {k: v["shape"] for k, v in saved[0].items()} != {k: w[0] for k, w in where.items()}:
+            raise ValueError("saved is a checkpoint of another model: its parameter names or "
+                             "global shapes differ from this module's")
+        for name, p in self.module.named_parameters():
+            pieces, (_, lo, hi) = [s[name] for s in saved], where[name]
+            p.copy_(_cut(pieces, "param", lo, hi))
+            if optimizer is not None and any(k.startswith("optim.") for k in pieces[0]):
+                optimizer.state[p] = {k[6:]: _cut(pieces, k, lo, hi) for k in pieces[0]
+                                      if k.startswith("optim.")}
+
+
+def _cut(pieces: list[dict], key: str, lo: int, hi: int):
+    """Rows [lo, hi) of `key` from saved pieces (each {"row": its first row, key: its rows});
+    0-dim tensors (replicated parameters, Adam's step) and other values whole, copied."""
+    if not torch.is_tensor(first := pieces[0][key]) or first.dim() == 0:
+        return first.clone() if torch.is_tensor(first) else first
+    return torch.cat([e[key][max(lo, e["row"]) - e["row"]: max(0, hi - e["row"])] for e in pieces])

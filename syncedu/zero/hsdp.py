@@ -119,7 +119,6 @@ class HybridShard(FullyShard):
         if u.pending is not None:
             return [None] * len(mine)
         kept = [g for g in mine if g is not None]  # frozen parameters have none
-        flat = flatten(kept)
-        self.replicas.all_reduce_mean(flat)  # Step 2: the mean over the nodes too
+        self.replicas.all_reduce_mean(flat := flatten(kept))  # Step 2: the mean over the nodes
         unflatten_(kept, flat)
         return mine

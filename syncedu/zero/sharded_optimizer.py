@@ -31,6 +31,7 @@ from syncedu.train.sampling import check_bool, check_int
 from syncedu.zero.shards import (
     Layout,
     broadcast_params,
+    check_one_kind,
     clip_grad_norm,
     ring_all_gather_pieces,
     ring_reduce_scatter_pieces,
@@ -38,12 +39,10 @@ from syncedu.zero.shards import (
 
 # Optimizers whose update of an element reads more than that element: run on a 1-D piece of a
 # flat buffer they would silently compute something else, so they are refused by name.
-NOT_ELEMENT_WISE = {
-    "Adafactor": "factors each matrix's second moment into row and column means",
-    "Muon": "orthogonalizes each whole 2-D update (Newton-Schulz)",
-    "LBFGS": "keeps a history of whole flat gradients and searches along one global direction",
-    "SparseAdam": "updates only the rows a sparse gradient names",
-}
+NOT_ELEMENT_WISE = {"Adafactor": "factors each matrix's second moment into row and column means",
+                    "Muon": "orthogonalizes each whole 2-D update (Newton-Schulz)",
+                    "LBFGS": "keeps whole flat gradients and searches along one direction",
+                    "SparseAdam": "updates only the rows a sparse gradient names"}
 
 
 def _groups(params) -> list[dict]:
@@ -52,13 +51,12 @@ def _groups(params) -> list[dict]:
     params = list(params)
     if not params:
         raise ValueError("params is empty: give the parameters (or parameter groups) to optimize")
-    if all(isinstance(g, dict) for g in params):
-        return [{**g, "params": list(dict.fromkeys(
-            [g["params"]] if isinstance(g["params"], torch.Tensor) else g["params"]))}
-            for g in params]
-    if not all(isinstance(p, torch.Tensor) for p in params):
-        raise ValueError("params must be tensors or parameter-group dicts, not a mixture")
-    return [{"params": list(dict.fromkeys(params))}]
+    if not all(isinstance(g, dict) for g in params):
+        if not all(isinstance(p, torch.Tensor) for p in params):
+            raise ValueError("params must be tensors or parameter-group dicts, not a mixture")
+        params = [{"params": params}]
+    return [{**g, "params": list(dict.fromkeys([g["params"]] if isinstance(
+        g["params"], torch.Tensor) else g["params"]))} for g in params]
 
 
 def _options(group: dict) -> dict:
@@ -67,7 +65,17 @@ def _options(group: dict) -> dict:
 
 class ShardedOptimizer(torch.optim.Optimizer):
     """ZeRO-1 over `optimizer_cls` (a class, e.g. `torch.optim.AdamW`; `**kwargs` its defaults).
-    An Optimizer itself (schedulers take it) whose `param_groups` hold whole parameters."""
+    An Optimizer itself (schedulers take it) whose `param_groups` hold whole parameters.
+    Optimizers in `NOT_ELEMENT_WISE` (and their subclasses) are refused by name: they need
+    whole tensors, as torch's `ZeroRedundancyOptimizer` gives each rank.
+
+    Args:
+        params: tensors or parameter-group dicts, as any torch optimizer takes them.
+        optimizer_cls: an element-wise `torch.optim.Optimizer` subclass (SGD, Adam, AdamW).
+        comm: a `Comm` (None: `TorchComm()` on the default process group).
+        reduce_scatter: average the gradients here (True), or take them averaged (DDP).
+        **kwargs: `optimizer_cls`'s defaults (lr, weight_decay, ...).
+    """
 
     def __init__(self, params, optimizer_cls, comm=None, *, reduce_scatter: bool = False,
                  **kwargs):
@@ -77,8 +85,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
                              f"subclass, e.g. torch.optim.AdamW (the class, not an instance)")
         for name in (c.__name__ for c in optimizer_cls.__mro__ if c.__name__ in NOT_ELEMENT_WISE):
             raise ValueError(f"optimizer_cls={optimizer_cls.__name__} is not element-wise ({name} "
-                             f"{NOT_ELEMENT_WISE[name]}), so it cannot step a flat shard; use "
-                             f"ZeroRedundancyOptimizer's whole tensors, or SGD, Adam, AdamW")
+                             f"{NOT_ELEMENT_WISE[name]}): a flat shard needs SGD, Adam, AdamW...")
         self.reduce_scatter = check_bool("reduce_scatter", reduce_scatter)
         self.comm = TorchComm() if comm is None else comm
         super().__init__(_groups(params), {})  # Step 0: torch's rules for the groups
@@ -87,10 +94,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
             raise ValueError("params must be contiguous tensors")
         if not self.params:
             raise ValueError("params has no tensor with requires_grad=True to optimize")
-        kinds = {(p.dtype, p.device) for p in self.params}
-        if len(kinds) > 1:
-            raise ValueError(f"params must share one dtype and device, "
-                             f"got {sorted(map(str, kinds))}")
+        check_one_kind("params", self.params)
         self.offsets = list(itertools.accumulate((p.numel() for p in self.params), initial=0))
         self.layout = Layout(self.offsets.pop(), self.comm.world_size)
         self.optim = self._local_optimizer(optimizer_cls, kwargs)
@@ -197,7 +201,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         # Step 2: per parameter, "has state" and its scalars, from its first element's owner.
         small = self.params[0].new_zeros(len(self.params), 1 + len(scalar), dtype=torch.float64)
         r, sizes, start = self.comm.rank, self.layout.sizes, self.layout.start
-        mine = {key: self.params[0].new_zeros(sizes[r]) for key in elem}  # my shard's state
+        mine = self.params[0].new_zeros(len(elem), sizes[r])  # my shard's per-element state
         for i, lo, piece in self.pieces:
             if not (st := self.optim.state.get(piece)):
                 continue
@@ -205,36 +209,33 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 small[i] = torch.tensor([1.0] + [float(st[key]) for key in scalar],
                                         dtype=torch.float64)
             a = self.offsets[i] + lo - start(r)
-            for key in elem:
-                mine[key][a: a + piece.numel()] = st[key].reshape(-1)
+            for k, key in enumerate(elem):
+                mine[k, a: a + piece.numel()] = st[key].reshape(-1)
         self.comm.all_reduce(small)
-        with self.comm.scope("consolidate"):  # Step 3: every shard to rank `to`, point to point
+        with self.comm.scope("consolidate"):  # Step 3: every shard to rank `to`, one message
             if r != to:
-                for key in elem if sizes[r] else ():
-                    self.comm.send(mine[key], to)
+                if mine.numel():
+                    self.comm.send(mine, to)
                 self._consolidated = None
                 return
-            flats = {key: self.params[0].new_zeros(self.layout.numel) for key in elem}
-            for key, j in itertools.product(elem, (j for j in range(len(sizes)) if sizes[j])):
-                part = flats[key][start(j): start(j) + sizes[j]]
-                if j == r:
-                    part.copy_(mine[key])
-                else:
-                    self.comm.recv(part, j)
+            parts = [mine if j == r else mine.new_zeros(len(elem), size)
+                     for j, size in enumerate(sizes)]
+            for j in (j for j, part in enumerate(parts) if j != r and part.numel()):
+                self.comm.recv(parts[j], j)
+            flats = torch.cat(parts, dim=1)  # the shards end to end
         whole = self._unsharded([g["params"] for g in self.param_groups])  # torch's format
         for i, (p, a) in enumerate(zip(self.params, self.offsets)):
             if small[i, 0]:  # scalars (Adam's step) as torch keeps them: fp32 tensors
-                whole.state[p] = {**{k: flats[k][a: a + p.numel()].view_as(p).clone()
-                                     for k in elem},
+                whole.state[p] = {**{k: flats[e, a: a + p.numel()].view_as(p).clone()
+                                     for e, k in enumerate(elem)},
                                   **{k: small[i, 1 + j].float() for j, k in enumerate(scalar)}}
         self._consolidated = whole.state_dict()
 
     def state_dict(self) -> dict:
         """The whole state from the last `consolidate_state_dict(to)`, on rank `to` only."""
         if self._consolidated is None:
-            raise RuntimeError(f"rank {self.comm.rank} holds no consolidated state: call "
-                               f"consolidate_state_dict(to=...) on every rank first (since the "
-                               f"last step); state_dict() answers on rank `to` only")
+            raise RuntimeError(f"rank {self.comm.rank} holds no state: call consolidate_state_dict"
+                               f"(to=...) on every rank after the step; only `to` answers")
         return self._consolidated
 
     def _state_names(self) -> tuple[list[str], list[str]]:

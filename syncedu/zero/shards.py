@@ -87,8 +87,7 @@ def clip_grad_norm(comm, sharded: list, whole: list, max_norm: float, norm_type:
 
     total = part(sharded)
     if comm is not None:
-        comm.all_reduce(total, op="max" if inf else "sum")
-        total = total if inf else total / copies
+        comm.all_reduce(total, op="max" if inf else "sum").div_(1 if inf else copies)
     total = (torch.maximum(total, part(whole)) if inf else (total + part(whole)) ** (1 / p))[0]
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
     for g in [*sharded, *whole]:
@@ -186,8 +185,12 @@ def layer_units(module: nn.Module) -> list[Unit]:
             a = out[-1].b
     if not out:
         raise ValueError("module has no trainable parameters to shard")
-    kinds = {(p.dtype, p.device) for u in out for p in u.params}
-    if len(kinds) > 1:
-        raise ValueError(f"module's trainable parameters must share one dtype and device, "
-                         f"got {sorted(map(str, kinds))}")
+    check_one_kind("module's trainable parameters", [p for u in out for p in u.params])
     return out
+
+
+def check_one_kind(name: str, params: list) -> list:
+    """`params`, or a ValueError naming `name` unless they share one dtype and device."""
+    if len(kinds := {(p.dtype, p.device) for p in params}) > 1:
+        raise ValueError(f"{name} must share one dtype and device, got {sorted(map(str, kinds))}")
+    return params

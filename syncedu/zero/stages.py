@@ -189,10 +189,8 @@ class ZeroDataParallel(Synced):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget the shard's gradient (None, or zeroed); stage 1 zeroes its whole buffer."""
-        if set_to_none or self.shard.grad is None:
-            self.shard.grad = None
-        else:
-            self.shard.grad.zero_()
+        grad = self.shard.grad
+        self.shard.grad = None if set_to_none or grad is None else grad.zero_()
         if self.flat_grad is not None:
             self.flat_grad.zero_()
 

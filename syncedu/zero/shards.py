@@ -77,12 +77,12 @@ def clip_grad_norm(comm, sharded: list, whole: list, max_norm: float, norm_type:
     (None: nothing to sum), then the whole ones' added; every gradient is scaled in place by
     min(1, max_norm / (norm + 1e-6)), torch's coefficient. Returns the norm (fp32)."""
     check_number("max_norm", max_norm)
-    p = float(check_number("norm_type", norm_type, 1e-12))
-    inf = p == float("inf")
+    inf = (p := float(check_number("norm_type", norm_type, 1e-12))) == float("inf")
+    device = next((g.device for g in [*sharded, *whole]), None)  # a rank may hold no shard
 
     def part(grads):  # sum of |g|^p, or max |g|, in float64
         norms = torch.stack([torch.linalg.vector_norm(g.double(), p) for g in grads if g.numel()]
-                            or [torch.zeros((), dtype=torch.float64)])
+                            or [torch.zeros((), dtype=torch.float64, device=device)])
         return (norms.max() if inf else norms.pow(p).sum()).reshape(1)
 
     total = part(sharded)

@@ -27,6 +27,16 @@ def _rounds(comm, compressor, rounds: int = 3):
     return out
 
 
+def _odd_buckets(comm, compressor):
+    """One step of two buckets where ratio 0.1 x d is 3.2 and 2.0: ceil differs from round(),
+    from int() + 1 and from the k of the buckets of 37 (4)."""
+    g = torch.Generator().manual_seed(7 + comm.rank)
+    out = [torch.randn(32, generator=g), torch.randn(20, generator=g)]
+    for key, t in zip("cd", out):
+        compressor.average_(comm, [t], key)
+    return out
+
+
 def _close(got, want) -> bool:
     return all(torch.allclose(x, y, atol=1e-6) for x, y in zip(got, want))
 
@@ -65,7 +75,12 @@ def topk_compressor(make, ratio: float = 0.1, world_sizes=(2, 3)) -> bool:
         if max(res.ledger.sent) > 2 * max(want.ledger.sent):
             return verdict(name, False, f"right values, but {max(res.ledger.sent)} bytes per "
                             f"rank: send only values and indices (about {max(want.ledger.sent)})")
-    return verdict(name, True)
+    ok, res = attempt(name, lambda: sim.run(_odd_buckets, 2, args=(make(),)))
+    if ok and not _close(res[0], sim.run(_odd_buckets, 2, args=(TopK(ratio),))[0]):
+        return verdict(name, False, "the buckets of 37 are right, those of 32 and 20 entries "
+                       "(ratio x d = 3.2 and 2.0) are not: k = ceil(ratio * d), 4 and 2, not "
+                       "round(), int() + 1 or a fixed k")
+    return ok and verdict(name, True)
 
 
 @checker

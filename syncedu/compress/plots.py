@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 from matplotlib.colors import ListedColormap
 
 COLORS = {"fp16": "#4c72b0", "topk": "#dd8452", "signsgd": "#55a868", "powersgd": "#c44e52",
-          "fp32": "#8c8c8c"}
+          "fp32": "#8c8c8c", "onebit": "#8172b3"}
 
 
 def _lines(series: dict, xlabel: str, ylabel: str, title: str, xs=None, log: bool = False,

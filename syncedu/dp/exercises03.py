@@ -33,6 +33,7 @@ class CheckerNet(nn.Module):
         self.c = nn.Linear(9, 10)
 
     def forward(self, x):
+        """A net with a frozen layer and a weight used twice: what the checker's DP must handle."""
         h = torch.tanh(self.frozen(torch.tanh(self.a(x))))
         h = torch.tanh(self.b(torch.tanh(self.b(h))))  # the same weight twice
         return self.c(h)

@@ -104,7 +104,9 @@ _COMMIT_CASES = [  # (members, succeeded, commit?, why)
     ([0, 1, 2, 3], {1, 2, 3}, False, "a majority is not enough: replica 0 failed"),
     ([0, 1], {1}, False, "replica 0 failed"),
     ([], set(), False, "an empty quorum commits nothing"),
-    ([1], {1}, True, "a quorum of one that succeeded commits")]
+    ([1], {1}, True, "a quorum of one that succeeded commits"),
+    ([0, 2], {0, 1, 2}, True, "replica 1 was just dropped from the quorum: its success does not count"),
+    ([0, 2], {1, 2}, False, "replica 0 failed; replica 1, not a member, cannot stand in for it")]
 
 
 @checker

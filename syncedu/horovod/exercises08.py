@@ -25,11 +25,16 @@ def _shortcut(fn) -> str:
 
 def _recorded(fn):
     """`fn` to run in each rank, returning (its result, the `op` of every DistributedOptimizer):
-    the run, not the source, says which reduction the learner chose."""
+    the run, not the source, says which reduction the learner chose. The checker seeds every
+    `models.make` by the rank, whatever seed the learner passed, so that only the learner's
+    `broadcast_parameters` can make the ranks start alike."""
     def ranked():
         import horovod.torch as hvd
 
-        real, ops = hvd.DistributedOptimizer, []
+        from syncedu.train import models
+
+        make, real, ops = models.make, hvd.DistributedOptimizer, []
+        models.make = lambda name, seed=0, **kw: (hvd.init(), make(name, seed=hvd.rank(), **kw))[1]
         names = {hvd.Average: "Average", hvd.Sum: "Sum", hvd.Adasum: "Adasum"}
 
         def recording(*args, **kwargs):
@@ -41,7 +46,7 @@ def _recorded(fn):
         try:
             return fn(), ops
         finally:
-            hvd.DistributedOptimizer = real
+            hvd.DistributedOptimizer, models.make = real, make
     return ranked
 
 

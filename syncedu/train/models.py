@@ -23,6 +23,7 @@ class MLP(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of a batch of images `x` (flattened to vectors first)."""
         return self.net(x.flatten(1))
 
 
@@ -42,6 +43,7 @@ class SmallCNN(nn.Module):
         self.head = nn.Linear(channels * 4 * 4, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of a batch of images `x`: convolutions, then the linear head."""
         return self.head(self.features(x).flatten(1))
 
 

@@ -79,6 +79,7 @@ class RowUnit:
 
     @property
     def shards(self) -> list[nn.Parameter]:
+        """This unit's parameters as registered now: this rank's shards (between gathers)."""
         return [m._parameters[k] for (m, k), *_ in self.slots]
 
     def unshard(self, comm, dtype: torch.dtype | None = None) -> list[torch.Tensor]:
@@ -244,10 +245,12 @@ class FullyShard(Synced):
         return tuple(map(cast, args)), {k: cast(v) for k, v in kwargs.items()}
 
     def post_forward(self, u: RowUnit):
+        """A forward hook for unit `u`: drop the gathered full parameters (when
+        `reshard_after_forward`) and put the shards back.
+        """
         def hook(module, _args, _output):
             if self.reshard_after_forward:
-                self._held(-u.held_forward)
-                u.held_forward = 0
+                u.held_forward += self._held(-u.held_forward)  # let them go: 0 held
             for slots in u.slots:
                 fulls = [owner.__dict__.pop(name) for owner, name in slots]
                 self._live.pop(fulls[0].untyped_storage().data_ptr(), None)
@@ -283,9 +286,7 @@ class FullyShard(Synced):
         if u.cache is not None:
             self._held(-sum(f.nbytes for f in u.cache))
         u.cache = None
-        if u.held_forward:  # not resharded: autograd frees the forward's weights now
-            self._held(-u.held_forward)
-            u.held_forward = 0
+        u.held_forward += self._held(-u.held_forward)  # not resharded: autograd frees them now
         grads = [g.to(torch.float32) for g in grads]
         if u.accumulated is not None:
             grads = [a.add_(g) for a, g in zip(u.accumulated, grads)]

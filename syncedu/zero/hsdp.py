@@ -48,12 +48,15 @@ class SubComm:
         self.rank, self.world_size = self.ranks.index(parent.rank), len(self.ranks)
 
     def isend(self, tensor, dst: int, tag: int = 0):
+        """`isend` to the subgroup's rank `dst` (its rank in the parent comm)."""
         return self.parent.isend(tensor, self.ranks[dst], tag)
 
     def irecv(self, tensor, src: int, tag: int = 0):
+        """`irecv` from the subgroup's rank `src` (its rank in the parent comm)."""
         return self.parent.irecv(tensor, self.ranks[src], tag)
 
     def scope(self, name: str):
+        """The parent's ledger scope, labelled with this subgroup (e.g. "shard_reduce_scatter")."""
         return self.parent.scope(f"{self.label}_{name.removeprefix('ring_')}")
 
     def all_gather(self, tensor_list: list, tensor: torch.Tensor):

@@ -70,11 +70,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
     whole tensors, as torch's `ZeroRedundancyOptimizer` gives each rank.
 
     Args:
-        params: tensors or parameter-group dicts, as any torch optimizer takes them.
-        optimizer_cls: an element-wise `torch.optim.Optimizer` subclass (SGD, Adam, AdamW).
-        comm: a `Comm` (None: `TorchComm()` on the default process group).
-        reduce_scatter: average the gradients here (True), or take them averaged (DDP).
-        **kwargs: `optimizer_cls`'s defaults (lr, weight_decay, ...).
+        params: parameters or parameter groups, as any torch optimizer takes them.
+        optimizer_cls: an element-wise `torch.optim.Optimizer` class (SGD, Adam, AdamW), not
+            an instance; it steps only this rank's shard, so its state is 1/N per rank.
+        comm: this rank's `Comm` (default None: the default process group's `TorchComm`).
+        reduce_scatter: average the gradients here, by a ring reduce-scatter (default False:
+            they arrive averaged, from DDP or `dp.DataParallel`).
+        **kwargs: `optimizer_cls`'s hyperparameters (lr, betas, weight_decay, ...).
     """
 
     def __init__(self, params, optimizer_cls, comm=None, *, reduce_scatter: bool = False,
@@ -90,11 +92,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self.comm = TorchComm() if comm is None else comm
         super().__init__(_groups(params), {})  # Step 0: torch's rules for the groups
         self.params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
-        if not all(p.is_contiguous() for p in self.params):
-            raise ValueError("params must be contiguous tensors")
         if not self.params:
             raise ValueError("params has no tensor with requires_grad=True to optimize")
-        check_one_kind("params", self.params)
+        if not all(p.is_contiguous() for p in check_one_kind("params", self.params)):
+            raise ValueError("params must be contiguous tensors")
         self.offsets = list(itertools.accumulate((p.numel() for p in self.params), initial=0))
         self.layout = Layout(self.offsets.pop(), self.comm.world_size)
         self.optim = self._local_optimizer(optimizer_cls, kwargs)
@@ -105,10 +106,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
         broadcast_params(self.comm, self.params)  # start from rank 0's, as DDP does
 
     def add_param_group(self, param_group: dict) -> None:
-        """torch's, while the constructor runs; after it, refused (the shards are laid out)."""
+        """torch's, while the constructor runs; after it, refused: the flat layout is cut (build
+        a new ShardedOptimizer with every group)."""
         if hasattr(self, "optim"):
-            raise NotImplementedError("ShardedOptimizer cannot add a parameter group once its "
-                                      "flat layout is cut; build a new one with every group")
+            raise NotImplementedError("add_param_group after construction: the layout is cut")
         super().add_param_group(param_group)
 
     def _local_optimizer(self, optimizer_cls, kwargs):
@@ -177,13 +178,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
         gradients; call it between backward and `step()`. With `reduce_scatter=True` the
         averaged gradients exist only as each rank's shard: step 1 runs here, the shards'
         norms are summed over the ranks, and the shards' gradients are clipped."""
-        if not self.reduce_scatter:  # every rank holds the whole averaged gradients
-            return clip_grad_norm(None, [p.grad for p in self.params if p.grad is not None],
-                                  [], max_norm, norm_type)
-        self.average()
-        self._averaged = True
-        return clip_grad_norm(self.comm, [pc.grad for *_, pc in self.pieces if pc.grad is not None],
-                              [], max_norm, norm_type)
+        if self.reduce_scatter:  # else every rank holds the whole averaged gradients
+            self.average()
+            self._averaged = True
+        held = [pc for *_, pc in self.pieces] if self.reduce_scatter else self.params
+        return clip_grad_norm(self.comm if self.reduce_scatter else None,
+                              [t.grad for t in held if t.grad is not None], [], max_norm, norm_type)
 
     # ------------------------------------------------------------ state
     @property

@@ -36,9 +36,11 @@ class Layout:
 
     @property
     def sizes(self) -> list[int]:
+        """Elements of each rank's shard (ring chunks: the first ones one longer)."""
         return ring_chunks(self.numel, self.world_size)
 
     def start(self, rank: int) -> int:
+        """Offset of `rank`'s shard in the flat buffer."""
         return sum(self.sizes[:rank])
 
     def ranges(self, a: int, b: int) -> list[tuple[int, int]]:
@@ -122,9 +124,11 @@ class Synced(nn.Module):
         self._armed = self.require_sync and torch.is_grad_enabled()
 
     def forward(self, *args, **kwargs):
+        """The wrapped module's forward, unchanged."""
         return self.module(*args, **kwargs)
 
     def no_sync(self) -> contextlib.AbstractContextManager:
+        """A context in which backward does not synchronize (accumulation)."""
         return sync_paused(self)
 
 
@@ -138,6 +142,7 @@ class MemoryMeter:
         self.samples: list[tuple[str, int, int, int]] = []  # (where, params, grads, optimizer)
 
     def sample(self, where: str) -> None:
+        """Record the model-state bytes now (tagged `where`) and keep each kind's peak."""
         now = model_state_bytes(self.owner, self.owner.opt)
         self.samples.append((where, *(now[kind] for kind in KINDS)))
         for kind, value in now.items():
@@ -163,6 +168,7 @@ class Unit:
 
     @property
     def gathered(self) -> bool:
+        """True while the unit's full flat parameters are materialized."""
         return self.flat is not None and self.flat.untyped_storage().nbytes() > 0
 
     def free(self) -> None:

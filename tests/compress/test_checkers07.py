@@ -3,6 +3,7 @@ with a message that names the mistake (issue 23, checkers list)."""
 
 import math
 
+import pytest
 import torch
 
 from syncedu import compress
@@ -20,7 +21,7 @@ class LearnerTopK(compress.Compressor):
         rkey = key if self.key_residual else "one"
         res = self.state(comm, rkey, lambda: torch.zeros_like(flat))
         acc = flat + res
-        k = math.ceil(self.ratio * acc.numel())
+        k = self.k(acc.numel())
         idx = acc.abs().topk(k).indices
         res.copy_(acc)
         res[idx] = 0
@@ -35,6 +36,25 @@ class LearnerTopK(compress.Compressor):
             for t in tensors:
                 t.copy_(out[offset:offset + t.numel()].view_as(t))
                 offset += t.numel()
+
+
+    def k(self, d):
+        return math.ceil(self.ratio * d)
+
+
+class RoundedK(LearnerTopK):
+    def k(self, d):
+        return round(self.ratio * d)
+
+
+class IntPlusOneK(LearnerTopK):
+    def k(self, d):
+        return int(self.ratio * d) + 1
+
+
+class FixedK(LearnerTopK):
+    def k(self, d):
+        return 4  # ceil(0.1 x 37): right for the page's first buckets only
 
 
 class OnlyRankZeroWrites(LearnerTopK):
@@ -53,6 +73,12 @@ def _grade(fn, capsys, *args):
 def test_right_answer_passes(capsys):
     ok, out = _grade(ex.topk_compressor, capsys, LearnerTopK)
     assert ok, out
+
+
+@pytest.mark.parametrize("wrong", [RoundedK, IntPlusOneK, FixedK], ids=lambda c: c.__name__)
+def test_a_k_other_than_ceil_is_rejected(wrong, capsys):
+    ok, out = _grade(ex.topk_compressor, capsys, wrong)
+    assert not ok and "k = ceil(ratio * d)" in out, out
 
 
 def test_only_rank_zero_writing_back_is_rejected(capsys):

@@ -145,6 +145,37 @@ def test_topk_and_sign_bytes_grow_with_n(n):
     assert res.ledger.ops["all_gather"].sent == [(n - 1) * (math.ceil(d / 8) + 4)] * n
 
 
+def _steps(comm, c, d, steps):
+    out = []
+    for s in range(steps):
+        out.append(torch.randn(d, generator=torch.Generator().manual_seed(100 * s + comm.rank)))
+        c.average_(comm, [out[-1]])
+    return out
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_compressed_allreduce_bytes_stay_flat_with_n(n):
+    """1-bit Adam's allreduce: a reduce-scatter and an all-gather of N chunks of signs + a scale."""
+    d = 8970
+    res = sim.run(_steps, n, args=(compress.CompressedAllreduce(), d, 1))
+    chunk_bytes = math.ceil(d / (8 * n)) + 4
+    assert res.ledger.sent == [2 * (n - 1) * chunk_bytes] * n  # counted: p2p + ring all-gather
+    assert res.ledger.ops["send"].sent == [(n - 1) * chunk_bytes] * n
+    assert res.ledger.sent[0] < 2 * 4 * d / 32 * 1.05  # about 2 S/32 whatever N
+    assert all(torch.equal(res[0][0], res[r][0]) for r in range(n))  # one result on every rank
+
+
+def test_compressed_allreduce_error_feedback_tracks_the_sum():
+    """Summed over 200 steps, the outputs track the true averages only with error feedback."""
+    n, d, steps = 4, 1000, 200
+    true = sum(sum(torch.randn(d, generator=torch.Generator().manual_seed(100 * s + r))
+                   for r in range(n)) / n for s in range(steps))
+    drift = {ef: (sum(sim.run(_steps, n, args=(compress.CompressedAllreduce(error_feedback=ef), d,
+                                               steps))[0]) - true).norm() / true.norm()
+             for ef in (True, False)}
+    assert drift[True] < 0.15 < 0.5 < drift[False], drift
+
+
 @pytest.mark.parametrize("rank", [1, 2])
 def test_powersgd_bytes_are_r_times_n_plus_m_plus_the_rest(rank):
     c, n, rounds = compress.PowerSGD(rank, start_iter=1), 2, 3
@@ -172,7 +203,7 @@ def reference():
 
 @pytest.mark.parametrize("c, tol", [
     ("fp16", 0.01), ("bf16", 0.05), (compress.TopK(0.1), 0.15), (compress.SignSGD(), 0.15),
-    (compress.PowerSGD(2), 0.15)], ids=str)
+    (compress.PowerSGD(2), 0.15), (compress.CompressedAllreduce(), 0.15)], ids=str)
 def test_training_with_error_feedback_tracks_uncompressed(c, tol, reference):
     """Final loss (mean of the last 10 steps) within `tol` of uncompressed fp32 on digits."""
     h = trained(c, steps=80, lr=0.1)

@@ -116,7 +116,10 @@ def test_commit_rule(capsys):
                         (lambda m, s: set(m) <= s, "an empty quorum commits nothing"),
                         (lambda m, s: bool(m) and m[0] in s, "one failed member discards"),
                         (lambda m, s: True, "one failed member discards"),
-                        (lambda m, s: False, "every member succeeded")):
+                        (lambda m, s: False, "every member succeeded"),
+                        # counts instead of membership: a non-member in `succeeded` fools it
+                        (lambda m, s: len(m) > 0 and len(s) == len(m), "just dropped from the quorum"),
+                        (lambda m, s: len(m) > 0 and len(s) >= len(m), "cannot stand in for it")):
         capsys.readouterr()
         assert not ex.commit_rule.grade(wrong)
         assert says in capsys.readouterr().out

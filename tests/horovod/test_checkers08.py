@@ -18,7 +18,7 @@ real_horovod = [pytest.mark.horovod, pytest.mark.real, pytest.mark.slow,
                 pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")]
 
 
-def answer(broadcast=True, set_epoch=True, op_sum=False, wrapper=True):
+def answer(broadcast=True, set_epoch=True, op_sum=False, wrapper=True, seed_by_rank=True):
     """A learner's conversion; the flags leave a line out. A closure: sent by value."""
     def my_horovod_train():
         import horovod.torch as hvd
@@ -35,7 +35,7 @@ def answer(broadcast=True, set_epoch=True, op_sum=False, wrapper=True):
         sampler = DistributedSampler(dataset, num_replicas=hvd.size(), rank=hvd.rank(),
                                      shuffle=True, seed=0)
         loader = DataLoader(dataset, batch_size=16, sampler=sampler, drop_last=True)
-        model = models.make("mlp", seed=hvd.rank())
+        model = models.make("mlp", seed=hvd.rank() if seed_by_rank else 0)  # 0: as cell 3 does
         opt = torch.optim.SGD(model.parameters(), lr=0.05 if op_sum else 0.05 * hvd.size())
         if wrapper:  # the articles comment it out as "optional compression"
             opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
@@ -83,6 +83,8 @@ def test_the_right_conversion_passes_on_two_horovod_ranks(capsys):
 
 
 WRONG = [({"broadcast": False}, "broadcast_parameters"),
+         # cell 3's seed=0 without the broadcast: the checker seeds by rank, so it still fails
+         ({"broadcast": False, "seed_by_rank": False}, "broadcast_parameters"),
          ({"set_epoch": False}, "set_epoch"),
          # the same SGD step as the right answer: only the op the run recorded tells
          ({"op_sum": True}, "op=hvd.Sum and ends"),

@@ -12,15 +12,12 @@ import torch
 from syncedu.collectives import ALGORITHMS, SEGMENT_BYTES, ring_segments
 from syncedu.comm import alphabeta
 from syncedu.comm.network import Network
-from syncedu.train.sampling import check_int
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
 
 
 def _check(nbytes, world_size, algorithm: str = "ring") -> None:
-    check_int("world_size", world_size)
-    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not nbytes >= 0:
-        raise ValueError(f"nbytes={nbytes!r} must be a number of bytes >= 0")
+    alphabeta.check(nbytes, world_size)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm={algorithm!r} is unknown; choose one of {list(ALGORITHMS)}")
 

@@ -67,10 +67,9 @@ def _run_one(comm, payload: bytes) -> tuple:
     try:  # pickled here, apart from fn's own errors: the message must blame the value
         data = pickle.dumps(value)
     except Exception as e:
-        raise ValueError(
-            f"the value fn returned on rank {comm.rank} (a {type(value).__name__}) cannot be "
-            f"sent back to the launcher ({e}); return tensors, numbers or plain data "
-            "(lists, dicts, dataclasses of them)") from None
+        raise ValueError(f"the value fn returned on rank {comm.rank} (a {type(value).__name__}) "
+                         f"cannot be sent back to the launcher ({e}); return tensors, numbers "
+                         "or plain data (lists, dicts, dataclasses of them)") from None
     return ("done", data, comm.ledger, seconds, comm.trace)
 
 

@@ -26,6 +26,8 @@ import threading
 import time
 from multiprocessing.connection import Pipe, wait
 
+import psutil
+
 from ._worker import END_MARK
 from .errors import TimeoutError, WorkerError
 from .rank_output import RankSink
@@ -99,16 +101,12 @@ def _remove_stale_folders() -> None:
     after them (shm.py). A live pid keeps its folder."""
     for path in glob.glob(os.path.join(tempfile.gettempdir(), "syncedu-*-*")):
         pid = os.path.basename(path).split("-")[1]
-        if not pid.isdigit() or os.stat(path).st_uid != os.getuid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:  # (PermissionError: alive, someone else's)
-            shutil.rmtree(path, ignore_errors=True)
-            for segment in glob.glob(f"{SHM_DIR}/{os.path.basename(path)}-*"):
-                os.unlink(segment)
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):  # (another launcher may be removing it too)
+            if pid.isdigit() and not psutil.pid_exists(int(pid)) \
+                    and os.stat(path).st_uid == os.getuid():
+                shutil.rmtree(path)
+                for segment in glob.glob(f"{SHM_DIR}/{os.path.basename(path)}-*"):
+                    os.unlink(segment)
 
 
 # Gloo aborts the rank that notices a size/dtype mismatch (SIGABRT) and resets its peers'
@@ -217,14 +215,12 @@ class Ranks:
 
     def _mismatch(self) -> WorkerError | None:
         """The rank whose output shows Gloo's size-mismatch abort, with the mistake named."""
-        for r, lines in enumerate(self._recent):
-            found = [line.strip() for line in lines if GLOO_MISMATCH in line]
-            if found:
-                return WorkerError(r, "ranks passed tensors of different sizes or dtypes to the "
-                                   "same collective: every rank must pass the same shape and "
-                                   "dtype (Gloo then aborted this rank: SIGABRT)",
-                                   f"Gloo on rank {r}: {found[-1]}")
-        return None
+        found = [(r, line) for r, lines in enumerate(self._recent) for line in lines
+                 if GLOO_MISMATCH in line]
+        return found and WorkerError(
+            found[0][0], "ranks passed tensors of different sizes or dtypes to the same "
+            "collective: every rank must pass the same shape and dtype (Gloo then aborted this "
+            "rank: SIGABRT)", f"Gloo on rank {found[0][0]}: {found[0][1].strip()}")
 
     def _receive(self, r: int, sink: RankSink):
         try:

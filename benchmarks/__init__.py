@@ -3,7 +3,7 @@ repository's root. They are programs beside the package, not part of it: they im
 syncedu, and syncedu never imports them.
 
 Each subcommand is `benchmarks/<name>.py` (`add_arguments(parser)`, `main(args) -> int`);
-results and their commands are in the README. Variants alternate round by round, so drift
+results, their commands and their logs are in `benchmarks/README.md`. Variants alternate round by round, so drift
 on a busy machine hits all alike (DESIGN, "Traps already met").
 """
 

@@ -2,12 +2,20 @@
 
     python -m benchmarks collectives [--world-size 2 4] [--sizes-mib 1 16 64]
     torchrun --nproc-per-node 2 -m benchmarks collectives     # the same under torchrun
+    python -m benchmarks collectives --backend shm --world-size 2 --sizes-mib 16 64
 
 Per size: 1. each algorithm's sum checked exact (small integers); 2. warm-up;
 3. `repeat` rounds, every algorithm once per round in a rotating order, each after a
 barrier; a round's time is the slowest rank's. Reported: medians, algbw = S / t and
 busbw = algbw * 2(N-1)/N (nccl-tests, doc/PERFORMANCE.md), and busbw over the built-in's.
 Target: ring_pipelined / builtin >= 1.0 at 16 and 64 MiB on 2 ranks.
+
+`--backend shm` (syncedu/comm/shm.py) runs the transports side by side in the same ranks,
+round by round: `gloo_builtin` (torch.distributed's all_reduce on the Gloo group every shm
+run keeps, loopback TCP), our algorithms and `builtin` over shared memory, and `memcpy`
+(each rank copies S bytes while the others do: the limit a copy-based transport works
+against; its "busbw" is S / t). Target: ring_pipelined / gloo_builtin >= 2.0 at 16 and
+64 MiB on 2 ranks.
 """
 
 from __future__ import annotations
@@ -59,13 +67,19 @@ def rounds(comm, algos: dict, t: torch.Tensor, repeat: int, warmup: int = 1,
 def measure(comm, nbytes: int, names, repeat: int = 15, warmup: int = 2,
             dtype: str = "float32", segment_bytes: int | None = None) -> dict:
     """Worker: `rounds` of the algorithms `names` on an `nbytes` tensor."""
-    algos = {"builtin": lambda c, t: c.all_reduce(t), **collectives.ALGORITHMS}
+    t = torch.zeros(max(1, nbytes // DTYPES[dtype].itemsize), dtype=DTYPES[dtype],
+                    device=comm.device)
+    copy = torch.empty_like(t)
+    algos = {"builtin": lambda c, t: c.all_reduce(t), **collectives.ALGORITHMS,
+             "gloo_builtin": lambda c, t: torch.distributed.all_reduce(t),  # shm runs: Gloo's
+             "memcpy": lambda c, t: copy.copy_(t)}
     if segment_bytes:
         algos["ring_pipelined"] = functools.partial(collectives.ring_pipelined_allreduce,
                                                     segment_bytes=segment_bytes)
-    t = torch.zeros(max(1, nbytes // DTYPES[dtype].itemsize), dtype=DTYPES[dtype],
-                    device=comm.device)
-    return rounds(comm, {n: functools.partial(algos[n], comm) for n in names}, t, repeat, warmup)
+    out = rounds(comm, {n: functools.partial(algos[n], comm) for n in names}, t, repeat, warmup)
+    if "memcpy" in names:  # its check: the copy is the tensor (it sums nothing)
+        out["ok"]["memcpy"] = bool(torch.equal(copy, t))
+    return out
 
 
 def rows(results: list[dict]) -> list[dict]:
@@ -74,13 +88,16 @@ def rows(results: list[dict]) -> list[dict]:
     for res in results:
         n, s = res["world_size"], res["nbytes"]
         med = {name: statistics.median(ts) for name, ts in res["seconds"].items()}
-        base = busbw("all_reduce", s, med["builtin"], n) if "builtin" in med else None
+        ref = "gloo_builtin" if "gloo_builtin" in med else "builtin"
+        base = busbw("all_reduce", s, med[ref], n) if ref in med else None
         for name, t in med.items():
-            bb = busbw("all_reduce", s, t, n)
+            bb = algbw(s, t) if name == "memcpy" else busbw("all_reduce", s, t, n)
             out.append({"world_size": n, "nbytes": s, "size": _size(s), "algorithm": name,
                         "seconds": t, "ms": t * 1e3, "algbw": algbw(s, t) / 1e9,
                         "busbw": bb / 1e9, "check": "ok" if res["ok"][name] else "WRONG",
-                        "ratio": bb / base if base else float("nan")})
+                        "ratio": bb / base if base else float("nan"),
+                        "of_memcpy": bb / algbw(s, med["memcpy"]) if "memcpy" in med else
+                        float("nan")})
     return out
 
 
@@ -88,7 +105,8 @@ def table(out: list[dict]) -> str:
     return text_table(out, [("ranks", "world_size", ">5"), ("size", "size", ">10"),
                             ("algorithm", "algorithm", "<17"), ("time ms", "ms", ">9.2f"),
                             ("algbw GB/s", "algbw", ">11.3f"), ("busbw GB/s", "busbw", ">11.3f"),
-                            ("vs builtin", "ratio", ">10.2f"), ("check", "check", ">6")])
+                            ("vs builtin", "ratio", ">10.2f"), ("of memcpy", "of_memcpy", ">9.2f"),
+                            ("check", "check", ">6")])
 
 
 def _size(nbytes: int) -> str:
@@ -99,22 +117,29 @@ def _size(nbytes: int) -> str:
 
 
 def target(out: list[dict]) -> str:
-    """The target line: pipelined ring vs builtin busbw at 16 and 64 MiB, 2 ranks."""
+    """The target line: pipelined ring vs the built-in's busbw at 16 and 64 MiB, 2 ranks
+    (with gloo_builtin measured beside it, the shm target: >= 2.0 over Gloo's)."""
+    shm = any(r["algorithm"] == "gloo_builtin" for r in out)
+    goal, ref = (2.0, "gloo_builtin") if shm else (1.0, "builtin")
     hits = [r for r in out if r["algorithm"] == "ring_pipelined" and r["world_size"] == 2
             and r["nbytes"] in (16 << 20, 64 << 20)]
     if not hits:
-        return "target: not measured (needs ring_pipelined and builtin, 2 ranks, 16 and 64 MiB)"
+        return f"target: not measured (needs ring_pipelined and {ref}, 2 ranks, 16 and 64 MiB)"
     parts = ", ".join(f"{r['size']}: {r['ratio']:.2f}" for r in hits)
-    met = "met" if all(r["ratio"] >= 1.0 for r in hits) else "MISSED"
-    return f"target ring_pipelined/builtin busbw >= 1.0 (2 ranks): {parts} -> {met}"
+    met = "met" if all(r["ratio"] >= goal for r in hits) else "MISSED"
+    return f"target ring_pipelined/{ref} busbw >= {goal} (2 ranks): {parts} -> {met}"
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--world-size", type=int, nargs="+", default=[2, 4],
                         help="ranks to start (ignored under torchrun)")
     parser.add_argument("--sizes-mib", type=float, nargs="+", default=[1, 16, 64])
-    parser.add_argument("--algorithms", nargs="+", default=["builtin", "ring_pipelined", "ring"],
-                        choices=["builtin", *collectives.ALGORITHMS])
+    parser.add_argument("--algorithms", nargs="+", default=None,
+                        choices=["builtin", "gloo_builtin", "memcpy", *collectives.ALGORITHMS],
+                        help="default: builtin ring_pipelined ring (shm: gloo_builtin and "
+                             "memcpy too)")
+    parser.add_argument("--backend", choices=["auto", "gloo", "shm"], default="auto",
+                        help="shm: Gloo's built-in and a memcpy beside shared memory")
     parser.add_argument("--repeat", type=int, default=15, help="timed rounds per size")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--dtype", choices=list(DTYPES), default="float32")
@@ -124,18 +149,20 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     seg = int(args.segment_mib * (1 << 20)) if args.segment_mib else None
-    jobs = [(int(mib * (1 << 20)), tuple(args.algorithms), args.repeat, args.warmup,
+    names = args.algorithms or (["gloo_builtin", "ring_pipelined", "ring", "builtin", "memcpy"]
+                                if args.backend == "shm" else ["builtin", "ring_pipelined", "ring"])
+    jobs = [(int(mib * (1 << 20)), tuple(names), args.repeat, args.warmup,
              args.dtype, seg) for mib in args.sizes_mib]
     results = []
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
-        comm = launch.from_env()
+        comm = launch.from_env(args.backend)
         results = [measure(comm, *job) for job in jobs]
         if comm.rank:
             return 0
     else:
         with bar(len(jobs) * len(args.world_size), "sizes") as progress:
             for n in args.world_size:
-                with launch.Pool(n, output="quiet", timeout=1800) as pool:
+                with launch.Pool(n, output="quiet", timeout=1800, backend=args.backend) as pool:
                     for job in jobs:
                         results.append(pool.run(measure, args=job)[0])
                         progress.update()

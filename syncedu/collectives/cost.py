@@ -12,17 +12,25 @@ import torch
 from syncedu.collectives import ALGORITHMS, SEGMENT_BYTES, ring_segments
 from syncedu.comm import alphabeta
 from syncedu.comm.network import Network
-from syncedu.train.sampling import check_int
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
 
 
 def _check(nbytes, world_size, algorithm: str = "ring") -> None:
-    check_int("world_size", world_size)
-    if nbytes < 0:
-        raise ValueError(f"nbytes={nbytes!r} must be >= 0")
+    alphabeta.check(nbytes, world_size)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm={algorithm!r} is unknown; choose one of {list(ALGORITHMS)}")
+
+
+def _check_network(network, world_size: int) -> None:
+    """A `Network` for `world_size` ranks: a preset's name or a cluster of another size (timed
+    silently as its own size before) is refused, as `sim.run` refuses it."""
+    if not isinstance(network, Network):
+        hint = repr(network) if isinstance(network, str) else "'ethernet_10g'"
+        raise ValueError(f"network must be a syncedu.Network, e.g. Network.preset({hint}); "
+                         f"got {network!r}")
+    if network.is_cluster:  # (a flat network's slowdown list is the runs' business)
+        network.check_world_size(world_size)
 
 
 def _segments(algorithm, nbytes, n, itemsize, segment_bytes) -> int:
@@ -62,6 +70,7 @@ def allreduce_time(algorithm: str, nbytes: float, world_size: int, network: Netw
     """Predicted seconds of an allreduce of `nbytes` per rank on `network` (flat or cluster);
     `gamma`: seconds per byte reduced (0: arithmetic is free, as in the simulator)."""
     _check(nbytes, world_size, algorithm)
+    _check_network(network, world_size)
     g = _segments(algorithm, nbytes, world_size, itemsize, segment_bytes)
     seconds = alphabeta.allreduce_time(algorithm, nbytes, world_size, network, segments=g)
     if gamma:
@@ -75,6 +84,7 @@ def collective_time(op: str, nbytes: float, world_size: int, network: Network, *
     (`alphabeta.collective_time`; `nbytes`: the whole tensor of `itemsize`-byte elements)."""
     if op not in COLLECTIVES:
         raise ValueError(f"op={op!r} is unknown; choose one of {COLLECTIVES}")
+    _check_network(network, world_size)
     return alphabeta.collective_time(op, nbytes, world_size, network, itemsize=itemsize)
 
 

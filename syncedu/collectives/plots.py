@@ -114,6 +114,7 @@ def winners(best, sizes, world_sizes, title: str = ""):
 
 
 def size_label(nbytes: float) -> str:
+    """`nbytes` in the largest binary unit it reaches: 1048576 -> "1 MiB"."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if nbytes >= scale:
             return f"{nbytes / scale:g} {unit}"

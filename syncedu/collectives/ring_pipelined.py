@@ -5,12 +5,12 @@ idles the wire while it adds a whole chunk. Here each chunk is cut into G segmen
 (s, g), segment g of ring step s (0..N-2 reduce-scatter, N-1..2N-3 all-gather), leaves once
 segment g of step s-1 has arrived and been added: 2(N-1)G latencies, reduction hidden.
 
-1. Post receives `WINDOW` items ahead: into segment buffers during the
-   reduce-scatter, straight into the tensor during the all-gather.
+1. Post receives `WINDOW` items ahead, into segment buffers.
 2. Walk the items in order; item (s, g) sends segment g of the chunk that item
    (s-1, g) just completed (Step 3 for that item runs first).
-3. Finish an item: wait for its receive, add the buffer in (reduce-scatter
-   only), post the receive `WINDOW` items further on.
+3. Finish an item: wait for its receive, add the buffer in (reduce-scatter) or copy
+   it in once the send from that segment is done (all-gather: a send buffer may not
+   change before its send completes), post the receive `WINDOW` items further on.
 4. Wait for every send: the tensor is the caller's again.
 """
 
@@ -52,23 +52,25 @@ class _Pipeline:
         # Buffers live for one call only: simulated ranks share a process, so any cache
         # outside the call would be shared between them.
         seg_len = max(s.numel() for s in self.segments[0])
-        self.buffers = [flat.new_empty(seg_len) for _ in range(min(WINDOW, len(self.items) // 2))]
+        self.buffers = [flat.new_empty(seg_len) for _ in range(min(WINDOW, len(self.items)))]
         self.pending: dict[int, tuple] = {}
 
     def post(self, i: int) -> None:
         """Step 1: post the receive of item i (s, g): segment g of chunk (r-2-s)."""
         s, g = self.items[i]
         into = self.segments[(self.r - 2 - s) % self.n][g]
-        add = s < self.n - 1  # reduce-scatter: receive aside, then add
-        buf = self.buffers[i % WINDOW][: into.numel()] if add else into
-        self.pending[i] = (self.comm.irecv(buf, (self.r - 1) % self.n), buf, into, add)
+        buf = self.buffers[i % WINDOW][: into.numel()]
+        self.pending[i] = (self.comm.irecv(buf, (self.r - 1) % self.n), buf, into, s)
 
     def finish(self, i: int) -> None:
         """Step 3: wait for item i, add it in, and post the receive WINDOW items on."""
-        work, buf, into, add = self.pending.pop(i)
+        work, buf, into, s = self.pending.pop(i)
         work.wait()
-        if add:
+        if s < self.n - 1:
             into.add_(buf)
+        else:  # the reduce-scatter sent this segment at item i - (n-1)G: done first
+            self.sends[i - (self.n - 1) * self.g].wait()
+            into.copy_(buf)
         if i + WINDOW < len(self.items):
             self.post(i + WINDOW)
 
@@ -77,6 +79,7 @@ class _Pipeline:
         for i in range(min(WINDOW, len(self.items))):  # Step 1
             self.post(i)
         sends, done = [], 0
+        self.sends = sends  # finish() waits on the reduce-scatter's
         for i, (s, g) in enumerate(self.items):  # Step 2
             if s > 0:  # what (s, g) sends is what (s-1, g) received: finish that first
                 self.finish(i - g_count)  # Step 3

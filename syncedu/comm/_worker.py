@@ -36,16 +36,19 @@ def _setup(cfg: dict):
     import torch.distributed as dist
 
     from syncedu.comm import perturb
+    from syncedu.comm.shm import ShmComm
     from syncedu.comm.torch_comm import TorchComm
 
     torch.set_num_threads(perturb.threads(cfg["threads"], cfg["rank"], cfg["pin_threads"]))
     if cfg["backend"] == "nccl":
         torch.cuda.set_device(cfg["rank"])
     store = dist.FileStore(cfg["store"], cfg["world_size"])
-    dist.init_process_group(cfg["backend"], store=store, rank=cfg["rank"],
+    shm = cfg["backend"] == "shm"  # shared memory between the ranks, Gloo for the launcher
+    dist.init_process_group("gloo" if shm else cfg["backend"], store=store, rank=cfg["rank"],
                             world_size=cfg["world_size"],
                             timeout=timedelta(seconds=cfg["pg_timeout"]))
-    comm = TorchComm(network=cfg["network"])
+    comm = ShmComm(prefix=os.path.basename(os.path.dirname(cfg["store"])),
+                   network=cfg["network"]) if shm else TorchComm(network=cfg["network"])
     perturb.install(comm)  # test runs only (SYNCEDU_PERTURB): other arrival orders
     return comm
 
@@ -61,10 +64,21 @@ def _run_one(comm, payload: bytes) -> tuple:
     comm.start_clock()
     value = fn(comm, *args, **kwargs)
     seconds = time.perf_counter() - t0
-    return ("done", pickle.dumps(value), comm.ledger, seconds, comm.trace)
+    try:  # pickled here, apart from fn's own errors: the message must blame the value
+        data = pickle.dumps(value)
+    except Exception as e:
+        raise ValueError(f"the value fn returned on rank {comm.rank} (a {type(value).__name__}) "
+                         f"cannot be sent back to the launcher ({e}); return tensors, numbers "
+                         "or plain data (lists, dicts, dataclasses of them)") from None
+    return ("done", data, comm.ledger, seconds, comm.trace)
 
 
 def main() -> None:
+    """One rank's life (the module docstring's steps 1-4): set up, then serve runs until "stop".
+
+    Errors inside a run go back as ("error", message, traceback), so the launcher raises a
+    `WorkerError` naming this rank; a set-up failure does the same before "ready".
+    """
     conn = Connection(int(os.environ["SYNCEDU_FD"]))
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     cfg = pickle.loads(conn.recv_bytes())

@@ -45,11 +45,13 @@ def _links(network):
     return network, network, None, 1, 1
 
 
-def _check(nbytes, world_size) -> None:
+def check(nbytes, world_size) -> None:
+    """The formulas' two inputs, checked once for them and `collectives.cost`: a ValueError
+    naming the parameter (a text such as "1MB" included)."""
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size={world_size!r} must be an int >= 1")
-    if not nbytes >= 0:
-        raise ValueError(f"nbytes={nbytes!r} must be >= 0")
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not nbytes >= 0:
+        raise ValueError(f"nbytes={nbytes!r} must be a number of bytes >= 0")
 
 
 def ring_time(nbytes: float, n: int, network, segments: int = 1) -> float:
@@ -129,7 +131,7 @@ def hierarchical_time(nbytes: float, n: int, network) -> float:
 def allreduce_time(algorithm: str, nbytes: float, world_size: int, network,
                    segments: int = 1) -> float:
     """Seconds of `algorithm` (see the table above) for `nbytes` per rank on `network`."""
-    _check(nbytes, world_size)
+    check(nbytes, world_size)
     n = world_size
     if n == 1:
         return 0.0
@@ -147,7 +149,7 @@ def collective_time(kind: str, nbytes: float, world_size: int, network, *,
     """Seconds of a built-in collective as `Comm` charges it; `nbytes`: the whole tensor of
     `itemsize`-byte elements (a ring step is set by its largest chunk: ceil(S / itemsize / N)
     elements, as `ring_chunks` cuts them; 8,970 floats on 4 ranks: 2,243 elements, 8,972 B)."""
-    _check(nbytes, world_size)
+    check(nbytes, world_size)
     n = world_size
     if kind not in COLLECTIVES:
         raise ValueError(f"kind={kind!r} is not a known collective; choose one of {COLLECTIVES}")

@@ -1,5 +1,8 @@
 """Start real ranks and run a worker on each: `run`, `Pool`, `from_env`.
 
+    import torch
+    from syncedu import launch
+
     def hello(comm):                       # may be defined in a notebook cell
         t = torch.ones(3) * comm.rank
         comm.all_reduce(t)
@@ -11,6 +14,15 @@
 `fn` is serialized by value (cloudpickle), so a function written in a notebook
 cell works in fresh processes. `Pool` keeps the ranks alive between runs (a
 widget re-runs a worker in milliseconds); `from_env()` serves `torchrun`.
+
+The error contract (DESIGN.md), the same for `run` and `Pool.run`:
+1. a rank that raises gives `WorkerError` (`.rank`; its traceback in the message);
+2. a rank that dies (a signal, `os._exit`, Gloo aborting on mismatched collectives) gives a
+   `WorkerError` within seconds: its pipe to the launcher closes, which `procs.Ranks` sees;
+3. a run past `timeout` gives `TimeoutError`, whose `.ranks` lists the ranks still running;
+4. in every case, Ctrl-C included, every rank is killed and reaped: no process is left
+   behind (a launcher killed with SIGKILL leaves its ranks to exit within a second, and its
+   rendezvous folder to the next start, which removes it).
 """
 
 from __future__ import annotations
@@ -37,7 +49,7 @@ __all__ = ["run", "Pool", "from_env", "free_port", "resolve_backend", "WorkerErr
 
 MAX_WORLD_SIZE = 64  # real processes on one machine; use syncedu.sim for more
 DEFAULT_TIMEOUT = 120.0
-BACKENDS = ("auto", "gloo", "nccl")
+BACKENDS = ("auto", "gloo", "nccl", "shm")  # shm: local ranks over shared memory (shm.py)
 
 
 def free_port() -> int:
@@ -110,9 +122,20 @@ def _result(replies: list) -> RunResult:
 
 class Pool:
     """Live ranks with their process group, reused by every `pool.run` (a context manager);
-    after a failure the next `run` starts fresh ones. `output`: "live", "ordered", "quiet".
-    `threads`: torch threads per rank (None: a fair share of the cores; a number given is
-    kept even in test runs, which otherwise vary it: comm/perturb.py)."""
+    after a failure the next `run` starts fresh ones.
+
+    Args:
+        world_size: ranks to start, 1..64 (for more, `syncedu.sim.run`).
+        backend: "auto" (default: NCCL when every rank has a GPU, else Gloo), "gloo",
+            "nccl" or "shm"; see `resolve_backend`.
+        timeout: default seconds each `run` may take (default 120.0; None: no limit).
+        network: a `Network` to emulate on every message (default None: the machine's own).
+        threads: torch threads per rank (None, default: a fair share of the cores; a number
+            given is kept even in test runs, which otherwise vary it: comm/perturb.py).
+        output: how ranks' prints reach `sys.stdout`: "live" (default, as they come, each
+            line marked `[rank r]`), "ordered" (rank 0's lines, then rank 1's, ...) or
+            "quiet" (dropped).
+    """
 
     def __init__(self, world_size: int, *, backend: str = "auto",
                  timeout: float | None = DEFAULT_TIMEOUT, network: Network | None = None,
@@ -194,7 +217,19 @@ def run(fn, world_size: int, args=(), kwargs=None, *, backend: str = "auto",
         timeout: float | None = DEFAULT_TIMEOUT, network: Network | None = None,
         threads: int | None = None, output: str = "live") -> RunResult:
     """Start `world_size` ranks in a fresh process group, run `fn(comm, *args, **kwargs)` on
-    each after a barrier, return the values (or raise the first failure); reap every rank."""
+    each after a barrier, return a `RunResult`; reap every rank (the module's error contract).
+
+    Args:
+        fn: the worker, `fn(comm, *args, **kwargs)`; it may be defined in a notebook cell.
+            Return tensors, numbers or plain data (not the comm: it works only on its rank).
+        world_size: ranks, 1..64.
+        args, kwargs: passed to `fn` on every rank (default none); they must pickle.
+        backend, timeout, network, threads, output: as for `Pool` (timeout: seconds for the
+            whole run, default 120.0).
+
+    Returns the per-rank values in rank order, with `.ledger` (bytes each rank sent and
+    received through its comm) and `.seconds` (the slowest rank's time in `fn`).
+    """
     check_call(fn, args, kwargs)  # before any process starts; Pool checks the rest
     pool = Pool(world_size, backend=backend, timeout=timeout, network=network,
                 threads=threads, output=output)
@@ -210,6 +245,7 @@ def from_env(backend: str = "auto", *, network: Network | None = None, timeout: 
 
     import torch.distributed as dist
 
+    from .shm import ShmComm
     from .torch_comm import TorchComm
 
     if not dist.is_initialized():
@@ -224,5 +260,6 @@ def from_env(backend: str = "auto", *, network: Network | None = None, timeout: 
         chosen = resolve_backend(backend, local_size)
         if chosen == "nccl":
             torch.cuda.set_device(local)
-        dist.init_process_group(chosen, timeout=datetime.timedelta(seconds=timeout))
-    return TorchComm(network=network)
+        dist.init_process_group("gloo" if chosen == "shm" else chosen,
+                                timeout=datetime.timedelta(seconds=timeout))
+    return (ShmComm if backend == "shm" else TorchComm)(network=network)  # shm: shm.py

@@ -103,16 +103,19 @@ class RankLedger:
         return out
 
     def reset(self) -> None:
+        """Forget every charge (a new run starts from zero bytes)."""
         self.ops.clear()
         for ops in self.kinds.values():
             ops.clear()
 
     @property
     def sent(self) -> int:
+        """Payload bytes this rank sent, summed over its ops."""
         return sum(c.sent for c in self.ops.values())
 
     @property
     def received(self) -> int:
+        """Payload bytes this rank received, summed over its ops."""
         return sum(c.received for c in self.ops.values())
 
 

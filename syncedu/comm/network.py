@@ -3,15 +3,19 @@
 The alpha-beta model (Hockney 1994; Thakur, Rabenseifner & Gropp 2005): a message of n
 bytes takes latency + n / bandwidth (alphabeta.py), plus per-rank `slowdown` of compute,
 seeded `jitter` and `loss`. `Network.cluster(...)`: consecutive ranks share a node (as
-torchrun numbers them); a message between nodes uses `inter` and a NIC of each node, which
-carries one message's bytes at a time (`nics="per_gpu"`: a rail-optimized DGX H100).
+torchrun numbers them; `placement=` puts rank r in slot placement[r] instead, node-major); a
+message between nodes uses `inter` and a NIC of each node, which carries one message's
+bytes at a time (`nics="per_gpu"`: a rail-optimized DGX H100).
 The simulator's assumptions are named fields:
 
 - `latency_model`: "port" holds the sender's port for latency + n / bandwidth (k messages
   cost k (alpha + n beta)); "wire" makes latency a delay off the port (alpha + k n beta),
   as in LogGP (Alexandrov et al. 1995) and NCCL (nccl_model.py);
-- `eager_limit` (Open MPI's `btl_tcp_eager_limit`): a larger send's `wait()` returns once
-  the matching receive is posted, so an unsafe exchange deadlocks;
+- `eager_limit`: a larger send's `wait()` returns once the matching receive is posted, so
+  an unsafe exchange deadlocks. The default, "gloo" (0 bytes), is Gloo's rule: its TCP
+  `Pair::send` transmits only once the peer has posted the receive, at every size (NCCL
+  too: concurrent sends and receives must be grouped). "open_mpi" is 64 KiB, Open MPI's
+  `btl_tcp_eager_limit`: below it an MPI send is copied out and returns at once;
 - `builtin_algorithm`: broadcast and reduce as a "ring" chain or "binomial" trees (MPICH's
   choice for short messages, Thakur et al. 2005).
 
@@ -23,17 +27,34 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import random
 from dataclasses import dataclass
 
 LATENCY_MODELS = ("port", "wire")
 BUILTIN_ALGORITHMS = ("ring", "binomial")
-EAGER_LIMIT = 64 * 1024  # bytes: Open MPI's btl_tcp_eager_limit
+EAGER_LIMITS = {"gloo": 0, "nccl": 0, "open_mpi": 64 * 1024}  # bytes sent without a receive
 
 
 @dataclass(frozen=True)
 class Network:
-    """Latency (s), bandwidth (bytes/s), stragglers, jitter and loss of a network."""
+    """Latency (s), bandwidth (bytes/s), stragglers, jitter and loss of a network.
+
+    Args:
+        latency: seconds per message, alpha (default 0.0).
+        bandwidth: bytes per second of one link in one direction, 1/beta (default inf).
+        slowdown: one factor per rank multiplying its compute time (stragglers; default
+            None). Charged through the comm's compute hook on simulated ranks, waited out on
+            real ones.
+        jitter: up to this many seconds added to a message at random (default 0.0).
+        loss: probability a message is lost and resent after `retransmit` s (default 0.0).
+        retransmit: seconds a lost message costs (default 0.2).
+        seed: seeds jitter and loss, per rank (default 0).
+        name: shown by `describe()` and in figures (default "custom").
+        latency_model: "port" (default) or "wire", see the module docstring.
+        eager_limit: bytes above which a send waits for its receive (default 64 KiB).
+        builtin_algorithm: how simulated broadcast/reduce run: "ring" (default) or "binomial".
+    """
 
     latency: float = 0.0
     bandwidth: float = math.inf
@@ -44,7 +65,7 @@ class Network:
     seed: int = 0
     name: str = "custom"
     latency_model: str = "port"
-    eager_limit: float = EAGER_LIMIT
+    eager_limit: float | str = "gloo"
     builtin_algorithm: str = "ring"
 
     def __post_init__(self) -> None:
@@ -56,6 +77,10 @@ class Network:
             if not self.slowdown or any(not s > 0 or math.isinf(s) for s in self.slowdown):
                 raise ValueError(f"slowdown={list(self.slowdown)} must be finite factors > 0, "
                                  "one per rank")
+        for name in ("latency", "bandwidth", "jitter", "loss", "retransmit"):  # "1e-6" too:
+            value = getattr(self, name)  # a ValueError naming the field, not a TypeError
+            _check(isinstance(value, numbers.Real) and not isinstance(value, bool), name,
+                   value, "a number")
         _check(self.latency >= 0 and math.isfinite(self.latency), "latency",
                self.latency, "a finite number of seconds >= 0")
         _check(self.bandwidth > 0, "bandwidth", self.bandwidth, "bytes per second > 0")
@@ -65,9 +90,12 @@ class Network:
         _check(isinstance(self.seed, int), "seed", self.seed, "an int")
         _check(self.latency_model in LATENCY_MODELS, "latency_model", self.latency_model,
                f"one of {LATENCY_MODELS}")
+        if isinstance(self.eager_limit, str):  # a named rule
+            object.__setattr__(self, "eager_limit", EAGER_LIMITS.get(*[self.eager_limit] * 2))
         _check(not isinstance(self.eager_limit, bool) and isinstance(self.eager_limit, (int, float))
                and self.eager_limit >= 0, "eager_limit", self.eager_limit,
-               "a number of bytes >= 0 (math.inf: every send is eager)")
+               "a number of bytes >= 0 (math.inf: every send is eager) or one of "
+               f"{sorted(EAGER_LIMITS)}")
         _check(self.builtin_algorithm in BUILTIN_ALGORITHMS, "builtin_algorithm",
                self.builtin_algorithm, f"one of {BUILTIN_ALGORITHMS}")
 
@@ -79,12 +107,15 @@ class Network:
     is_cluster = False
 
     def node_of(self, rank: int) -> int:
+        """The node `rank` sits on: 0 on a flat network (one node holds every rank)."""
         return 0
 
     def local_rank_of(self, rank: int) -> int:
+        """`rank`'s index inside its node: the rank itself on a flat network."""
         return rank
 
     def local_world_size_of(self, rank: int, world_size: int) -> int:
+        """Ranks on `rank`'s node: all `world_size` of them on a flat network."""
         return world_size
 
     def link(self, src: int, dst: int) -> Network:
@@ -130,6 +161,7 @@ class Network:
 
     @property
     def deterministic(self) -> bool:
+        """True when no message is delayed at random (no jitter, no loss)."""
         return not self.jitter and not self.loss
 
     @classmethod
@@ -144,6 +176,7 @@ class Network:
         return dataclasses.replace(self, **changes)
 
     def describe(self) -> str:
+        """One line for a figure or a print: name, latency in us, bandwidth in GB/s."""
         bw = "inf" if math.isinf(self.bandwidth) else f"{self.bandwidth / 1e9:g} GB/s"
         return f"{self.name}: latency {self.latency * 1e6:g} us, bandwidth {bw}"
 
@@ -179,8 +212,13 @@ class Cluster(Network):
     intra: Network | str = "nvlink4"
     inter: Network | str = "infiniband_ndr"
     nics_per_node: int = 1
+    placement: tuple[int, ...] | None = None  # rank r runs in slot placement[r] (None: r)
 
     def __post_init__(self) -> None:
+        if self.placement is not None:  # slots are node-major: slot // gpus_per_node
+            object.__setattr__(self, "placement", tuple(self.placement))
+            _check(sorted(self.placement) == list(range(self.nodes * self.gpus_per_node)),
+                   "placement", self.placement, "a permutation of range(nodes * gpus_per_node)")
         for field in ("nodes", "gpus_per_node", "nics_per_node"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -202,15 +240,20 @@ class Cluster(Network):
 
     @property
     def world_size(self) -> int:
+        """nodes x gpus_per_node: the one world size this cluster fits."""
         return self.nodes * self.gpus_per_node
 
     def node_of(self, rank: int) -> int:
-        return rank // self.gpus_per_node
+        """The node of `rank`: its slot // gpus_per_node (slot = placement[rank], or rank:
+        consecutive ranks share a node)."""
+        return (self.placement[rank] if self.placement else rank) // self.gpus_per_node
 
     def local_rank_of(self, rank: int) -> int:
-        return rank % self.gpus_per_node
+        """`rank`'s index inside its node (slot % gpus_per_node), torchrun's LOCAL_RANK."""
+        return (self.placement[rank] if self.placement else rank) % self.gpus_per_node
 
     def local_world_size_of(self, rank: int, world_size: int) -> int:
+        """Ranks per node (gpus_per_node), torchrun's LOCAL_WORLD_SIZE."""
         return self.gpus_per_node
 
     def nic_of(self, rank: int) -> int:
@@ -218,9 +261,11 @@ class Cluster(Network):
         return self.local_rank_of(rank) % self.nics_per_node
 
     def link(self, src: int, dst: int) -> Network:
+        """The link a message from `src` to `dst` takes: `intra` inside a node, else `inter`."""
         return self.intra if self.node_of(src) == self.node_of(dst) else self.inter
 
     def check_world_size(self, world_size: int) -> None:
+        """Raise `ValueError` unless `world_size` is nodes x gpus_per_node (and `slowdown` fits)."""
         if world_size != self.world_size:
             raise ValueError(f"Network.cluster has nodes={self.nodes} x gpus_per_node="
                              f"{self.gpus_per_node} = {self.world_size} ranks but world_size="
@@ -228,6 +273,7 @@ class Cluster(Network):
         super().check_world_size(world_size)
 
     def describe(self) -> str:
+        """One line: nodes, ranks and NICs per node, then each link's own description."""
         return (f"{self.name}: {self.nodes} nodes x {self.gpus_per_node} ranks, "
                 f"{self.nics_per_node} NIC(s) per node; inside {self.intra.describe()}; "
                 f"between {self.inter.describe()}")

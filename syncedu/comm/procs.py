@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import glob
 import os
 import pickle
 import queue
@@ -25,9 +26,12 @@ import threading
 import time
 from multiprocessing.connection import Pipe, wait
 
+import psutil
+
 from ._worker import END_MARK
 from .errors import TimeoutError, WorkerError
 from .rank_output import RankSink
+from .shm import SHM_DIR
 
 
 def default_threads(world_size: int) -> int:
@@ -91,6 +95,25 @@ def _exit_reason(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+def _remove_stale_folders() -> None:
+    """Remove the rendezvous folders of launchers that died without cleaning up (kill -9):
+    `syncedu-<pid>-*` of this user whose pid is gone, and the shared-memory segments named
+    after them (shm.py). A live pid keeps its folder."""
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), "syncedu-*-*")):
+        pid = os.path.basename(path).split("-")[1]
+        with contextlib.suppress(OSError):  # (another launcher may be removing it too)
+            if pid.isdigit() and not psutil.pid_exists(int(pid)) \
+                    and os.stat(path).st_uid == os.getuid():
+                shutil.rmtree(path)
+                for segment in glob.glob(f"{SHM_DIR}/{os.path.basename(path)}-*"):
+                    os.unlink(segment)
+
+
+# Gloo aborts the rank that notices a size/dtype mismatch (SIGABRT) and resets its peers'
+# connections: this line, in the aborted rank's output, names the real mistake.
+GLOO_MISMATCH = "Received data size doesn't match"
+
+
 class Ranks:
     """`world_size` live rank processes joined in one process group."""
 
@@ -102,7 +125,8 @@ class Ranks:
         self._recent = [collections.deque(maxlen=30) for _ in range(world_size)]
         self._ends = [0] * world_size
         self._runs = 0
-        self._tmp = tempfile.mkdtemp(prefix="syncedu-")
+        _remove_stale_folders()
+        self._tmp = tempfile.mkdtemp(prefix=f"syncedu-{os.getpid()}-")
         self.procs: list[subprocess.Popen] = []
         self.conns = []
         try:
@@ -166,6 +190,7 @@ class Ranks:
         sink = RankSink(self.output, sys.stdout)  # ("start": never closed, "ordered" dropped)
         deadline = None if timeout is None else time.monotonic() + timeout
         index = {id(c): r for r, c in enumerate(self.conns)}
+        failure = None
         try:
             while pending:
                 self._drain(sink)
@@ -177,12 +202,25 @@ class Ranks:
                     raise TimeoutError(
                         f"{what} did not finish within {timeout:g} s; ranks still running: "
                         f"{sorted(pending)} (all ranks were stopped)", sorted(pending))
+        except WorkerError as e:
+            failure = e
         finally:
             if what == "start":
                 self._drain(sink)
             else:  # all output of the run, even when it failed
                 self._finish_output(sink, grace=0.5 if pending else 2.0)
+        if failure is not None:  # now that every rank's last output is in
+            raise self._mismatch() or failure
         return [replies[r] for r in range(self.world_size)]
+
+    def _mismatch(self) -> WorkerError | None:
+        """The rank whose output shows Gloo's size-mismatch abort, with the mistake named."""
+        found = [(r, line) for r, lines in enumerate(self._recent) for line in lines
+                 if GLOO_MISMATCH in line]
+        return found and WorkerError(
+            found[0][0], "ranks passed tensors of different sizes or dtypes to the same "
+            "collective: every rank must pass the same shape and dtype (Gloo then aborted this "
+            "rank: SIGABRT)", f"Gloo on rank {found[0][0]}: {found[0][1].strip()}")
 
     def _receive(self, r: int, sink: RankSink):
         try:
@@ -209,6 +247,7 @@ class Ranks:
         return self._collect(timeout, "the run")
 
     def alive(self) -> bool:
+        """True while every rank process runs (a dead one means: start fresh ranks)."""
         return bool(self.procs) and all(p.poll() is None for p in self.procs)
 
     def stop(self, grace: float = 3.0) -> None:
@@ -237,3 +276,5 @@ class Ranks:
             conn.close()
         self.conns = []
         shutil.rmtree(self._tmp, ignore_errors=True)
+        for path in glob.glob(f"{SHM_DIR}/{os.path.basename(self._tmp)}-*"):  # killed in set-up
+            os.unlink(path)

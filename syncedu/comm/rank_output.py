@@ -51,6 +51,7 @@ class RankSink:
         self._lock = threading.Lock()
 
     def write(self, rank: int, s: str) -> None:
+        """Add text `s` from `rank`; each complete line goes out marked `[rank r]`."""
         with self._lock:
             *lines, self._partial[rank] = (self._partial.get(rank, "") + s).split("\n")
             for line in lines:
@@ -63,6 +64,7 @@ class RankSink:
             self._held.append((rank, line))
 
     def close(self) -> None:
+        """Flush partial lines, then ("ordered") the held lines rank by rank."""
         with self._lock:
             for rank, rest in sorted(self._partial.items()):
                 if rest:

@@ -20,6 +20,7 @@ class RunResult(list):
 
     @property
     def world_size(self) -> int:
+        """How many ranks ran (one value each)."""
         return len(self)
 
 
@@ -49,6 +50,7 @@ def check_ranks(world_size, limit: int, network, timeout, output, hint: str = ""
 
 
 def check_timeout(timeout) -> None:
+    """`timeout` must be None (wait forever: the caller's choice) or seconds > 0."""
     if timeout is None:
         return
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
@@ -56,6 +58,7 @@ def check_timeout(timeout) -> None:
 
 
 def check_progress(progress) -> None:
+    """`progress` must be None/False (no bar), True (a tqdm bar) or have `.update(n)`."""
     if not (progress is None or isinstance(progress, bool)
             or callable(getattr(progress, "update", None))):
         raise ValueError(f"progress={progress!r} must be None or False (no bar), True (a tqdm "

@@ -5,7 +5,8 @@
 runs at a time and hands over when it must wait, so a run always repeats exactly.
 One send, in the order of the files it passes through:
 
-1. the call (this file): `comm.isend(t, dst)` copies `t` and charges the ledger;
+1. the call (this file): `comm.isend(t, dst)` copies `t` and charges the ledger (`wait()`
+   fails if `t` changed before it, and so does a rank that never waits on a send);
 2. the links and clocks (sim_links.py): the sender's port, NIC and latency model;
 3. delivery (sim_delivery.py): matched to a posted receive by (source, tag), or queued;
 4. the handles (sim_handles.py): `recv` books the receiver's port and moves its clock to
@@ -50,6 +51,7 @@ class SimComm(Comm):
         self._wires = world.wires
         self._clock = world.wires.clocks[rank]
         self._eager = network.eager_limit
+        self._unwaited: dict = {}  # isend handles not yet waited on (SendWork.guard)
 
     def now(self) -> float:
         """This rank's logical clock, in seconds since the run started."""
@@ -61,17 +63,26 @@ class SimComm(Comm):
 
     # A message's channel is its tag: built-in collectives send no messages here.
     def _isend(self, tensor: torch.Tensor, dst: int, tag: int) -> Work:
-        data = flat_view(tensor)
-        if data.numel():  # copied now: the buffer is free at once (an empty one has no data)
-            data = data.clone()
+        view = flat_view(tensor)
+        data = view.clone() if view.numel() else view  # the bytes as posted (SendWork checks)
+        guard = (self, view, data, view._version, dst, tag) if view.numel() else None
         nbytes = data.nbytes
         start, dur, end = self._wires.depart(self.rank, dst, nbytes)  # Step 2
         op = self._scopes[-1] if self._scopes else "send"
         rdv = (None if nbytes <= self._eager else  # rendezvous: waits for its receive
-               RendezvousWork(self._world, self.rank, dst, tag, nbytes, self._clock, end))
+               RendezvousWork(self._world, self.rank, dst, tag, nbytes, self._clock, end, guard))
         self._world.deliver(Message(data, self.rank, tag, start, dur, op, nbytes,
                                     self._wires.left, rdv), dst)
-        return rdv or SendWork(self._clock, end)
+        return rdv or SendWork(self._clock, end, guard)
+
+    def _returned(self, result):
+        """`fn`'s result, unless this rank left sends never waited on (see SendWork)."""
+        for g in self._unwaited.values():  # the first one is enough to name the mistake
+            raise RuntimeError(
+                f"rank {self.rank} returned with {len(self._unwaited)} isend(s) never waited on "
+                f"(first to rank {g[4]}, tag {g[5]}): on Gloo and NCCL a send is complete, and "
+                "its buffer free, only once wait() returns; wait() on every isend handle")
+        return result
 
     def _irecv(self, tensor: torch.Tensor, src: int, tag: int) -> Work:
         handle = RecvWork(self.arrive, self.rank, src, tag, tensor, self._clock.now)
@@ -121,9 +132,23 @@ def run(fn, world_size: int, args=(), kwargs=None, *, network: Network | None = 
         scheduler: str = "auto", progress=None) -> RunResult:
     """Run `fn(comm, *args, **kwargs)` on `world_size` simulated ranks; return a `RunResult`.
 
-    Raises `WorkerError` (the lowest rank that raised), `DeadlockError` or, after
-    `timeout` real seconds, `TimeoutError`. `scheduler`: sim_sched.py; `progress`: None,
-    True (a tqdm bar) or anything with `.update(n)` (told of point-to-point messages).
+    Raises `WorkerError` (the lowest rank that raised), `DeadlockError` (every unfinished rank
+    waits; it names what each waits for) or, after `timeout` real seconds, `TimeoutError`.
+
+    Args:
+        fn: the worker, the same function `launch.run` takes.
+        world_size: simulated ranks, 1..4096.
+        args, kwargs: passed to `fn` on every rank (default none).
+        network: the `Network` the logical clock follows (default None: zero latency,
+            infinite bandwidth, so only the counts matter).
+        timeout: real seconds before the run is stopped (default None: 300.0).
+        output: "live" (default), "ordered" or "quiet", as for `launch.Pool`.
+        scheduler: "auto" (default: threads up to 64 ranks, then greenlets), "thread" or
+            "greenlet" (sim_sched.py).
+        progress: None/False (default, no bar), True (a tqdm bar) or anything with
+            `.update(n)`, told of point-to-point messages.
+
+    `.seconds` of the result is the logical time of the slowest rank.
     """
     check_ranks(world_size, MAX_WORLD_SIZE, network, timeout, output)
     check_call(fn, args, kwargs)
@@ -152,7 +177,8 @@ def _run(fn, world_size, args, kwargs, network, timeout, sink, sched, bar) -> Ru
     comms = [SimComm(r, world_size, network, world) for r in range(world_size)]
     world.ledgers = [c.ledger for c in comms]  # built-ins count their messages here
     args, kwargs = tuple(args), dict(kwargs or {})
-    world.launch(comms, lambda comm: fn(comm, *args, **kwargs))  # the arguments' one stop
+    # the arguments' one stop
+    world.launch(comms, lambda comm: comm._returned(fn(comm, *args, **kwargs)))
     try:
         if not world.sched.drive(world, timeout) and world.error is None:
             world.stop_for_timeout()

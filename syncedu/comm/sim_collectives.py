@@ -39,8 +39,10 @@ class Call:
         self.name = kind  # the ledger op its messages are charged to (a comm.scope's name)
 
     def signature(self) -> tuple:
+        """What every rank's call must share: kind, op, root and (numel, dtype, shape)."""
         t = self.tensor
-        return (self.kind, self.op, self.root, None if t is None else (t.numel(), t.dtype))
+        return (self.kind, self.op, self.root,
+                None if t is None else (t.numel(), t.dtype, tuple(t.shape)))
 
 
 class SimCollectiveWork:
@@ -58,6 +60,7 @@ class SimCollectiveWork:
         self.world.wires.clocks[self.rank].advance(self.call.end)
 
     def describe(self, world) -> str:
+        """For a deadlock report: which ranks this collective still waits for, and why."""
         missing = [r for r in range(world.n) if r not in self.pending]
         text = f"{self.call.kind}: waiting for a message from rank {missing[0]}"
         if len(missing) > 1:
@@ -77,8 +80,10 @@ def check(first: Call, call: Call) -> None:
                            "same order")
     if call.signature() != first.signature():
         mine, theirs = call.signature()[3], first.signature()[3]
-        raise RuntimeError(f"rank {call.rank}'s {call.kind} has {mine[0]} x {mine[1]} where "
-                           f"rank {first.rank}'s has {theirs[0]} x {theirs[1]}: every rank must "
+        # Same size, other shape: real backends see only bytes and sum silently; refuse it.
+        i = 2 if mine[:2] == theirs[:2] else 0
+        raise RuntimeError(f"rank {call.rank}'s {call.kind} has {mine[i]} x {mine[1]} where "
+                           f"rank {first.rank}'s has {theirs[i]} x {theirs[1]}: every rank must "
                            "pass tensors of the same shape and dtype")
 
 

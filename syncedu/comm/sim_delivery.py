@@ -153,7 +153,14 @@ class World:
 
     def recv_any(self, rank: int, chan) -> Message:
         """Park `rank` until no other rank can run (any might still send an earlier message);
-        then take its earliest message on `chan`."""
+        then take its earliest message on `chan`.
+
+        Why wait for every other rank: a receive from any source must return the message that
+        arrives first in logical time, and a rank still running may yet send one stamped
+        earlier than anything queued now. Only when every other rank is parked or done is the
+        earliest queued message final, so the answer is deterministic (MPI_ANY_SOURCE picks
+        by wall-clock arrival, which a simulator must not).
+        """
         self.sched.check_can_park(rank)
         with self.lock:
             self.check()
@@ -240,6 +247,7 @@ class World:
             self._stop(error)
 
     def stop_for_timeout(self) -> None:
+        """Stop every rank with a `TimeoutError` naming those not yet done."""
         self.stop(self.timeout_error([r for r, st in enumerate(self.ranks) if not st.done]))
 
     def outcome(self) -> BaseException | None:

@@ -9,34 +9,54 @@ from .sim_links import Clock, Message
 
 
 class SendWork(Work):
-    """Handle of an `isend`: `wait()` moves the clock to when the send port is done."""
+    """Handle of an `isend`: `wait()` moves the clock to when the send port is done.
 
-    __slots__ = ("clock", "end")
+    `guard` = (comm, view, copy, version, dst, tag): the sent tensor and the bytes posted.
+    Gloo and NCCL may read a send buffer until the request completes (torch: changing it
+    before is undefined), so `wait()` fails if those bytes changed, and a rank that returns
+    with sends never waited on fails too (`SimComm._returned`)."""
 
-    def __init__(self, clock: Clock, end: float):
-        self.clock, self.end = clock, end
+    __slots__ = ("clock", "end", "guard")
+
+    def __init__(self, clock: Clock, end: float, guard=None):
+        self.clock, self.end, self.guard = clock, end, guard
+        if guard:
+            guard[0]._unwaited[self] = guard
 
     def wait(self, timeout: float | None = None) -> None:
+        """A posted eager send: the sender's clock moves to when its port is free again."""
         self.clock.advance(self.end)
+        comm, view, copy, version, dst, tag = self.guard or (None,) * 6
+        # any view of the same storage moves the version: then compare the bytes themselves
+        if (comm and comm._unwaited.pop(self, None) and view._version != version
+                and not torch.equal(view.view(torch.uint8), copy.view(torch.uint8))):
+            raise RuntimeError(
+                f"rank {comm.rank} changed the tensor it isend to rank {dst} (tag {tag}) before "
+                "that send's wait(): on Gloo and NCCL the data may leave after the change; "
+                "receive into another buffer, or wait() before reusing this one")
 
 
-class RendezvousWork(Work):
+class RendezvousWork(SendWork):
     """Handle of an `isend` above `eager_limit`: `wait()` parks until the receive is posted."""
 
-    __slots__ = ("world", "rank", "dst", "chan", "nbytes", "clock", "end", "msg", "posted")
+    __slots__ = ("world", "rank", "dst", "chan", "nbytes", "msg", "posted")
 
-    def __init__(self, world, rank: int, dst: int, chan, nbytes: int, clock: Clock, end: float):
-        self.world, self.rank, self.dst, self.chan = world, rank, dst, chan
-        self.nbytes, self.clock, self.end = nbytes, clock, end
+    def __init__(self, world, rank: int, dst: int, chan, nbytes: int, clock: Clock, end: float,
+                 guard=None):
+        super().__init__(clock, end, guard)
+        self.world, self.rank, self.dst, self.chan, self.nbytes = world, rank, dst, chan, nbytes
         self.msg = None  # True once a receive matched it (posted at `posted`)
         self.posted = 0.0
 
     def wait(self, timeout: float | None = None) -> None:
+        """A rendezvous send: wait for the matching receive, then for the bytes to leave."""
         if self.msg is None:
             self.world.wait(self.rank, self)
-        self.clock.advance(max(self.end, self.posted))
+        self.clock.advance(self.posted)
+        super().wait()
 
     def describe(self, world) -> str:
+        """For a deadlock report: the receive this send waits for."""
         text = (f"send to rank {self.dst} (tag {self.chan}, {self.nbytes} bytes > eager_limit "
                 f"{world.wires.net.eager_limit:g}): waits for rank {self.dst} to post the "
                 "matching receive")
@@ -59,6 +79,7 @@ class RecvWork(Work):
         self.at = at  # the receiver's clock when it posted this receive
 
     def wait(self, timeout: float | None = None) -> None:
+        """Copy the matching message (dtype and size checked) in, at its arrival time."""
         if self.done:
             return
         data = self.arrive(self)
@@ -74,6 +95,7 @@ class RecvWork(Work):
         self.done = True
 
     def describe(self, world) -> str:
+        """For a deadlock report: the message this receive waits for."""
         text = f"recv from rank {self.src} (tag {self.chan}, {self.nbytes} bytes)"
         if world.ranks[self.src].done:
             text += f"; rank {self.src} has already returned"

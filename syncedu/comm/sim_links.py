@@ -57,6 +57,7 @@ class RecvPort:
         return t
 
     def busy_until(self) -> float:
+        """Logical time the port's last booked transfer ends (-inf: never used)."""
         return self.ends[-1] if self.ends else float("-inf")
 
     def append(self, t: float, end: float) -> None:
@@ -91,6 +92,7 @@ class Clock:
         self.rng = rng
 
     def advance(self, t: float) -> None:
+        """Move this rank's logical clock forward to `t` (never back)."""
         if t > self.now:
             self.now = t
 

@@ -52,6 +52,7 @@ class ThreadScheduler:
         self.threads: list[threading.Thread] = []
 
     def start(self, comms, main) -> None:
+        """Start one daemon thread per rank, each running `main(comm)`."""
         for comm in comms:
             t = threading.Thread(target=main, args=(comm,), name=f"sim-rank-{comm.rank}",
                                  daemon=True)
@@ -59,17 +60,21 @@ class ThreadScheduler:
             self.threads.append(t)
 
     def check_can_park(self, rank: int) -> None:
+        """Nothing to check: a thread may wait anywhere, even inside autograd."""
         return None  # a thread may wait anywhere
 
     def park(self, rank: int) -> None:
+        """Block this rank's thread until another rank wakes it."""
         self.batons[rank].acquire()
 
     first_turn = park
 
     def wake(self, rank: int) -> None:
+        """Let `rank`'s parked thread run on."""
         self.batons[rank].release()
 
     def release_all(self, ranks) -> None:
+        """Wake every rank in `ranks` so it sees the run stopped and raises."""
         for r in ranks:  # each wakes up and raises Cancelled
             self.batons[r].release()
 
@@ -100,11 +105,13 @@ class GreenletScheduler:
         self.hub = None
 
     def start(self, comms, main) -> None:
+        """Make one greenlet per rank, children of this (hub) greenlet; none runs yet."""
         self.hub = greenlet.getcurrent()
         for comm in comms:
             self.glets[comm.rank] = greenlet.greenlet(lambda c=comm: main(c), parent=self.hub)
 
     def first_turn(self, rank: int) -> None:
+        """A rank's first switch-in: torch's thread state as a new thread would have it."""
         _restore((True, None))  # what a new thread starts with: grad on, no autocast
 
     def check_can_park(self, rank: int) -> None:
@@ -121,6 +128,7 @@ class GreenletScheduler:
                                "or sim.run(..., scheduler='thread')")
 
     def park(self, rank: int) -> None:
+        """Switch away (to the rank woken next, or the hub), saving and restoring torch's state."""
         state = _save()
         nxt = self.next
         if nxt is None or not self.glets[nxt]:
@@ -133,9 +141,11 @@ class GreenletScheduler:
         _restore(state)
 
     def wake(self, rank: int) -> None:
+        """Choose `rank` to run at the next switch."""
         self.next = rank
 
     def release_all(self, ranks) -> None:
+        """Nothing here: the hub switches to each unfinished rank once it is back."""
         return None  # the hub switches to each unfinished rank once it is back (_loop)
 
     def drive(self, world, timeout: float) -> bool:
@@ -183,6 +193,7 @@ class GreenletScheduler:
                 continue
 
     def join(self, grace: float = 0.5) -> None:
+        """Nothing to join: greenlets end with the hub's loop."""
         return None
 
 

@@ -30,6 +30,7 @@ class TorchWork(Work):
         self._after = after  # emulated delay still owed once the data has arrived
 
     def wait(self, timeout: float | None = None) -> None:
+        """Wait for torch's handle (at most `timeout` seconds), then the emulated delay owed."""
         if self._work is not None:
             if timeout is None:
                 self._work.wait()
@@ -44,6 +45,13 @@ class TorchWork(Work):
 class TorchComm(Comm):
     """One real rank on `group` (default: the default group); `device` defaults to the
     current CUDA device for NCCL, else the CPU; `network`: a `Network` to emulate."""
+
+    def __reduce__(self):
+        # A comm wraps its own process's process group: a copy in another process (the
+        # launcher, say) would look alive and fail at its first call with torch's "Default
+        # process group has not been initialized". Refuse the copy, and say why.
+        raise TypeError(f"a TorchComm works only inside fn, on its own rank (rank {self.rank} "
+                        "of its process group); return tensors or numbers, not the comm")
 
     def __init__(self, group=None, *, device: torch.device | str | None = None, network=None):
         if not dist.is_available() or not dist.is_initialized():

@@ -10,7 +10,8 @@ class Work(ABC):
     """Handle of a non-blocking operation; `wait()` blocks until it is done."""
 
     @abstractmethod
-    def wait(self, timeout: float | None = None) -> None: ...
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the operation is done (at most `timeout` seconds; None: no limit)."""
 
 
 class ThreadWork(Work):
@@ -22,10 +23,12 @@ class ThreadWork(Work):
         self._done = threading.Event()
 
     def finish(self, error: BaseException | None = None) -> None:
+        """Mark the work done (`error`: raised again by `wait`), waking every waiter."""
         self.error = error
         self._done.set()
 
     def wait(self, timeout: float | None = None) -> None:
+        """Wait for `finish` (a `TimeoutError` past `timeout`), re-raising its error."""
         if not self._done.wait(timeout):
             raise TimeoutError(f"{self.what} not finished within {timeout} s")
         if self.error is not None:
@@ -40,6 +43,7 @@ class CollectiveWork(Work):
         self._inner, self._then = inner, then
 
     def wait(self, timeout: float | None = None) -> None:
+        """Wait for the inner handle, then run the finishing step once (e.g. divide for "avg")."""
         if self._inner is not None:  # (a wait that timed out may be retried)
             self._inner.wait(timeout)
             self._inner = None

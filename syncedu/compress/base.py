@@ -42,6 +42,10 @@ class Compressor:
     _state: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def average_(self, comm, tensors: list[torch.Tensor], key: str = "bucket") -> None:
+        """Average `tensors` over every rank of `comm` in place, compressed on the wire.
+
+        `key` names the bucket (a compressor with state, such as error feedback, keeps it per key).
+        """
         raise NotImplementedError
 
     def check(self, comm) -> None:

@@ -34,13 +34,16 @@ class Cast(Compressor):
         check_flags(self, "divide_first")
 
     def compress(self, x: torch.Tensor) -> torch.Tensor:
+        """The tensor in the wire dtype (fp16 or bf16): half the bytes of fp32."""
         return x.to(self.dtype)
 
     @staticmethod
     def decompress(payload: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """Back to the dtype of `like` (the wire's rounding stays)."""
         return payload.to(like.dtype)
 
     def check(self, comm) -> None:
+        """Raise `RuntimeError` if this backend cannot reduce the wire dtype (Gloo and bf16)."""
         why = backend_refuses(self.dtype, comm)
         if why:
             raise RuntimeError(f"compression={self.name!r} cannot run here: {why}")

@@ -135,10 +135,14 @@ class TorchPowerSGD(Compressor):
                              f"{need / 2 ** 20:.4f} (the {cfg.model}'s {need:,} gradient bytes)")
 
     def average_(self, comm, tensors, key: str = "bucket") -> None:
+        """Refused: torch's hook runs inside DDP only (use `PowerSGD` with our strategies)."""
         raise ValueError("TorchPowerSGD is torch's DDP comm hook: it runs only under DDP, "
                          "train.run(\"ddp\", ...); use PowerSGD with other strategies")
 
     def ddp_hook(self, comm):
+        """(state, hook) for `DistributedDataParallel.register_comm_hook`: torch's PowerSGD state
+        on a process group that charges each allreduce to `comm`'s ledger.
+        """
         return psgd.PowerSGDState(process_group=_ChargedGroup(comm), random_seed=self.seed,
                                   matrix_approximation_rank=self.rank,
                                   start_powerSGD_iter=self.start_iter), _one_bucket_hook

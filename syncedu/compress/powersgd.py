@@ -75,6 +75,7 @@ class PowerSGD(Compressor):
 
     @staticmethod
     def decompress(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """The rank-r approximation P Q^T of a matrix from its two factors."""
         return p @ q.t()
 
     def residual(self, comm, key: str = "bucket") -> torch.Tensor | None:
@@ -82,7 +83,14 @@ class PowerSGD(Compressor):
         return self._state.get((key, comm.rank), {}).get("error")
 
     def _step(self, comm, key: str) -> int:
-        """This rank's step: a key seen twice opens the next (torch uses `bucket.is_last()`)."""
+        """This rank's step number, counted from the bucket keys it has seen.
+
+        The invariant: within one step every bucket key comes once, so a key seen again opens
+        the next step (torch's hook uses `bucket.is_last()` instead). A key first seen late,
+        as after DDP rebuilds its buckets in step 2, joins the current step: it is new to
+        `seen`, so it does not advance the count. Each (key, step) then draws its own seeded
+        Q, identical on every rank without a broadcast (`_fresh_q`).
+        """
         st = self.state(comm, ("steps",), lambda: {"step": 0, "seen": set()})
         if key in st["seen"]:
             st["step"] += 1

@@ -43,6 +43,7 @@ class SignSGD(Compressor):
 
     @staticmethod
     def decompress(packed, scale, numel: int) -> torch.Tensor:
+        """+-`scale` per element from the packed sign bits (the first `numel` of them)."""
         bits = (packed.unsqueeze(1) & _BITS.to(packed.device)) > 0
         return (bits.view(-1)[:numel].float() * 2 - 1) * scale
 

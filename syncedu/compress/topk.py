@@ -49,6 +49,7 @@ class TopK(Compressor):
 
     @staticmethod
     def decompress(values, indices, numel: int) -> torch.Tensor:
+        """A dense tensor of `numel` zeros with `values` added at `indices` (duplicates sum)."""
         out = torch.zeros(numel, dtype=values.dtype, device=values.device)
         return out.index_add_(0, indices.long(), values)
 

@@ -36,6 +36,7 @@ class Bucket:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the bucket's flat gradient buffer (what one allreduce sends)."""
         return self.buffer.numel() * self.buffer.element_size()
 
     def views(self):

@@ -32,9 +32,11 @@ class GradSync:
         self.events: list[tuple[float, float, int]] = []  # (start, end, bytes) per allreduce
 
     def arm(self, on: bool) -> None:
+        """Whether the next backward synchronizes (`on`=False inside `no_sync`)."""
         self.armed = on
 
     def close(self) -> None:
+        """Remove hooks and free buffers; nothing to do for a strategy without them."""
         pass
 
     def _all_reduce(self, tensor: torch.Tensor) -> None:
@@ -54,6 +56,7 @@ class NaiveSync(GradSync):
     """One allreduce per parameter, after backward."""
 
     def finish(self) -> None:
+        """One allreduce per parameter gradient after the backward (contiguous copy if needed)."""
         for p in self.params:
             g = _grad(p)
             tmp = g if g.is_contiguous() else g.contiguous()
@@ -66,6 +69,7 @@ class FlatSync(GradSync):
     """Copy every gradient into one flat buffer, one allreduce, copy back."""
 
     def finish(self) -> None:
+        """Concatenate every gradient, one allreduce, copy each slice back into its `.grad`."""
         grads = [_grad(p) for p in self.params]
         flat = torch.cat([g.reshape(-1) for g in grads])
         self._all_reduce(flat)
@@ -153,6 +157,9 @@ class CompressedSync(GradSync):
                            for b in build_buckets(params, int(bucket_cap_mb * MB))]
 
     def finish(self) -> None:
+        """Each group's gradients averaged through the compressor; its event records the
+        uncompressed bytes (the ledger has what actually travelled).
+        """
         for key, group in self.groups:
             grads = [_grad(p) for p in group]
             t0 = time.perf_counter()
@@ -177,8 +184,26 @@ def sync_paused(wrapper):
 class DataParallel(nn.Module):
     """Wrap `module` so that training on every rank's shard averages the gradients.
 
-    `broadcast_buffers`: re-broadcast rank 0's buffers (BatchNorm statistics) at every
-    synchronizing forward, as DDP does; `compression`: None, "fp16", "bf16" or a compressor.
+    Like `torch.nn.parallel.DistributedDataParallel` (Li et al., "PyTorch Distributed",
+    VLDB 2020): rank 0's parameters and buffers are broadcast at construction, so every rank
+    starts equal; each backward then averages the gradients, and since every rank applies the
+    same averaged update the parameters stay equal without being sent again.
+
+    Args:
+        module: any `nn.Module`; frozen parameters are never sent, tied ones once.
+        comm: this rank's `Comm` (real or simulated ranks: the same code).
+        strategy: "naive" (one allreduce per gradient, after backward), "flat" (one
+            allreduce of every gradient concatenated) or "bucketed" (default: buckets of
+            about `bucket_cap_mb`, each allreduced asynchronously as soon as backward has
+            filled it, so the traffic overlaps the rest of the backward, as DDP does).
+        bucket_cap_mb: bucket size in MB (10^6 bytes) for "bucketed" (default 25.0, DDP's).
+        broadcast_buffers: re-broadcast rank 0's buffers (BatchNorm statistics) at every
+            synchronizing forward, as DDP's default (default True).
+        timeout: seconds any wait for gradient traffic may take before `TimeoutError`
+            (default 300.0).
+        compression: None (default: fp32 on the wire), "fp16", "bf16" or a compressor from
+            `syncedu.compress` (`TopK`, `SignSGD`, `PowerSGD`): the ledger counts the bytes
+            actually sent.
     """
 
     def __init__(self, module: nn.Module, comm, strategy: str = "bucketed", *,
@@ -213,6 +238,9 @@ class DataParallel(nn.Module):
                 self.comm.broadcast(b, src=0)
 
     def forward(self, *args, **kwargs):
+        """The wrapped module's forward; with grad enabled and outside `no_sync`, it also arms
+        the next backward's gradient sync and (`broadcast_buffers`) sends rank 0's buffers.
+        """
         sync = self.require_sync and torch.is_grad_enabled()  # Step 3
         if sync and self.broadcast_buffers and self.comm.world_size > 1:
             with torch.no_grad():

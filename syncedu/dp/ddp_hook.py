@@ -89,6 +89,15 @@ def wrap_ddp(module, comm, bucket_cap_mb: float = 25.0, hook: bool = True, compr
     `hook=False` leaves DDP's own allreduce (faster by a Python call per bucket, but its
     traffic then reaches neither the ledger nor the timeline)."""
     device_ids = [comm.device.index] if comm.device.type == "cuda" else None
+    # Why DDP's first step is one bucket: without find_unused_parameters (or with
+    # static_graph) it puts every gradient in a single bucket at first, then rebuilds the
+    # buckets of `bucket_cap_mb` in the order the gradients became ready in that first
+    # backward (torch 2.13, torch/nn/parallel/distributed.py:148-154,
+    # BucketCapacityConfig.compute_bucket_size_limits). So a hook sees one big allreduce in
+    # step 1 and the cap's buckets from step 2 on; a bucket closes once the cap is crossed.
+    # gradient_as_bucket_view stays False (DDP's default): each .grad keeps its own memory
+    # and the averaged bucket is copied back into it; True makes .grad a view of the bucket
+    # (one copy and one gradient set less) but then .grad aliases what the hook sends.
     ddp = DistributedDataParallel(module, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb,
                                   process_group=getattr(comm, "group", None),
                                   broadcast_buffers=broadcast_buffers)

@@ -62,9 +62,11 @@ def bucket_sizes(total_bytes: int, cap_bytes: int) -> list[int]:
 
 
 def schedule(buckets: list[int], world_size: int, network: Network, *, forward: float,
-             backward: float, step: float = 0.0, overlap: bool | float = True) -> Schedule:
+             backward: float, step: float = 0.0, overlap: bool | float = True,
+             op: str = "all_reduce", itemsize: int = 4) -> Schedule:
     """Step 1-4: the timeline of one step with these bucket sizes (bytes, backward order);
-    `overlap`: True (1), False (0) or the share of the backward that hides communication."""
+    `overlap`: True (1), False (0) or the share of the backward that hides communication;
+    `op`: each bucket's collective (ZeRO-1/2 reduce-scatter instead), of `itemsize` bytes."""
     if world_size < 1 or min(forward, backward, step) < 0 or not buckets:
         raise ValueError("world_size must be >= 1, times >= 0, and buckets non-empty")
     if not 0 <= overlap <= 1:
@@ -82,7 +84,7 @@ def schedule(buckets: list[int], world_size: int, network: Network, *, forward: 
     for b, p in zip(buckets, produced):  # Step 3 (Step 4's share: ready over the last part)
         ready = p if overlap == 1 else end_backward - overlap * (end_backward - p)
         start = max(ready, link)
-        dur = collective_time("all_reduce", b, world_size, network)
+        dur = collective_time(op, b, world_size, network, itemsize=itemsize)
         comm_total += dur
         if dur:
             segs.append(("comm", start, start + dur))
@@ -162,7 +164,7 @@ def overlap_step_time(model_bytes: float, compute_seconds: float, world_size: in
 
 # ------------------------------------------------------------- lesson 10: ZeRO's stages
 def zero_step_time(mode: str, psi: float, layers: int, world_size: int, network,
-                   forward_seconds: float, itemsize: int = 2) -> float:
+                   forward_seconds: float, itemsize: int = 2, overlap: bool = False) -> float:
     """Seconds of one step in `mode` (`ZERO_MODES`): L equal layers, Psi parameters of
     `itemsize` bytes, forward compute F per step (backward 2F), N ranks; AG and RS of one
     layer's Psi/L, nothing overlapped unless said:
@@ -172,7 +174,11 @@ def zero_step_time(mode: str, psi: float, layers: int, world_size: int, network,
     2. ZeRO-3 without prefetch, every layer waits for its all-gather twice:
        t = 3F + L (2 AG + RS);
     3. ZeRO-3 with prefetch (FSDP's): layer l+1's all-gather runs while layer l computes:
-       t = AG + (L-1) max(F/L, AG) + F/L + AG + (L-1) max(2F/L, AG + RS) + 2F/L + RS.
+       t = AG + (L-1) max(F/L, AG) + F/L + AG + (L-1) max(2F/L, AG + RS) + 2F/L + RS;
+    4. `overlap=True` (DP, ZeRO-1/2): what DDP and DeepSpeed's `overlap_comm` do, lesson 03's
+       `schedule` with one bucket per layer: each layer's allreduce (DP) or reduce-scatter
+       (ZeRO-1/2) starts when its gradients are ready and the previous one is done; ZeRO-1/2
+       then all-gather the updated parameters, which nothing hides.
     """
     if mode not in ZERO_MODES:
         raise ValueError(f"mode={mode!r} is unknown; choose one of {ZERO_MODES}")
@@ -182,6 +188,10 @@ def zero_step_time(mode: str, psi: float, layers: int, world_size: int, network,
     ag = collective_time("all_gather", size / layers, n, network, itemsize=itemsize)
     rs = collective_time("reduce_scatter", size / layers, n, network, itemsize=itemsize)
     whole_ag = collective_time("all_gather", size, n, network, itemsize=itemsize)
+    if overlap and mode in ("dp", "zero1", "zero2"):  # Step 4
+        op = "all_reduce" if mode == "dp" else "reduce_scatter"  # ZeRO-1/2: + whole_ag
+        return (op != "all_reduce") * whole_ag + schedule([size / layers] * layers, n, network,
+            forward=forward_seconds, backward=2 * forward_seconds, op=op, itemsize=itemsize).seconds
     if mode in ("dp", "zero1"):  # Step 1
         return (3 * forward_seconds + whole_ag
                 + collective_time("reduce_scatter", size, n, network, itemsize=itemsize))

@@ -13,9 +13,14 @@ from syncedu.dp.ddp_hook import wrap_ddp
 from syncedu.train.strategies import Parts, make_optimizer, register
 
 
-@register("naive", "flat", "bucketed")
+@register("flat", "bucketed", compressible=True)
+@register("naive", compressible=True, float64=True)  # (applied first: registered first)
 def ours(module, comm, cfg, strategy: str | None = None) -> Parts:  # Step 1
     # A private compressor per rank: simulated ranks share `cfg`, error feedback is per rank.
+    """`train.run("naive" | "flat" | "bucketed")`: our `DataParallel` with the config's
+    bucket cap, buffer broadcast and a private copy of its compressor (`strategy`: another
+    name's wrapper, as "syncbn" asks for "naive").
+    """
     dp = DataParallel(module, comm, strategy or cfg.strategy, bucket_cap_mb=cfg.bucket_cap_mb,
                       broadcast_buffers=cfg.broadcast_buffers,
                       compression=copy.deepcopy(cfg.compression))
@@ -23,7 +28,7 @@ def ours(module, comm, cfg, strategy: str | None = None) -> Parts:  # Step 1
                  no_sync=dp.no_sync, finish=dp.finish_gradient_synchronization, close=dp.close)
 
 
-@register("ddp", real_only=True)
+@register("ddp", real_only=True, compressible=True)
 def _ddp(module, comm, cfg) -> Parts:  # Step 2
     ddp, events = wrap_ddp(module, comm, cfg.bucket_cap_mb, hook=cfg.ddp_hook,
                            compression=copy.deepcopy(cfg.compression),

@@ -232,8 +232,20 @@ class FTResult:
 
 def run(world_size: int = 4, *, failures=(), network=None, simulate: bool = True,
         **options) -> FTResult:
-    """`world_size` ranks: the lighthouse (rank 0), replica i on rank i + 1; real processes if
-    not `simulate` (the same messages: every receive names its sender); `options`: FTConfig's."""
+    """Per-step fault tolerance from scratch: the lighthouse (rank 0), replica i on rank i + 1.
+
+    Real processes if not `simulate`: the same messages, since every receive names its sender.
+
+    Args:
+        world_size: ranks, at least 3 (the lighthouse and 2 or more replicas; default 4).
+        failures: `Failure(replica, at, down)` records: replica `replica` dies in iteration
+            `at`'s exchange and is down for `down` iterations (default: none).
+        network: a `Network` for the messages (default None).
+        simulate: simulated ranks on a logical clock (default True).
+        **options: `FTConfig` fields: `iterations` (10), `lr` (0.1), `batch` (8), `seed` (0),
+            `heartbeat_timeout` (logical seconds before a silent replica is dropped, 2.0),
+            `step_seconds` (modeled compute per iteration, 0.05).
+    """
     check_int("world_size", world_size, 3)
     cfg = FTConfig(replicas=world_size - 1, failures=failures, **options)
     res = (sim.run if simulate else launch.run)(_worker, world_size, args=(cfg,),

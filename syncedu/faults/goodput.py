@@ -89,6 +89,7 @@ class Job:
         return self.gpu_mtbf / self.gpus
 
     def with_gpus(self, gpus: int) -> Job:
+        """The same job on `gpus` GPUs (replica groups capped at the GPU count)."""
         return replace(self, gpus=gpus, groups=min(self.groups, gpus))
 
 

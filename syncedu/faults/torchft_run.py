@@ -40,6 +40,9 @@ from .tft_procs import _start_replicas, _stderr_to, _wait, _write, listening
 
 @dataclass(frozen=True)
 class TorchftConfig:
+    """The torchft drill of lesson 11: when replica 1 is killed, how long both train after,
+    and every wait's limit (`heartbeat_ms` in ms, `pace`, `timeout`, `deadline` in seconds).
+    """
     kill_after: int = 3  # replica 1 dies in its 4th step with both replicas in the quorum
     extra_steps: int = 5  # steps both train after the restarted replica healed
     heartbeat_ms: int = 2000

@@ -80,12 +80,15 @@ class HorovodComm:
         self._t0 = time.perf_counter()
 
     def barrier(self) -> None:
+        """Horovod's own barrier over every rank."""
         self.hvd.barrier()
 
     def now(self) -> float:
+        """Seconds since this comm was made (wall clock)."""
         return time.perf_counter() - self._t0
 
     def compute(self, seconds: float) -> None:
+        """Modeled compute on real ranks: sleep `seconds` (frees the CPU as a GPU would)."""
         time.sleep(seconds)
 
 
@@ -121,7 +124,7 @@ class _FusedLedger:
         return out
 
 
-@register("horovod", real_only=True)
+@register("horovod", real_only=True, compressible=True)
 def _horovod(module, comm, cfg) -> Parts:
     """The factory `train_strategies.build` calls inside a Horovod rank (Steps 2-4)."""
     import horovod.torch as hvd

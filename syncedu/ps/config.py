@@ -71,6 +71,7 @@ class PSConfig:
 
     @property
     def world_size(self) -> int:
+        """workers + servers: the ranks the job runs on."""
         return self.workers + self.servers
 
     @property
@@ -79,6 +80,7 @@ class PSConfig:
         return {"sync": 0, "ssp": self.staleness}.get(self.mode, math.inf)
 
     def server_rank(self, s: int) -> int:
+        """The rank of server `s` (servers are the last ranks)."""
         return self.workers + s
 
 

@@ -12,8 +12,9 @@ from syncedu.ui.checkers import attempt, checker, verdict
 
 
 @checker
-def server_ingress(answer, cases=((3, 1), (4, 2), (5, 3))) -> bool:
-    """Quick check: `answer(workers, servers, numel)` = push bytes server 0 receives per step."""
+def server_ingress(answer, cases=((3, 1), (4, 2), (5, 3), (4, 4))) -> bool:
+    """Quick check: `answer(workers, servers, numel)` = push bytes server 0 receives per step.
+    (4, 4): 8970 % 4 = 2, so server 0's range is longer than the smallest one."""
     name = "Quick check (server ingress)"
     n = ps_train.numel()
     for workers, servers in cases:
@@ -23,9 +24,10 @@ def server_ingress(answer, cases=((3, 1), (4, 2), (5, 3))) -> bool:
         h = ps_train.run("sync", workers, servers=servers, steps=1, global_batch=workers * 8,
                          simulate=True, compute_seconds=0.0)
         want = h.ledger.ops["ps_push"].received[workers]
-        if value != want:
+        if value != want:  # (4, 4) rejects the smallest range: numel // servers + 1 floats
             return verdict(name, False, f"workers={workers}, servers={servers}: {value!r} "
-                            f"bytes, the ledger says {want} (remember the loss each push carries)")
+                            f"bytes, the ledger says {want} (server 0 owns the largest range, "
+                            f"ceil(numel / servers); each push also carries the loss)")
     return verdict(name, True)
 
 

@@ -48,6 +48,7 @@ class PSExplorer(Explorer):
 
     @property
     def history(self):
+        """The last run's `PSHistory`."""
         return self.result
 
     def _view(self, mode, tau, servers, slowdown, variability, network):

@@ -13,7 +13,10 @@ all its steps:
 
 1. receive the next push from any worker (`comm.recv_any`: on simulated ranks the earliest in
    logical time, so runs repeat);
-2. apply it at once: shard -= (lr / W) * gradient, and record its staleness;
+2. apply it at once: shard -= (lr / W) * gradient, and record its staleness (SSP's clock gap:
+   the worker's step minus the slowest unfinished worker's step when it pulled) and its delay
+   (the updates this server applied between the worker's pull and this push: the server's
+   version now minus the version it sent that worker, the delay of async-SGD analyses);
 3. reply to every waiting worker at most tau steps ahead of the slowest unfinished one; the
    others wait for a slower worker's push.
 """
@@ -36,7 +39,8 @@ class Applied:
     worker: int
     step: int
     loss: float
-    staleness: int
+    staleness: int  # clock gap, in steps (what the SSP bound tau limits)
+    delay: int = 0  # updates applied since the worker's pull (server version now - pulled)
 
 
 @dataclass
@@ -112,7 +116,8 @@ def serve_bounded(comm, cfg: PSConfig, log: ServerLog, replies: _Replies, tau: f
     n, w_count = log.shard.numel(), cfg.workers
     buf = torch.empty(n + HEADER, dtype=log.shard.dtype, device=log.shard.device)
     clock = log.per_worker  # pushes received per worker = the step each is on next
-    read = [0] * w_count  # complete steps in the parameters each worker last read
+    # per worker, what it last read: (complete steps in it, the version = updates applied)
+    read = [(0, 0)] * w_count
     waiting: list[int] = []
     while clock != list(cfg.steps):
         with comm.scope("ps_push"):
@@ -120,7 +125,8 @@ def serve_bounded(comm, cfg: PSConfig, log: ServerLog, replies: _Replies, tau: f
         if not 0 <= w < w_count or clock[w] >= cfg.steps[w]:
             raise RuntimeError(f"server rank {comm.rank} got an unexpected push from rank {w}")
         log.shard.add_(buf[:n], alpha=-cfg.lr / w_count)  # Step 2
-        log.events.append(Applied(comm.now(), w, clock[w], buf[n].item(), clock[w] - read[w]))
+        log.events.append(Applied(comm.now(), w, clock[w], buf[n].item(), clock[w] - read[w][0],
+                                  sum(clock) - read[w][1]))  # version before this update
         clock[w] += 1
         if clock[w] < cfg.steps[w]:
             waiting.append(w)
@@ -129,7 +135,8 @@ def serve_bounded(comm, cfg: PSConfig, log: ServerLog, replies: _Replies, tau: f
 
 def release(cfg: PSConfig, log: ServerLog, replies: _Replies, waiting: list[int],
              read: list, tau: float) -> list[int]:
-    """Step 3: reply to the waiting workers within tau steps of the slowest; keep the rest."""
+    """Step 3: reply to the waiting workers within tau steps of the slowest; keep the rest.
+    `read[v]`: (complete steps, version) of what worker v was last sent."""
     clock = log.per_worker
     active = [clock[v] for v in range(cfg.workers) if clock[v] < cfg.steps[v]]
     complete = min(active, default=math.inf)  # every step below this is in the shard
@@ -137,7 +144,7 @@ def release(cfg: PSConfig, log: ServerLog, replies: _Replies, waiting: list[int]
     for v in sorted(waiting):
         if clock[v] - complete <= tau:
             replies.send(v, log.shard)
-            read[v] = complete
+            read[v] = (complete, sum(clock))
         else:
             still.append(v)
     return still

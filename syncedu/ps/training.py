@@ -39,18 +39,20 @@ class PSHistory:
     seconds: float
     pushed: int
     applied: int
-    staleness: list[int]  # per applied gradient, in server 0's order
+    staleness: list[int]  # per applied gradient, in server 0's order: SSP's clock gap (steps)
     idle_fraction: list[float]  # per worker
     events: list[Applied] = field(repr=False)  # server 0's applied gradients, in order
     final_loss: float = float("nan")  # the final parameters on the whole data set
     accuracy: float = float("nan")
     trace: object = field(default=None, repr=False)  # the run's `comm.trace.Trace` (every message)
+    delay: list[int] = field(default_factory=list)  # per applied gradient: updates it missed
 
     def max_param_diff(self, other) -> float:
         """Largest absolute difference to another run's history or `params` dict."""
         return runner.max_param_diff(self, other)
 
     def staleness_histogram(self) -> dict[int, int]:
+        """{staleness: how many applied gradients had it}, in increasing staleness."""
         return dict(sorted(collections.Counter(self.staleness).items()))
 
     def loss_vs_time(self) -> tuple[list[float], list[float]]:
@@ -62,6 +64,7 @@ class PSHistory:
 
     @property
     def mean_idle(self) -> float:
+        """The workers' mean share of time spent waiting."""
         return sum(self.idle_fraction) / len(self.idle_fraction)
 
 
@@ -127,10 +130,30 @@ def run(mode: str, workers: int, *, servers: int = 1, staleness: int = 0, steps,
         global_batch: int, lr: float = 0.1, seed: int = 0, network: Network | None = None,
         simulate: bool = False, compute_seconds: float = 0.01, variability: float = 0.0,
         pool=None, timeout: float = 300.0, worker_step=None) -> PSHistory:
-    """Train through a parameter server (the module docstring's steps). `steps`: an int, or
-    one count per worker in "async"/"ssp"; `compute_seconds`, `variability`: see `PSConfig`;
-    `pool`: a warm `launch.Pool(workers + servers)`; `worker_step`: replaces
-    `ps.worker.push_pull` (Exercise 04.1 plugs the learner's in)."""
+    """Train through a parameter server (the module docstring's steps); a `PSHistory`.
+
+    Workers are ranks 0..workers-1, servers the last `servers` ranks; the data and model are
+    `train.run`'s, so "sync" trains to `train.run("single", 1, ...)`'s parameters.
+
+    Args:
+        mode: "sync" (every worker's gradient of step c before step c + 1), "async" (no
+            bound) or "ssp" (bounded staleness, Ho et al. 2013).
+        workers: ranks that compute gradients.
+        servers: ranks that hold a shard of the parameters each (default 1).
+        staleness: the bound tau of "ssp", in steps (default 0).
+        steps: gradients each worker pushes: an int, or one count per worker in
+            "async"/"ssp".
+        global_batch: samples per step over all workers (each uses global_batch // workers).
+        lr: the servers' SGD learning rate (default 0.1).
+        seed: seeds the model and the data order (default 0).
+        network: a `Network` (its `slowdown` makes stragglers; default None).
+        simulate: simulated ranks on a logical clock (default False: real processes).
+        compute_seconds: modeled compute per gradient, in seconds (default 0.01).
+        variability: share of each step's compute drawn at random (default 0.0; `PSConfig`).
+        pool: a warm `launch.Pool(workers + servers)` (default None).
+        timeout: seconds the run may take on real ranks (default 300.0).
+        worker_step: replaces `ps.worker.push_pull` (Exercise 04.1 plugs the learner's in).
+    """
     cfg = PSConfig(mode=mode, workers=workers, servers=servers, staleness=staleness,  # Step 1
                    steps=steps, lr=lr, compute_seconds=compute_seconds,
                    variability=variability, seed=seed)
@@ -152,10 +175,11 @@ def _history(cfg: PSConfig, res, x, y) -> PSHistory:
     wlogs, slogs = logs[:cfg.workers], logs[cfg.workers:]
     net = models.make("mlp", seed=cfg.seed)
     vector_to_parameters(torch.cat([s.shard for s in slogs]), net.parameters())
-    worst = collections.Counter()
+    worst, late = collections.Counter(), collections.Counter()
     for s in slogs:
         for e in s.events:
             worst[e.worker, e.step] = max(worst[e.worker, e.step], e.staleness)
+            late[e.worker, e.step] = max(late[e.worker, e.step], e.delay)
     order = [(e.worker, e.step) for e in slogs[0].events]
     losses = [[log.losses[c] for log in wlogs if c < len(log.losses)]
               for c in range(max(cfg.steps))]
@@ -168,7 +192,7 @@ def _history(cfg: PSConfig, res, x, y) -> PSHistory:
         seconds=max(log.end for log in logs), pushed=sum(len(w.losses) for w in wlogs),
         applied=min(len(s.events) for s in slogs), staleness=[worst[k] for k in order],
         idle_fraction=[w.idle_fraction for w in wlogs], events=slogs[0].events,
-        final_loss=final_loss, accuracy=acc.item(), trace=res.trace)
+        final_loss=final_loss, accuracy=acc.item(), trace=res.trace, delay=[late[k] for k in order])
 
 
 @functools.cache

@@ -57,6 +57,7 @@ class BNConfig:
 
     @property
     def global_batch(self) -> int:
+        """world_size x per_rank_batch samples per step."""
         return self.world_size * self.per_rank_batch
 
 

@@ -38,6 +38,9 @@ class SmallBatchExplorer(Dashboard):
         self.update(initial)
 
     def update(self, results: dict | None = None) -> None:
+        """Rerun the comparison for the sliders' batch and ranks (or show `results`), then
+        redraw; an error is shown in the widget, not lost.
+        """
         try:
             self.results = results or bx.compare(per_rank_batch=self.batch.value,
                                                  world_size=self.ranks.value, steps=self.steps)

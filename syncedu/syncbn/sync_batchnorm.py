@@ -131,6 +131,9 @@ class SyncBatchNorm(nn.Module):
                              torch.tensor(0, dtype=torch.long, device=device) if track else None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalize `x` by the statistics of the global batch (one allreduce in training;
+        none in eval, which uses the running statistics).
+        """
         self._check_input(x)
         if not self.training:
             # Eval sends nothing: running statistics, or (without them, as torch) the LOCAL batch.
@@ -181,6 +184,7 @@ class SyncBatchNorm(nn.Module):
         self._channels_checked = True
 
     def extra_repr(self) -> str:
+        """What `print(module)` shows, as torch's BatchNorm, plus the world size."""
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
                 f"affine={self.affine}, track_running_stats={self.track_running_stats}, "
                 f"world_size={self.comm.world_size}")

@@ -4,23 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from syncedu.train import strategies
 from syncedu.train.compression import resolve
 from syncedu.train.optimizers import check_optimizer_options
 from syncedu.train.sampling import check_bool, check_int
-from syncedu.train.strategies import CHECKS
 
-# Every name train.run accepts; each topic registers its factories (train/strategies.py).
-STRATEGIES = ("single", "naive", "flat", "bucketed", "ddp", "syncbn", "local_sgd", "diloco",
-              "noise_scale", "zero1", "zero2", "zero3", "zero_redundancy", "fsdp2", "horovod")
-# Strategies whose gradient traffic a compressor can shrink.
-COMPRESSIBLE = ("naive", "flat", "bucketed", "ddp", "horovod")
 # Accumulation mistakes: "sync_every" (no `no_sync`), "partial_no_sync" (`no_sync` around
 # `backward()` only: the forward already decided to sync), "unscaled_loss" (not divided by K).
 MISTAKES = (None, "sync_every", "partial_no_sync", "unscaled_loss")
 DATASETS = ("digits", "synthetic")
 MODELS = ("mlp", "cnn")
 DTYPES = ("float32", "float64")
-FLOAT64 = ("single", "naive", "syncbn")  # the others' wire (DiLoCo, compressors, DDP) is fp32
 
 
 @dataclass(frozen=True)
@@ -36,7 +30,8 @@ class TrainConfig:
     seed: int = 0
     model: str = "mlp"
     dataset: str = "digits"
-    dtype: str = "float32"  # "float64" (FLOAT64 only): CPUs' last-bit differences ~1e9x smaller
+    # "float64": strategies registered with float64=True only; CPUs' last bits ~1e9x closer
+    dtype: str = "float32"
     momentum: float = 0.0
     warmup_steps: int = 0  # > 0: the rate grows from lr / warmup_steps to lr (Goyal et al. 2017)
     bucket_cap_mb: float = 25.0
@@ -53,14 +48,18 @@ class TrainConfig:
     sync_every: int = 1  # local_sgd: average the parameters every sync_every optimizer steps
     start_local_at: int = 0  # local_sgd: average every step until then (post-local SGD)
     strategy_config: object = None  # a topic's own settings, e.g. tuning's DiLoCoConfig
+    topology: str = "ring"  # dpsgd: the gossip graph (decentralized/gossip.py)
+    inner_steps: int = 8  # streaming_diloco: H inner steps between two syncs of a fragment
+    fragments: int = 1  # streaming_diloco: F fragments (1: DiLoCo)
     compression: object = None  # None, "fp16", "bf16", a name or an object (resolved per rank)
     weight_decay: float = 0.0
     betas: tuple = (0.9, 0.999)  # adam / adamw only
     eps: float = 1e-8  # adam / adamw only
 
     def __post_init__(self):
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"strategy={self.strategy!r} is unknown; choose one of {STRATEGIES}")
+        if self.strategy not in strategies.FACTORIES:  # the registry: what topics registered
+            raise ValueError(f"strategy={self.strategy!r} is unknown; choose one of "
+                             f"{strategies.names()}")
         check_int("world_size", self.world_size, 1)
         if self.strategy == "single" and self.world_size != 1:
             raise ValueError(f"strategy='single' is the one-process reference: world_size must "
@@ -92,8 +91,10 @@ class TrainConfig:
             raise ValueError(f"global_batch={self.global_batch} must be <= the training set's size "
                              f"{size - self.holdout} (the dataset's {size} less holdout)")
         check_optimizer_options(self)  # optimizer, lr, momentum, weight_decay, betas, eps
-        if self.dtype != "float32" and (self.strategy not in FLOAT64 or self.compression):
-            raise ValueError(f"dtype={self.dtype!r} applies to strategy in {FLOAT64} without "
+        if self.dtype != "float32" and (self.strategy not in strategies.FLOAT64
+                                        or self.compression):
+            raise ValueError(f"dtype={self.dtype!r} applies to strategy in "
+                             f"{strategies.names(strategies.FLOAT64)} without "
                              f"compression only; got strategy={self.strategy!r}, compression="
                              f"{self.compression!r}")
         for name, default in (("sync_every", 1), ("start_local_at", 0)):
@@ -101,15 +102,16 @@ class TrainConfig:
                 raise ValueError(f"{name}={getattr(self, name)} applies to strategy='local_sgd' "
                                  f"only; the other strategies synchronize every step")
         compressor = resolve(self.compression)  # raises ValueError naming what is allowed
-        allowed = getattr(compressor, "strategies", COMPRESSIBLE)  # a DDP hook: ("ddp",)
+        allowed = getattr(compressor, "strategies",  # a DDP hook: ("ddp",)
+                          strategies.names(strategies.COMPRESSIBLE))
         if self.compression is not None and self.strategy not in allowed:
             raise ValueError(f"compression={self.compression!r} needs a strategy that sends "
                              f"gradients through it, one of {allowed}; got "
                              f"strategy={self.strategy!r}")
         if hasattr(compressor, "check_config"):
             compressor.check_config(self)  # its own rules (torch's PowerSGD: one DDP bucket)
-        if self.strategy in CHECKS:
-            CHECKS[self.strategy](self)  # the topic's own rules
+        if self.strategy in strategies.CHECKS:
+            strategies.CHECKS[self.strategy](self)  # the topic's own rules
         elif self.strategy_config is not None:
             raise ValueError(f"strategy_config= applies to a strategy that takes one, not "
                              f"strategy={self.strategy!r}")

@@ -20,9 +20,10 @@ import torch
 
 from syncedu.comm.ledger import Ledger
 from syncedu.train import runner, strategies, train_rank
-from syncedu.train.config import MISTAKES, STRATEGIES, TrainConfig
+from syncedu.train.config import MISTAKES, TrainConfig
 
 __all__ = ["run", "History", "TrainConfig", "STRATEGIES", "MISTAKES"]
+STRATEGIES = strategies.FACTORIES  # every name train.run accepts: the topics' registry
 
 
 @dataclass
@@ -53,6 +54,7 @@ class History:
 
     @property
     def steps_per_second(self) -> float:
+        """Optimizer steps per second of `train_seconds` (inf for a run that took no time)."""
         return len(self.loss) / self.train_seconds if self.train_seconds else float("inf")
 
     @property
@@ -79,10 +81,29 @@ class History:
 def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumulation: int = 1,
         lr: float = 0.1, seed: int = 0, pool=None, network=None, simulate: bool = False,
         progress: bool | None = None, timeout: float = 600.0, **options) -> History:
-    """Train with `strategy` (one of `STRATEGIES`) on `world_size` ranks; a `History`.
+    """Train with `strategy` on `world_size` ranks; a `History`.
 
-    `options` are `TrainConfig` fields. `network` is emulated on real ranks, modeled with
-    `simulate=True`; `progress` (a tqdm bar) defaults to on in a terminal from 100 steps.
+    Every strategy sees the same global batches for a given seed (train/sampling.py), so
+    any two runs compare directly (`runner.max_param_diff`).
+
+    Args:
+        strategy: a name in `STRATEGIES` (the registry topics fill: "single", "naive",
+            "flat", "bucketed", "ddp", "zero1", "local_sgd", ...).
+        world_size: ranks (1 for "single"; real ranks up to 64, simulated up to 4096).
+        steps: optimizer steps.
+        global_batch: samples per optimizer step over all ranks (a multiple of
+            world_size x accumulation).
+        accumulation: micro-batches per optimizer step on each rank (default 1).
+        lr: learning rate (default 0.1).
+        seed: seeds the model's initial weights and the data order (default 0).
+        pool: a warm `launch.Pool(world_size)` to run on (default None: fresh processes).
+        network: a `Network`, emulated on real ranks, modeled with `simulate=True`
+            (default None: as fast as the machine).
+        simulate: run on simulated ranks (logical clock) instead of processes (default False).
+        progress: a tqdm bar; None (default) shows one in a terminal from 100 steps.
+        timeout: seconds the whole run may take on real ranks (default 600.0).
+        **options: any other `TrainConfig` field (`bucket_cap_mb`, `compression`,
+            `optimizer`, `momentum`, `mistake`, ...); an unknown one is a `TypeError`.
     """
     cfg = TrainConfig(strategy=strategy, world_size=world_size, steps=steps,  # Step 1
                       global_batch=global_batch, accumulation=accumulation, lr=lr, seed=seed,

@@ -37,6 +37,7 @@ class LayerCompute:
         self._layers, self._hooks = layers, []
 
     def attach(self) -> LayerCompute:
+        """Hook every layer's forward so its modeled compute is charged as it runs; returns self."""
         self._hooks = [m.register_forward_hook(self._after_forward) for m in self._layers]
         return self
 
@@ -50,5 +51,6 @@ class LayerCompute:
             output.register_hook(lambda grad: self.comm.compute(backward))
 
     def close(self) -> None:
+        """Remove the hooks `attach` installed."""
         for h in self._hooks:
             h.remove()

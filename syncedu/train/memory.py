@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from syncedu.train.sampling import check_int
+
 GB = 1e9  # the paper's GB: 7.5e9 parameters x 16 bytes = 120 GB
 MIXED_ADAM = {"params": 2, "grads": 2, "optimizer": 12}  # bytes per parameter, K = 12
 FP32 = {"sgd": {"params": 4, "grads": 4, "optimizer": 4},  # this course: momentum buffer
@@ -88,6 +90,15 @@ def bytes_per_rank(psi: float, n: int, stage: int, per_param: dict | None = None
     out = {k: psi * b[k] / (n if sharded[k] else 1) for k in KINDS}
     out["total"] = sum(out.values())
     return out
+
+
+def working_set_bytes(psi: float, layers: int, stage: int, per_param: dict | None = None,
+                      prefetch: bool = True) -> float:
+    """Bytes a rank holds beyond its shards while one of `layers` equal layers computes its
+    backward at `stage` (stages 0-1 hold everything anyway: 0): the layer's gradient (stages
+    2-3), its gathered parameters and, with `prefetch`, the next layer's (stage 3)."""
+    b, layer = per_param or MIXED_ADAM, psi / check_int("layers", layers)
+    return layer * ((stage >= 2) * b["grads"] + (stage == 3) * (1 + prefetch) * b["params"])
 
 
 def table(psi: float, world_sizes, per_param: dict | None = None) -> list[dict]:

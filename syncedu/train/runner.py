@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from syncedu.comm import launch
+from syncedu.comm import launch, sim
 from syncedu.comm.ledger import Ledger
 from syncedu.comm.local import LocalComm
 from syncedu.comm.runs import RunResult
@@ -22,6 +22,11 @@ def where(world_size: int, *, pool=None, network=None, simulate: bool = False,
     caller, `job`, e.g. "strategy='single'")."""
     if not isinstance(simulate, bool):
         raise ValueError(f"simulate={simulate!r} must be True or False")
+    limit = sim.MAX_WORLD_SIZE if simulate else launch.MAX_WORLD_SIZE
+    if not local and isinstance(world_size, int) and world_size > limit:  # name the job's
+        raise ValueError(f"{job} is {world_size} ranks, more than the {limit} "  # own terms
+                         + ("simulated ranks a run can have" if simulate else
+                            f"real ranks a run can have (simulate=True: {sim.MAX_WORLD_SIZE})"))
     if local:
         if world_size != 1:
             raise ValueError(f"{job} runs in this process: world_size={world_size} must be 1")
@@ -59,8 +64,6 @@ class Placement:
         if self.kind == "local":
             return _run_local(fn, args)
         if self.kind == "sim":
-            from syncedu.comm import sim  # the simulator only when asked for
-
             return sim.run(fn, self.world_size, args=args, network=self.network,
                            timeout=self.timeout)
         return self.pool.run(fn, args, timeout=self.timeout)

@@ -11,8 +11,9 @@ rank's `Comm` and the `TrainConfig`, and returns what one rank's loop needs:
 4. `memory()`: peak bytes of model state if the strategy measures it (ZeRO), else None;
    `report()`: a dict of what else it measured, returned as `History.extra`.
 
-Topics register theirs with `@register("name")` (`check=`: a function that validates the
-`TrainConfig` in the caller, before any rank starts); only "single" lives here.
+Topics register theirs with `@register("name", ...)`, the one list of what `train.run`
+accepts (`TrainConfig` validates against it); only "single" lives here. For example,
+`@register("dpsgd", check=check_dpsgd)` above a factory is all a new strategy needs.
 """
 
 from __future__ import annotations
@@ -25,9 +26,16 @@ from torch import nn
 
 from syncedu.train.optimizers import make_optimizer
 
-FACTORIES: dict[str, Callable] = {}
+FACTORIES: dict[str, Callable] = {}  # every strategy train.run accepts, in registration order
 CHECKS: dict[str, Callable] = {}  # name -> check(cfg), raising ValueError
 REAL_ONLY: set[str] = set()  # strategies that need torch.distributed: never simulated
+COMPRESSIBLE: set[str] = set()  # whose gradient traffic a compressor can shrink
+FLOAT64: set[str] = set()  # that train in float64 too (the others' wire is fp32)
+
+
+def names(flagged=None) -> tuple[str, ...]:
+    """The registered strategies (those in `flagged`, if given), in registration order."""
+    return tuple(n for n in FACTORIES if flagged is None or n in flagged)
 # Strategies that start their own ranks -> fn(cfg, *, pool, network, timeout) -> results.
 LAUNCHERS: dict[str, Callable] = {}
 
@@ -47,16 +55,28 @@ class Parts:
     report: Callable[[], dict] = dict
 
 
-def register(*names: str, check: Callable | None = None, real_only: bool = False):
-    """Decorator: make `factory(module, comm, cfg) -> Parts` the strategy `names`
-    (`real_only`: a library's own, on torch.distributed, which `simulate=True` refuses)."""
+def register(*names: str, check: Callable | None = None, real_only: bool = False,
+             compressible: bool = False, float64: bool = False):
+    """Decorator: make `factory(module, comm, cfg) -> Parts` the strategy `names`.
+
+    Args:
+        names: the strategy names `train.run` accepts for this factory.
+        check: `check(cfg)` raising `ValueError`, run in the caller by `TrainConfig` before
+            any rank starts (default None: the config's common checks only).
+        real_only: a library's own strategy on torch.distributed, which `simulate=True`
+            refuses (default False).
+        compressible: its gradients travel through `compression=` (default False).
+        float64: it trains in `dtype="float64"` too (default False: float32 only).
+    """
     def add(factory):
         for name in names:
             FACTORIES[name] = factory
-            if real_only:
-                REAL_ONLY.add(name)
             if check is not None:
                 CHECKS[name] = check
+            for flagged, wanted in ((REAL_ONLY, real_only), (COMPRESSIBLE, compressible),
+                                    (FLOAT64, float64)):
+                if wanted:
+                    flagged.add(name)
         return factory
     return add
 
@@ -74,6 +94,6 @@ def build(module: nn.Module, comm, cfg) -> Parts:
     return FACTORIES[cfg.strategy](module, comm, cfg)
 
 
-@register("single")
+@register("single", float64=True)
 def _single(module, comm, cfg) -> Parts:
     return Parts(module, make_optimizer(module.parameters(), cfg))

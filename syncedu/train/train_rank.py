@@ -76,9 +76,11 @@ class Session:
 
     # ------------------------------------------------------------ Step 2
     def no_sync(self):
+        """The strategy's `no_sync()` context (accumulation: skip the gradient traffic)."""
         return self.parts.no_sync()
 
     def finish_sync(self) -> float:
+        """Wait for the last backward's gradient traffic; the seconds it took to arrive."""
         t0 = time.perf_counter()
         self.parts.finish()
         return time.perf_counter() - t0
@@ -160,6 +162,7 @@ class Session:
 
     # ------------------------------------------------------------ Step 3
     def result(self) -> RankResult:
+        """This rank's `RankResult`: losses, parameters, buffers, accuracy, memory, timeline."""
         state = self.parts.memory() or memory.model_state_bytes(self.module, self.opt)
         self._close()
         params = {k: v.detach().cpu().clone() for k, v in self.module.named_parameters()}
@@ -196,8 +199,10 @@ def train_chunk(comm, cfg, token: str, start: int, stop: int) -> None:
 
 
 def train_end(comm, token: str) -> RankResult:
+    """Run on each rank: close the session `token` names and return its `RankResult`."""
     return _SESSIONS.pop(token).result()
 
 
 def train_drop(comm, token: str) -> None:
+    """Run on each rank: forget the session `token` names (after a failure elsewhere)."""
     _SESSIONS.pop(token, None)

@@ -31,6 +31,7 @@ class SyncExplorer(Explorer):
         super().__init__({"h": self.h, "network": self.network}, self.run, image=False)
 
     def run(self, h: int, network: str):
+        """DiLoCo with H inner steps on `network`: time to the target loss and bytes sent."""
         cfg = DiLoCoConfig(inner_steps=h, inner_lr=3e-3, weight_decay=0.0)
         r = tuning.run_diloco("local", self.workers, config=cfg,
                               network=Network.preset(network), **self.kw)
@@ -52,6 +53,7 @@ class AsyncExplorer(Explorer):
         super().__init__({"latency": self.latency, "tau": self.tau}, self.run, image=False)
 
     def run(self, latency: float, tau: int):
+        """Sync vs bounded staleness `tau` on a link of `latency` seconds: time to the target."""
         net = Network(latency=latency, bandwidth=125e6, name="custom wan")
         lines = []
         for mode, bound in (("sync", 0), ("ssp", tau)):
@@ -79,5 +81,6 @@ class HelperExplorer(Explorer):
                          self.run, image=False)
 
     def run(self, mb: float, ms: float, network: str, n: int):
+        """`scaling.recommend` for a model of `mb` MB, `ms` ms of compute, N ranks, `network`."""
         options = scaling.recommend(mb * 1e6, ms / 1e3, n, Network.preset(network))
         return "\n".join(o.line() for o in options), None

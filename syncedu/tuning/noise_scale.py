@@ -59,6 +59,7 @@ class NoiseScale:
             raise ValueError(f"ema={self.ema!r} must be in [0, 1)")
 
     def update(self, small_sq: float, big_sq: float, b_small: float, b_big: float) -> float:
+        """Fold one pair of gradient norms into the running estimates; the new B_simple."""
         g2, trace = two_batch(small_sq, big_sq, b_small, b_big)
         self.g2 = self.ema * self.g2 + (1 - self.ema) * g2
         self.trace = self.ema * self.trace + (1 - self.ema) * trace

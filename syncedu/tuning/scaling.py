@@ -63,6 +63,7 @@ class Option:
     recommended: bool = False
 
     def line(self) -> str:
+        """One printed row: the option, its setting, its modeled efficiency and why."""
         mark = "->" if self.recommended else "  "
         return f"{mark} {self.name:<10} {self.setting:<28} {self.efficiency:6.1%}  {self.reason}"
 

@@ -90,6 +90,7 @@ class Comparison:
                 f"{self.network.name}, buckets {self.bucket_bytes / MB:g} MB")
 
     def row(self) -> dict:
+        """The comparison as a dict of rounded values (one table row)."""
         return {"result": self.name, "GPUs": self.world_size, "published": self.published,
                 "predicted": round(self.predicted, 3), "best case": round(self.best_case, 3),
                 "no overlap": round(self.no_overlap, 3), "miss": round(self.miss, 3),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 
 from syncedu.comm import launch
+from syncedu.comm.errors import DeadlockError
 
 
 def checker(grade):
@@ -19,22 +20,31 @@ def checker(grade):
 
 
 def verdict(name: str, ok: bool, detail: str = "") -> bool:
+    """Print `name: correct` or `name: not yet right - detail`, and return `ok`."""
     mark = "correct" if ok else "not yet right"
     print(f"{name}: {mark}{' - ' + detail if detail else ''}")
     return ok
 
 
-def attempt(name: str, call):
-    """(True, `call()`), or (False, None) and a message if it is not answered yet or a rank
-    raised."""
+P2P_HINT = ("On Gloo and NCCL a send waits for its receive at any size: post isend and irecv "
+            "together and wait for both, or let even ranks send first, odd ranks receive first")
+
+
+def attempt(name: str, call, deadlock: str = P2P_HINT):
+    """(True, `call()`), or (False, None) and a message if it is not answered yet, a rank
+    raised (a send buffer changed before its wait, a send never waited on, ...) or the ranks
+    deadlocked (a verdict naming who waits for what, then `deadlock`, not a traceback)."""
     try:
         return True, call()
+    except DeadlockError as e:
+        waits = "; ".join(line.strip() for line in str(e).splitlines()[1:3])
+        verdict(name, False, f"the ranks deadlock ({waits}). {deadlock}")
     except (NotImplementedError, launch.WorkerError) as e:
         if isinstance(e, launch.WorkerError) and "NotImplementedError" not in str(e):
             verdict(name, False, f"rank {e.rank} raised: {str(e).splitlines()[0]}")
         else:
             print(f"{name}: not attempted yet - write your answer and re-run this cell")
-        return False, None
+    return False, None
 
 
 def number(name: str, answer):

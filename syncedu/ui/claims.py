@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Claim:
+    """One claim of the articles: its `id` (A<n> or B<n>: article A or B), the `quote`, its
+    English `translation`, our `verdict`, and the `lesson` whose `claims.check` measures it.
+    """
     id: str
     quote: str
     translation: str
@@ -79,10 +82,11 @@ CLAIMS: tuple[Claim, ...] = (
           "longer cuts the steps in proportion", 9),
     Claim("A13", "在高延迟网络中考虑异步更新策略",
           "consider asynchronous updates on high-latency networks",
-          "true only when waiting (stragglers, latency) dominates and the staleness is "
-          "tolerable: on a 40 ms link async steps fastest (each worker still waits for its "
-          "own round trip), at a loss cost per update within the seed spread here; its "
-          "staleness has no bound", 4),
+          "true only where waiting for other workers dominates, and not the first thing to "
+          "try: on a 40 ms link a latency-optimal allreduce (recursive doubling, log2 N "
+          "latencies) steps faster than async PS, which beats sync PS and the ring (each "
+          "worker still waits for its own round trip); async's loss cost per update is within "
+          "the seed spread here, and its staleness has no bound", 4),
     Claim("B1", "計算節點會將梯度更新發送回參數服務器，"
           "參數服務器負責將這些梯度聚合并更新到模型參數中",
           "workers push gradients to the parameter server, which sums them and updates "

@@ -61,6 +61,7 @@ class Explorer(Dashboard):
         self.update()
 
     def values(self) -> dict:
+        """The controls' current values by name (what `compute` is called with)."""
         return {k: c.value for k, c in self.controls.items()}
 
     def set(self, **values) -> None:
@@ -75,6 +76,7 @@ class Explorer(Dashboard):
         self.update()
 
     def update(self) -> None:
+        """Recompute from the controls and redraw; an error is shown in the widget, not lost."""
         try:
             text, fig, *rest = self.compute(**self.values())
             if fig is not None:
@@ -105,6 +107,7 @@ class WorldSizeExplorer(Explorer):
         super().__init__({"world_size": self.slider}, compute, image=False)
 
     def close(self) -> None:
+        """Close the pools this explorer started, then the widget."""
         for pool in self._own:
             pool.close()
         self.widget.close()

@@ -9,7 +9,9 @@ kept in `state`) run the answer at N = 3 and 4 with Psi = 10 (neither divides it
    parameter server (`comm.reduce`/`gather`, `broadcast`/`scatter`)?
 3. does a rank send or receive (the trace) more than a ring reduce-scatter plus
    all-gather, 2 (N-1) ceil(Psi/N) elements per step?
-4. exercise 3: does a rank keep momentum for more than ceil(Psi/N) elements?
+4. exercise 3: does a rank keep momentum for more than ceil(Psi/N) elements in `state`, or
+   keep it elsewhere? Between the two steps the checker doubles every floating tensor in
+   `state` (as reloading a changed checkpoint would): the second step must use that momentum;
 5. with each rank's `params` NaN outside its own shard (a ZeRO step never reads them),
    does it end with NaN (data parallelism on a copy of the gradients)?
 
@@ -36,12 +38,12 @@ def _grads(rank: int, step: int, numel: int) -> torch.Tensor:
     return torch.randn(numel, generator=torch.Generator().manual_seed(100 * step + rank))
 
 
-def _held(x) -> int:
-    """Elements of the tensors in `x`, looking inside lists, tuples and dicts."""
+def _tensors(x):
+    """The tensors in `x`, looking inside lists, tuples and dicts."""
     if isinstance(x, torch.Tensor):
-        return x.numel()
-    items = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ()
-    return sum(_held(v) for v in items)
+        yield x
+    for v in x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ():
+        yield from _tensors(v)
 
 
 def _worker(comm, answer, numel: int, steps: int, nan_outside: bool = False):
@@ -52,24 +54,28 @@ def _worker(comm, answer, numel: int, steps: int, nan_outside: bool = False):
         own[sum(sizes[:r]):sum(sizes[:r + 1])] = own[r * c:(r + 1) * c] = True
         params[~own] = float("nan")
     for step in range(steps):
+        # Step 4: every floating tensor in `state` doubled; only momentum read from there sees it
+        [t.mul_(2) for t in _tensors(state) if t.is_floating_point()]
         grads = _grads(comm.rank, step, numel)  # the answer may use it as a buffer
         if steps == 1:  # exercise 1: rank r owns sum(sizes[:r]) .. sum(sizes[:r+1]) - 1
             answer(comm, params, grads, ring_chunks(numel, comm.world_size), LR)
         else:
             answer(comm, params, grads, state, LR, MOMENTUM)
-    return params.tolist(), _held(state), grads.tolist()
+    return params.tolist(), sum(t.numel() for t in _tensors(state)), grads.tolist()
 
 
 MISTAKES = {"sum": "the sum, not the mean: divide the reduced piece by N",
             "reset": "the momentum restarts every step: keep the velocity in `state`",
-            "ema": "v = m v + (1 - m) g is not torch's SGD momentum: use v = m v + g"}
+            "ema": "v = m v + (1 - m) g is not torch's SGD momentum: use v = m v + g",
+            "outside": "the second step ignored the momentum in `state` (the checker doubled "
+                       "it between the steps): keep the velocity in `state`, nowhere else"}
 
 
 def _reference(n: int, numel: int, steps: int, mistake: str | None = None) -> list[float]:
     params, velocity = torch.linspace(-1.0, 1.0, numel), torch.zeros(numel)
     for step in range(steps):
         mean = sum(_grads(r, step, numel) for r in range(n)) / (1 if mistake == "sum" else n)
-        keep = MOMENTUM if steps > 1 and mistake != "reset" else 0
+        keep = MOMENTUM * (1 if mistake == "outside" else 2) if steps > 1 and mistake != "reset" else 0
         velocity = keep * velocity + (1 - MOMENTUM if mistake == "ema" else 1) * mean
         params -= LR * velocity
     return params.tolist()

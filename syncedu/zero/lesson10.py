@@ -41,28 +41,37 @@ def memory_trace(traces: dict, *, title: str = "model state held during one step
     return fig
 
 
+FLOPS = 100e12  # the explorer's device: 100 TFLOP/s (a round figure, not a datasheet's)
+
+
 def _view(params_b: float, world_size: int, stage: int, network: str, layers: int,
-          forward_ms: float):
+          tokens: int):
+    # Forward compute from the inputs: 2 Psi FLOPs per token (Kaplan et al. 2020, sec. 2.1).
     psi, net = params_b * 1e9, PRESETS[network]
-    mem = memory.bytes_per_rank(psi, world_size, stage)
-    times = {m: timeline.zero_step_time(m, psi, layers, world_size, net, forward_ms / 1e3)
+    fwd, mem = 2 * psi * tokens / FLOPS, memory.bytes_per_rank(psi, world_size, stage)
+    times = {m: timeline.zero_step_time(m, psi, layers, world_size, net, fwd, overlap=True)
              for m in timeline.ZERO_MODES}
-    hide = timeline.gather_hides(psi, layers, world_size, net, forward_ms / 1e3)
-    text = (f"ZeRO-{stage} on {world_size} ranks: {mem['total'] / memory.GB:.2f} GB of model "
-            f"state per rank (params {mem['params'] / memory.GB:.2f}, grads "
-            f"{mem['grads'] / memory.GB:.2f}, optimizer {mem['optimizer'] / memory.GB:.2f})\n"
-            f"step: DP {times['dp']:.3f} s, ZeRO-3 {times['zero3']:.3f} s without prefetch, "
-            f"{times['zero3_prefetch']:.3f} s with it (the all-gather "
+    hide = timeline.gather_hides(psi, layers, world_size, net, fwd)
+    working = memory.working_set_bytes(psi, layers, stage) / memory.GB
+    gb = {k: f"{v / memory.GB:.2f}" for k, v in mem.items()}
+    text = (f"ZeRO-{stage} on {world_size} ranks: {gb['total']} GB of model state per rank "
+            f"(params {gb['params']}, grads {gb['grads']}, optimizer {gb['optimizer']}) + "
+            f"{working:.2f} GB working set, activations not counted\n"
+            f"step (compute {3 * fwd:.3f} s): DP as DDP, allreduce under the backward "
+            f"{times['dp']:.3f} s; ZeRO-1 {times['zero1']:.3f} s, ZeRO-2 {times['zero2']:.3f} s "
+            f"(reduce-scatter under the backward); ZeRO-3 {times['zero3']:.3f} s without "
+            f"prefetch, {times['zero3_prefetch']:.3f} s with it (the all-gather "
             f"{'hides' if hide else 'does not hide'} behind a layer's compute)")
     rows = {f"ZeRO-{s}" if s else "DP": memory.bytes_per_rank(psi, world_size, s)
             for s in memory.STAGES}
     fig = memory_bars(rows, unit=memory.GB, unit_name="GB",
                       title=f"{params_b:g}B parameters, mixed-precision Adam, N={world_size}")
-    return text, fig, {"memory": mem, "times": times, "hides": hide}
+    return text, fig, {"memory": mem, "times": times, "hides": hide, "working_gb": working}
 
 
 def zero_explorer() -> Explorer:
-    """Model size (billions), ranks, stage, network, layers, forward ms per step."""
+    """Model size (billions), ranks, stage, network, layers, tokens per rank per step (on a
+    `FLOPS` device: the forward takes 2 Psi tokens / FLOPS)."""
     controls = {
         "params_b": w.FloatLogSlider(value=7.5, base=10, min=-1, max=3, step=0.125,
                                      description="params (B)", continuous_update=False),
@@ -73,7 +82,7 @@ def zero_explorer() -> Explorer:
                               description="network"),
         "layers": w.IntSlider(value=32, min=1, max=128, description="layers",
                               continuous_update=False),
-        "forward_ms": w.FloatLogSlider(value=300, base=10, min=0, max=4, step=0.25,
-                                       description="fwd ms", continuous_update=False),
+        "tokens": w.IntSlider(value=4096, min=256, max=65536, step=256,
+                              description="tokens/rank", continuous_update=False),
     }
     return Explorer(controls, _view)

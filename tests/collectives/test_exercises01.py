@@ -118,6 +118,30 @@ def ring_cumulative(comm, t):
     return out
 
 
+def reuses_send_buffer(comm, t):
+    """Wrong (review C1): sends `cur` and receives into it before the send's wait(): on Gloo
+    (rendezvous) and NCCL the data may leave after the receive overwrote it."""
+    n, r = comm.world_size, comm.rank
+    out, cur = [t.clone()], t.clone()
+    for _ in range(n - 1):
+        w = comm.isend(cur, (r + 1) % n)
+        comm.recv(cur, (r - 1) % n)
+        w.wait()
+        out.insert(0, cur.clone())
+    return [out[(k - r - 1) % n] for k in range(n)]
+
+
+def never_waits(comm, t):
+    """Wrong (review C1): right values, but no isend is ever waited on."""
+    n, r = comm.world_size, comm.rank
+    out = [torch.empty_like(t) for _ in range(n)]
+    out[r].copy_(t)
+    for s in range(n - 1):
+        comm.isend(out[(r - s) % n], (r + 1) % n)
+        comm.recv(out[(r - s - 1) % n], (r - 1) % n)
+    return out
+
+
 def builtin(comm, t):
     out = [torch.empty_like(t) for _ in range(comm.world_size)]
     comm.all_gather(out, t)
@@ -139,7 +163,9 @@ def test_ring_all_gather_rejects_wrong_answers(capsys):
              (ring_off_by_one, "entry"), (same_buffer, "entry 0 holds"),
              (hard_coded_four, "must be another rank in 0..1"), (builtin, "no built-in collective"),
              (ring_cumulative, "sent messages of [80000, 160000] bytes"),
-             (stub, "not attempted yet")]
+             (stub, "not attempted yet"),
+             (reuses_send_buffer, "changed the tensor it isend to rank"),
+             (never_waits, "never waited on")]
     for answer, words in cases:
         assert not ex1.all_gather_from_send_recv.grade(answer), answer.__name__
         out = capsys.readouterr().out

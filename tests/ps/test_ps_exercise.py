@@ -97,3 +97,21 @@ def test_ssp_rule_rejects_wrong_rules(rule, words, capsys):
 
 def test_ssp_rule_accepts_the_rule():
     assert ex.ssp_rule.grade(lambda c, clocks, tau: c - min(clocks) <= tau)
+
+
+def test_ingress_rejects_the_smallest_range(capsys):
+    """Review 03-06 #5b: numel // servers is the smallest range; 8970 % 4 = 2, so S = 4 tells."""
+    assert not ex.server_ingress.grade(lambda w, s, n: w * (n // s + 1) * 4)
+    assert "server 0 owns the largest range" in capsys.readouterr().out
+    assert ex.server_ingress.grade(lambda w, s, n: w * (-(-n // s) + 1) * 4)
+
+
+def test_delay_counts_updates_missed():
+    """Review 03-06 #1: delay = server version at apply - version pulled; sync has none, async
+    about W - 1 for balanced workers, and the SSP clock gap stays within tau."""
+    kw = dict(steps=6, global_batch=24, simulate=True, variability=0.5)
+    assert max(ps.run("sync", 3, **kw).delay) == 0
+    h = ps.run("async", 3, **kw)
+    assert len(h.delay) == h.applied and 1 <= sum(h.delay) / len(h.delay) <= 3
+    h = ps.run("ssp", 3, staleness=1, servers=2, **kw)
+    assert max(h.staleness) <= 1 and max(h.delay) >= 2

@@ -110,7 +110,7 @@ def token_backwards_formula(comm):
 def test_token_checker_rejects_shortcuts(capsys):
     assert ex.pass_the_token.grade(good_token)
     assert "correct" in capsys.readouterr().out
-    for answer, words in [(token_rank0_formula, "each rank receives exactly one"),
+    for answer, words in [(token_rank0_formula, "send to rank 0 (tag 0, 4 bytes > eager_limit 0)"),
                           (token_backwards_formula, "the token goes round the ring")]:
         assert not ex.pass_the_token.grade(answer), answer.__name__
         out = capsys.readouterr().out
@@ -187,7 +187,7 @@ def test_token_checker_rejects_a_formula_that_ignores_the_token(capsys):
 
 def test_token_checker_names_the_mistake(capsys):
     cases = [(token_before_adding, "rank 1 returned 0, expected 1: it returned the token before"),
-             (token_everyone_waits, "every rank waits for a message nobody sends"),
+             (token_everyone_waits, "the ranks deadlock (rank 0: recv from rank 1"),
              (token_twice, "each rank sends exactly one"),
              (wrong_value, "with 2 ranks rank 0 returned 0, expected 1"),
              (stub, "not attempted yet")]

@@ -137,6 +137,19 @@ def momentum_ema(comm, params, grads, state, lr, m):
     _ring_step(comm, params, grads, ema)
 
 
+def momentum_outside_state(comm, params, grads, state, lr, m):
+    """Review 09-10: a right ZeRO-1 step whose shard momentum lives in a function attribute
+    keyed by run and rank, and a zero decoy in `state` (the memory check alone passed it)."""
+    layout = Layout(params.numel(), comm.world_size)
+    mean = ring_reduce_scatter_pieces(comm, layout.pieces(grads.clone())).div_(comm.world_size)
+    state.setdefault("v", torch.zeros(0))
+    store = momentum_outside_state.__dict__.setdefault("v", {})
+    v = store.setdefault((id(state), comm.rank), (state, torch.zeros_like(mean)))[1]
+    pieces = layout.pieces(params)
+    pieces[comm.rank].sub_(lr * v.mul_(m).add_(mean))
+    ring_all_gather_pieces(comm, pieces)
+
+
 def stub(comm, params, grads, state, lr, m):
     raise NotImplementedError
 
@@ -152,10 +165,13 @@ def test_wrong_answers_fail_with_the_reason(capsys):
                            (root_p2p, "a root"), (data_parallel, "data parallelism"),
                            (whole_momentum, "keeps momentum for 10 elements"),
                            (whole_momentum_in_a_list, "keeps momentum for 10 elements"),
-                           (copy_data_parallel, "NaN outside its own shard"),
+                           # its momentum outside state is now caught first (the NaN run
+                           # is exercise 1's test below)
+                           (copy_data_parallel, "ignored the momentum in `state`"),
                            (no_mean, "the sum, not the mean"),
                            (momentum_reset, "the momentum restarts every step"),
-                           (momentum_ema, "(1 - m) g is not torch's SGD momentum")):
+                           (momentum_ema, "(1 - m) g is not torch's SGD momentum"),
+                           (momentum_outside_state, "ignored the momentum in `state`")):
         assert not zero1_step.grade(answer), answer.__name__
         assert reason in capsys.readouterr().out, answer.__name__
 

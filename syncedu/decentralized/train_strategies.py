@@ -32,8 +32,7 @@ def _check_dpsgd(cfg) -> None:
 @register("dpsgd", check=_check_dpsgd)
 def _dpsgd(module, comm, cfg) -> Parts:  # Step 1
     broadcast_state(comm, module)
-    params = [p for p in module.parameters() if p.requires_grad]
-    rounds = [0]
+    params, rounds = [p for p in module.parameters() if p.requires_grad], [0]
 
     def after_step():
         flat = torch.nn.utils.parameters_to_vector(params).detach()

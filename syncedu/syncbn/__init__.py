@@ -12,10 +12,5 @@ from syncedu.syncbn.sync_batchnorm import (
     convert,
     global_stats,
 )
-from syncedu.train import strategies
-
-# "syncbn" trains in float64 too (naive's wire). This flag belongs in its @register line,
-# which lesson 06 shows (cell 3): it moves there when that notebook is next re-executed.
-strategies.FLOAT64.add("syncbn")
 
 __all__ = ["SyncBatchNorm", "convert", "global_stats", "FORWARD_OP", "BACKWARD_OP", "CHECK_OP"]

@@ -9,6 +9,6 @@ from syncedu.syncbn.sync_batchnorm import convert
 from syncedu.train.strategies import Parts, register
 
 
-@register("syncbn")
+@register("syncbn", float64=True)  # trains in float64 too (naive's wire)
 def _syncbn(module, comm, cfg) -> Parts:
     return ours(convert(module, comm), comm, cfg, strategy="naive")  # sync: global statistics

@@ -172,31 +172,41 @@ def folded(comm, flat: torch.Tensor, name: str, body) -> None:
             comm.send(flat, r - 1)
 
 
-def halving_doubling_allreduce(comm, tensor: torch.Tensor) -> torch.Tensor:
+def halving_doubling_allreduce(comm, tensor: torch.Tensor,
+                               order: str = "far_first") -> torch.Tensor:
     """Recursive halving-doubling allreduce (Rabenseifner, ICCS 2004), sum in place.
 
     1. Fold if N is not a power of two p (`folded`).
-    2. Recursive halving (reduce-scatter) over p blocks: for d = p/2, ..., 1,
-       give half your block range to new rank ^ d, add the half it gives you.
-    3. Recursive doubling (all-gather): for d = 1, ..., p/2, swap ranges with
-       new rank ^ d. 2 log2 p rounds, the ring's 2(p-1)/p * S bytes.
+    2. Recursive halving (reduce-scatter) over p blocks: for d = p/2, ..., 1
+       (`order="far_first"`, as written by Thakur et al. 2005) or d = 1, ..., p/2
+       ("near_first"), give half your block range to new rank ^ d, add the half it
+       gives you: the step at distance d moves S/2, the next S/4, ...
+    3. Recursive doubling (all-gather): the same exchanges in reverse order, each
+       swapping the halves the step split. 2 log2 p rounds, the ring's 2(p-1)/p * S bytes.
     4. Unfold (`folded`).
+    On node-major ranks, far-first sends the largest halves between nodes; near-first
+    keeps them inside and sends only S/L and less across (Goyal et al.'s layout).
     """
     flat, n = _flat(tensor), comm.world_size
+    if order not in ("far_first", "near_first"):
+        raise ValueError(f"order={order!r} must be 'far_first' or 'near_first'")
 
     def halving_doubling(p: int, me: int) -> None:
         starts = [0, *itertools.accumulate(ring_chunks(flat.numel(), p))]
-        inbox, lo, hi = flat.new_empty(starts[p // 2]), 0, p  # the longest half first
-        for d in (p >> k for k in range(1, p.bit_length())):  # Step 2: d = p/2, ..., 1
+        inbox, lo, hi, path = flat.new_empty(starts[p // 2]), 0, p, []  # the longest half first
+        far = [p >> k for k in range(1, p.bit_length())]  # p/2, ..., 1
+        for d in far if order == "far_first" else far[::-1]:  # Step 2
             peer, mid = _real(me ^ d, n, p), (lo + hi) // 2
+            path.append((peer, lo, hi))
             (lo, hi), (glo, ghi) = ((mid, hi), (lo, mid)) if me & d else ((lo, mid), (mid, hi))
             got = inbox[: starts[hi] - starts[lo]]
             _sendrecv(comm, flat[starts[glo]:starts[ghi]], peer, got, peer)
             flat[starts[lo]:starts[hi]].add_(got)
-        for d in (1 << k for k in range(p.bit_length() - 1)):  # Step 3: d = 1, ..., p/2
-            mine, theirs, peer = me // d * d, (me ^ d) // d * d, _real(me ^ d, n, p)
-            _sendrecv(comm, flat[starts[mine]:starts[mine + d]], peer,
-                      flat[starts[theirs]:starts[theirs + d]], peer)
+        for peer, plo, phi in reversed(path):  # Step 3: my half out, the other half in
+            olo, ohi = (plo, lo) if lo > plo else (hi, phi)
+            _sendrecv(comm, flat[starts[lo]:starts[hi]], peer,
+                      flat[starts[olo]:starts[ohi]], peer)
+            lo, hi = plo, phi
 
     folded(comm, flat, "halving_doubling_allreduce", halving_doubling)  # Steps 1 and 4
     return tensor
@@ -226,6 +236,9 @@ def _node_of(comm) -> tuple[int, int, int]:
     """(first rank of my node, its size, a full node's size). Nodes hold consecutive ranks,
     all but the last full; a comm without `local_rank` and `node` is one node."""
     n, r = comm.world_size, comm.rank
+    if getattr(comm.network, "placement", None):
+        raise ValueError("hierarchical_allreduce needs nodes of consecutive ranks: a Network "
+                         "with placement=None")
     first, node = r - getattr(comm, "local_rank", r), getattr(comm, "node", 0)
     full = first // node if node else getattr(comm, "local_world_size", n)
     return first, min(full, n - first), full

@@ -54,7 +54,6 @@ class _Pipeline:
         seg_len = max(s.numel() for s in self.segments[0])
         self.buffers = [flat.new_empty(seg_len) for _ in range(min(WINDOW, len(self.items)))]
         self.pending: dict[int, tuple] = {}
-        self.sends: list = []
 
     def post(self, i: int) -> None:
         """Step 1: post the receive of item i (s, g): segment g of chunk (r-2-s)."""
@@ -79,7 +78,8 @@ class _Pipeline:
         n, r, g_count, right = self.n, self.r, self.g, (self.r + 1) % self.n
         for i in range(min(WINDOW, len(self.items))):  # Step 1
             self.post(i)
-        sends, done = self.sends, 0
+        sends, done = [], 0
+        self.sends = sends  # finish() waits on the reduce-scatter's
         for i, (s, g) in enumerate(self.items):  # Step 2
             if s > 0:  # what (s, g) sends is what (s-1, g) received: finish that first
                 self.finish(i - g_count)  # Step 3

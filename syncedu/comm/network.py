@@ -3,13 +3,14 @@
 The alpha-beta model (Hockney 1994; Thakur, Rabenseifner & Gropp 2005): a message of n
 bytes takes latency + n / bandwidth (alphabeta.py), plus per-rank `slowdown` of compute,
 seeded `jitter` and `loss`. `Network.cluster(...)`: consecutive ranks share a node (as
-torchrun numbers them); a message between nodes uses `inter` and a NIC of each node, which
-carries one message's bytes at a time (`nics="per_gpu"`: a rail-optimized DGX H100).
+torchrun numbers them; `placement=` puts rank r in slot placement[r] instead, node-major); a
+message between nodes uses `inter` and a NIC of each node, which carries one message's
+bytes at a time (`nics="per_gpu"`: a rail-optimized DGX H100).
 The simulator's assumptions are named fields:
 
 - `latency_model`: "port" holds the sender's port for latency + n / bandwidth (k messages
   cost k (alpha + n beta)); "wire" makes latency a delay off the port (alpha + k n beta),
-  as in LogGP (Alexandrov et al. 1995) and NCCL (nccl_model.py);
+  as in LogGP (Alexandrov et al. 1995) and NCCL (collectives/nccl_model.py);
 - `eager_limit`: a larger send's `wait()` returns once the matching receive is posted, so
   an unsafe exchange deadlocks. The default, "gloo" (0 bytes), is Gloo's rule: its TCP
   `Pair::send` transmits only once the peer has posted the receive, at every size (NCCL
@@ -211,8 +212,13 @@ class Cluster(Network):
     intra: Network | str = "nvlink4"
     inter: Network | str = "infiniband_ndr"
     nics_per_node: int = 1
+    placement: tuple[int, ...] | None = None  # rank r runs in slot placement[r] (None: r)
 
     def __post_init__(self) -> None:
+        if self.placement is not None:  # slots are node-major: slot // gpus_per_node
+            object.__setattr__(self, "placement", tuple(self.placement))
+            _check(sorted(self.placement) == list(range(self.nodes * self.gpus_per_node)),
+                   "placement", self.placement, "a permutation of range(nodes * gpus_per_node)")
         for field in ("nodes", "gpus_per_node", "nics_per_node"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -238,12 +244,13 @@ class Cluster(Network):
         return self.nodes * self.gpus_per_node
 
     def node_of(self, rank: int) -> int:
-        """The node of `rank`: consecutive ranks share a node (rank // gpus_per_node)."""
-        return rank // self.gpus_per_node
+        """The node of `rank`: its slot // gpus_per_node (slot = placement[rank], or rank:
+        consecutive ranks share a node)."""
+        return (self.placement[rank] if self.placement else rank) // self.gpus_per_node
 
     def local_rank_of(self, rank: int) -> int:
-        """`rank`'s index inside its node (rank % gpus_per_node), torchrun's LOCAL_RANK."""
-        return rank % self.gpus_per_node
+        """`rank`'s index inside its node (slot % gpus_per_node), torchrun's LOCAL_RANK."""
+        return (self.placement[rank] if self.placement else rank) % self.gpus_per_node
 
     def local_world_size_of(self, rank: int, world_size: int) -> int:
         """Ranks per node (gpus_per_node), torchrun's LOCAL_WORLD_SIZE."""

@@ -25,7 +25,7 @@ class Trace:
     def __init__(self, limit: int = LIMIT):
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ValueError(f"Trace: limit={limit!r} must be an int >= 0 (records kept)")
-        self._cols: tuple[list, ...] = tuple([] for _ in FIELDS)  # appended per message
+        self._rows: list[tuple] = []  # one tuple per message, columns once read
         self._blocks: list[tuple[np.ndarray, ...]] = []  # earlier messages, as arrays
         self._cache: tuple[np.ndarray, ...] | None = None
         self.limit, self.dropped, self._room = limit, 0, limit
@@ -42,15 +42,7 @@ class Trace:
             self.dropped += 1
             return
         self._room -= 1
-        c = self._cols
-        c[0].append(src)
-        c[1].append(dst)
-        c[2].append(nbytes)
-        c[3].append(tag)
-        c[4].append(op)
-        c[5].append(start)
-        c[6].append(end)
-        c[7].append(chunk)
+        self._rows.append((src, dst, nbytes, tag, op, start, end, chunk))
         self._cache = None
 
     def _keep(self, n: int) -> int:
@@ -85,11 +77,10 @@ class Trace:
         self.dropped += other.dropped
 
     def _flush(self) -> None:
-        if self._cols[0]:
+        if self._rows:
             self._blocks.append(tuple(np.array(col, dtype=dt)
-                                      for col, dt in zip(self._cols, _DTYPES)))
-            for col in self._cols:
-                col.clear()
+                                      for col, dt in zip(zip(*self._rows), _DTYPES)))
+            self._rows.clear()
 
     @staticmethod
     def _full(block: tuple) -> tuple[np.ndarray, ...]:
@@ -115,7 +106,7 @@ class Trace:
         return self._cache
 
     def __len__(self) -> int:
-        return len(self._cols[0]) + sum(len(b[0]) for b in self._blocks)
+        return len(self._rows) + sum(len(b[0]) for b in self._blocks)
 
     def __iter__(self):
         cols = self._columns()
@@ -168,10 +159,6 @@ class Trace:
     def busiest_receiver(self) -> tuple[int, int]:
         """(rank, number of distinct senders) of the rank that hears from most ranks (a root
         hears from everybody, a ring's ranks from one or two)."""
-        senders: dict[int, set] = {}
-        for s, d in zip(self.src.tolist(), self.dst.tolist()):
-            senders.setdefault(d, set()).add(s)
-        if not senders:
-            return -1, 0
-        rank = max(senders, key=lambda r: (len(senders[r]), -r))
-        return rank, len(senders[rank])
+        senders = Counter(d for _, d in set(zip(self.src.tolist(), self.dst.tolist())))
+        rank = max(senders, key=lambda r: (senders[r], -r), default=-1)
+        return rank, senders[rank]

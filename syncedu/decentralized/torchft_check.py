@@ -1,20 +1,25 @@
 """Streaming DiLoCo (streaming.py) against torchft 0.2.0's `DiLoCo` with fragments, on real ranks.
 
-The same seeded job twice, on 2 real processes each: once with our `StreamingDiLoCo` over
-`TorchComm` (Gloo), once as 2 torchft replica groups of one rank each (a `Manager` per
+The same seeded job twice: once with our `StreamingDiLoCo` (2 real ranks over `TorchComm`
+and Gloo, or 2 simulated ones: the same arithmetic), once as 2 torchft replica groups of one rank each (a `Manager` per
 replica, a lighthouse in the caller), then every rank's final parameters compared bit for bit.
 Getting the same bits took the details torchft's local_sgd.py fixes (streaming.py, Steps 2-4):
 the fragment schedule (`_step_post_hook`), the pseudo-gradient taken when the delayed allreduce
 starts (`prepare_sync`), pseudo-gradients averaged, not parameters, and the global copy
 saved before the `fragment_update_alpha` mix (`perform_sync`). Two more choices here:
 
-- `Manager(init_sync=False)`: with the default True, the first quorum heals replica 1 from
-  replica 0, so replica 1 continues from replica 0's *local* parameters of that moment
-  (manager.py: `_async_quorum` fetches the checkpoint, `should_commit` applies it); both
-  replicas here start from the same seeded weights instead, as our broadcast makes them;
-- one outer optimizer per fragment, as torchft's own tests build them. The negative control
-  (`shared_outer=True`) passes one optimizer over the whole model: torchft accepts it, and
-  each fragment's outer step then also moves the other fragments with their stale gradients.
+- `Manager(init_sync=False)`: with the default True, the first quorum (at the first
+  fragment's sync, not at step 0) heals replica 1 from replica 0's state of that moment
+  (read in manager.py: `_async_quorum` fetches the checkpoint, `should_commit` applies it;
+  not run here); both replicas here start from the same seeded weights instead, as our
+  broadcast makes them;
+- one outer optimizer per fragment, as torchft's own tests build them (one optimizer over the
+  whole model is accepted, and each fragment's outer step then also moves the other
+  fragments with their old momentum: silently wrong).
+
+The negative control is ours with one detail wrong, the pseudo-gradient taken at the sync step
+instead of when the delayed allreduce starts (our delay 0 against torchft's delay >= 1): a
+near miss that must not match.
 
 Every torchft server binds 127.0.0.1 (lesson 11's `faults.torchft_run` patches, reused).
 """
@@ -28,15 +33,12 @@ import tempfile
 import torch
 from torch import nn
 
-from syncedu.comm import launch
-from syncedu.decentralized.streaming import StreamingConfig, StreamingDiLoCo, layers
+from syncedu.comm import launch, sim
+from syncedu.decentralized.streaming import StreamingConfig, StreamingDiLoCo, layers, split
 
 
-def job(inner_steps: int = 4, fragments: int = 2, delay: int = 1, alpha: float = 0.5,
-        steps: int = 24) -> dict:
-    """The job both sides run (a plain dict: it travels to the ranks)."""
-    return dict(inner_steps=inner_steps, fragments=fragments, delay=delay, alpha=alpha,
-                steps=steps)
+# The job both sides run (a plain dict: it travels to the ranks); `compare(spec=)` overrides it.
+JOB = dict(inner_steps=4, fragments=2, delay=1, alpha=0.5, steps=24)
 
 
 def _model() -> nn.Module:
@@ -61,7 +63,7 @@ def _inner(model):
 
 
 def ours(comm, spec: dict) -> dict:
-    """One rank of our streaming DiLoCo on `spec` (`job()`); its final parameters."""
+    """One rank of our streaming DiLoCo on `spec` (like `JOB`); its final parameters."""
     model = _model()
     inner = _inner(model)
     algo = StreamingDiLoCo(model, comm, inner, inner_steps=spec["inner_steps"],
@@ -70,11 +72,9 @@ def ours(comm, spec: dict) -> dict:
     return _train(model, inner, comm.rank, spec["steps"], algo.after_step)
 
 
-def theirs(comm, spec: dict, lighthouses: list[str], folder: str) -> dict:
-    """One torchft replica group (this rank alone) on the same job; its final parameters.
-    Ranks 0-1 are the two replicas of the real check, ranks 2-3 those of the negative control
-    (one shared outer optimizer), each pair with its own lighthouse."""
-    replica, shared_outer = comm.rank % 2, comm.rank >= 2
+def theirs(comm, spec: dict, lighthouse: str, folder: str) -> dict:
+    """One torchft replica group (this rank alone) on the same job; its final parameters."""
+    replica = comm.rank
     log = os.open(os.path.join(folder, f"rank_{comm.rank}.log"), os.O_WRONLY | os.O_CREAT)
     os.dup2(log, 2)  # torchft's own logs to a file, not the notebook
     from torchft import Manager, ProcessGroupGloo
@@ -87,9 +87,7 @@ def theirs(comm, spec: dict, lighthouses: list[str], folder: str) -> dict:
     store, _sock = _loopback_store()
     model, wait = _model(), datetime.timedelta(seconds=30)
     inner = _inner(model)
-    mods, f = layers(model), spec["fragments"]
-    cut = [round(k * len(mods) / f) for k in range(f + 1)]  # streaming.py's cut
-    frags = [nn.ModuleList(mods[a:b]) for a, b in zip(cut, cut[1:])]
+    frags = [nn.ModuleList(g) for g in split(layers(model), spec["fragments"])]  # our cut
 
     def outer(params):
         return torch.optim.SGD(params, lr=0.7, momentum=0.9, nesterov=True)
@@ -98,13 +96,11 @@ def theirs(comm, spec: dict, lighthouses: list[str], folder: str) -> dict:
         pg=ProcessGroupGloo(timeout=wait), min_replica_size=2, use_async_quorum=False,
         init_sync=False, load_state_dict=model.load_state_dict, state_dict=model.state_dict,
         replica_id=f"replica_{replica}", store_addr="127.0.0.1", store_port=store.port,
-        rank=0, world_size=1, lighthouse_addr=lighthouses[comm.rank // 2], hostname="127.0.0.1", timeout=wait,
+        rank=0, world_size=1, lighthouse_addr=lighthouse, hostname="127.0.0.1", timeout=wait,
         quorum_timeout=wait, connect_timeout=wait,
         checkpoint_transport=HTTPTransport(timeout=wait, num_chunks=0))
     try:
-        outers = outer(model.parameters()) if shared_outer else [outer(m.parameters())
-                                                                 for m in frags]
-        with DiLoCo(manager, frags, inner, outers, sync_every=spec["inner_steps"],
+        with DiLoCo(manager, frags, inner, [outer(m.parameters()) for m in frags], sync_every=spec["inner_steps"],
                     fragment_sync_delay=spec["delay"],
                     fragment_update_alpha=spec["alpha"]):
             return _train(model, inner, replica, spec["steps"], lambda: None)
@@ -112,31 +108,40 @@ def theirs(comm, spec: dict, lighthouses: list[str], folder: str) -> dict:
         manager.shutdown(wait=False)
 
 
-def compare(spec: dict | None = None, *, pool=None, timeout: float = 120.0) -> dict:
-    """Run ours on 2 real ranks (`pool`: a warm `launch.Pool(2)`), torchft's check and its
-    negative control on 4 (two jobs of 2 replicas side by side); {"equal" / "control_equal":
-    every tensor bit for bit on both replicas, "max_diff" / "control_max_diff", "ours",
-    "theirs", "control": per replica, name -> tensor}."""
+def compare(spec: dict | None = None, *, pool=None, simulate: bool = False,
+            timeout: float = 120.0) -> dict:
+    """Ours on 2 real ranks (`pool`: a warm `launch.Pool(2)`; `simulate=True`: 2 simulated
+    ranks, the same arithmetic without process start-up) and torchft on 2 real ones;
+    {"equal" / "control_equal": every tensor bit for bit on both replicas, "max_diff" /
+    "control_max_diff", "ours", "control", "theirs": per replica, name -> tensor}."""
     from torchft._torchft import LighthouseServer
 
     from syncedu.faults.tft_procs import _stderr_to
 
-    spec = spec or job()
-    a = (pool.run(ours, args=(spec,), timeout=timeout) if pool is not None
-         else launch.run(ours, 2, args=(spec,), timeout=timeout, output="quiet"))
+    spec = {**JOB, **(spec or {})}
+    if spec["delay"] < 1:
+        raise ValueError(f"spec['delay']={spec['delay']} must be >= 1: the negative control "
+                         f"takes the pseudo-gradient that many steps late")
+
+    def run_ours(job_spec):
+        if simulate:
+            return list(sim.run(ours, 2, args=(job_spec,)))
+        if pool is not None:
+            return list(pool.run(ours, args=(job_spec,), timeout=timeout))
+        return list(launch.run(ours, 2, args=(job_spec,), timeout=timeout, output="quiet"))
+
+    out = {"ours": run_ours(spec), "control": run_ours({**spec, "delay": 0})}
     folder = tempfile.mkdtemp(prefix="torchft_diloco_")
     with _stderr_to(os.path.join(folder, "lighthouse.log")):
-        houses = [LighthouseServer(bind="127.0.0.1:0", min_replicas=2) for _ in range(2)]
+        house = LighthouseServer(bind="127.0.0.1:0", min_replicas=2)
         try:
-            addresses = ["http://127.0.0.1:" + h.address().rsplit(":", 1)[1] for h in houses]
-            b = list(launch.run(theirs, 4, args=(spec, addresses, folder), timeout=timeout,
-                                output="quiet"))
+            address = "http://127.0.0.1:" + house.address().rsplit(":", 1)[1]
+            out["theirs"] = list(launch.run(theirs, 2, args=(spec, address, folder),
+                                            timeout=timeout, output="quiet"))
         finally:
-            for h in houses:
-                h.shutdown()
-    out = {"ours": list(a), "theirs": b[:2], "control": b[2:]}
-    for name, other in (("", b[:2]), ("control_", b[2:])):
-        out[name + "equal"] = all(torch.equal(x[k], y[k]) for x, y in zip(a, other) for k in x)
-        out[name + "max_diff"] = max(float((x[k] - y[k]).abs().max())
-                                     for x, y in zip(a, other) for k in x)
+            house.shutdown()
+    for name, mine in (("", out["ours"]), ("control_", out["control"])):
+        pairs = [(x[k], y[k]) for x, y in zip(mine, out["theirs"]) for k in x]
+        out[name + "equal"] = all(torch.equal(x, y) for x, y in pairs)
+        out[name + "max_diff"] = max(float((x - y).abs().max()) for x, y in pairs)
     return out

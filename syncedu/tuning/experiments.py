@@ -8,7 +8,8 @@ by default or on real ones (`simulate=False`; the one-process batch sweep in thi
    `inner_steps` (this topic's strategies, train_strategies.py);
 2. `run_noise_scale`: the "noise_scale" strategy, B_simple per step;
 3. a `TuningRun` of the history: losses, logical time at the end of each step, traffic;
-4. `steps_at`: the "single" strategy in float64 with 5 warm-up steps, the loss read afterwards.
+4. `steps_at`: the "single" strategy in float64 with 5 warm-up steps (or none), the loss read
+   afterwards.
 """
 
 from __future__ import annotations
@@ -76,8 +77,7 @@ def run_diloco(method: str, world_size: int, *, steps: int, global_batch: int, s
     return TuningRun.of(harness.run(
         strategy, world_size, steps=steps, global_batch=global_batch, seed=seed,
         network=network, simulate=simulate, pool=pool, compute_seconds=compute_seconds,
-        optimizer="adamw",
-        lr=config.inner_lr, weight_decay=config.weight_decay, **options))
+        optimizer="adamw", lr=config.inner_lr, weight_decay=config.weight_decay, **options))
 
 
 def run_noise_scale(world_size: int, *, steps: int, global_batch: int, lr: float = 0.1,
@@ -91,16 +91,20 @@ def run_noise_scale(world_size: int, *, steps: int, global_batch: int, lr: float
 LR_GRID = (1.6, 0.8, 0.4, 0.2, 0.1, 0.05)  # high first: a good rate early caps the rest
 
 
-def steps_at(batch: int, lr: float, *, target: float, max_steps: int = 400) -> int:
+def steps_at(batch: int, lr: float, *, target: float, max_steps: int = 400,
+             warmup_steps: int = 5) -> int:
     """Steps of plain SGD (one process) until the 5-step mean loss reaches `target` (Step 4).
 
-    5 steps of linear warm-up (Goyal et al. 2017); 0: never within `max_steps`, or diverged.
+    `warmup_steps` of linear warm-up (Goyal et al. 2017); 0: never within `max_steps`, or
+    diverged. The run trains its whole cap: the rates that lose here stall (their loss stays
+    finite) more often than they diverge, so stopping at divergence would save little, and
+    stopping in a run needs a hook the harness does not have (lesson 09 measures both).
     Trained in float64, because at lr 0.8 and batch 512 float32's last-bit differences
     between CPUs (the vector width sets a matrix multiply's summation order) grew into
     another step count (56 steps on one machine, 62 on another).
     """
     loss = harness.run("single", 1, steps=max_steps, global_batch=batch, lr=lr,
-                       warmup_steps=5, dtype="float64").loss
+                       warmup_steps=warmup_steps, dtype="float64").loss
     for step, value in enumerate(loss):
         if not value < 10:  # diverged (or nan): this rate loses
             return 0

@@ -26,9 +26,8 @@ def verdict(name: str, ok: bool, detail: str = "") -> bool:
     return ok
 
 
-P2P_HINT = ("On Gloo and NCCL a send waits for its matching receive at any size: post isend and "
-            "irecv together and wait for both, or let even ranks send first and odd ranks "
-            "receive first")
+P2P_HINT = ("On Gloo and NCCL a send waits for its receive at any size: post isend and irecv "
+            "together and wait for both, or let even ranks send first, odd ranks receive first")
 
 
 def attempt(name: str, call, deadlock: str = P2P_HINT):

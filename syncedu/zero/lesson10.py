@@ -53,10 +53,10 @@ def _view(params_b: float, world_size: int, stage: int, network: str, layers: in
              for m in timeline.ZERO_MODES}
     hide = timeline.gather_hides(psi, layers, world_size, net, fwd)
     working = memory.working_set_bytes(psi, layers, stage) / memory.GB
-    text = (f"ZeRO-{stage} on {world_size} ranks: {mem['total'] / memory.GB:.2f} GB of model "
-            f"state per rank (params {mem['params'] / memory.GB:.2f}, grads "
-            f"{mem['grads'] / memory.GB:.2f}, optimizer {mem['optimizer'] / memory.GB:.2f}) "
-            f"+ {working:.2f} GB working set, activations not counted\n"
+    gb = {k: f"{v / memory.GB:.2f}" for k, v in mem.items()}
+    text = (f"ZeRO-{stage} on {world_size} ranks: {gb['total']} GB of model state per rank "
+            f"(params {gb['params']}, grads {gb['grads']}, optimizer {gb['optimizer']}) + "
+            f"{working:.2f} GB working set, activations not counted\n"
             f"step (compute {3 * fwd:.3f} s): DP as DDP, allreduce under the backward "
             f"{times['dp']:.3f} s; ZeRO-1 {times['zero1']:.3f} s, ZeRO-2 {times['zero2']:.3f} s "
             f"(reduce-scatter under the backward); ZeRO-3 {times['zero3']:.3f} s without "

@@ -271,3 +271,20 @@ def test_real_pipelined_ring_ledger(pools):
     res = pools(3).run(worker)
     assert all(res)
     assert res.ledger.ops["ring_pipelined_allreduce"].sent == res.ledger.ops["all_reduce"].sent
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8, 12, 16])
+def test_halving_doubling_in_either_order_equals_the_builtin(n):
+    """Review A2: the step order is a parameter; both orders sum exactly, send the same bytes,
+    (in all: uneven chunks differ per rank) and a bad order is refused by name."""
+    def worker(comm, order):
+        x = torch.randint(-5, 6, (37,), generator=torch.Generator().manual_seed(comm.rank)).float()
+        ref = x.clone()
+        comm.all_reduce(ref)
+        collectives.halving_doubling_allreduce(comm, x, order=order)
+        return torch.equal(x, ref)
+
+    runs = [sim.run(worker, n, args=(o,)) for o in ("far_first", "near_first")]
+    assert all(all(r) for r in runs) and sum(runs[0].ledger.sent) == sum(runs[1].ledger.sent)
+    with pytest.raises(sim.WorkerError, match="order="):
+        sim.run(worker, n, args=("nearest",))

@@ -189,6 +189,48 @@ def _stub(*args):
     raise NotImplementedError
 
 
+def _ring_left(comm, x):
+    """Wrong (review C3): a correct ring the other way round (to rank - 1)."""
+    n, r = comm.world_size, comm.rank
+    chunks = list(torch.tensor_split(x, n))
+    for s in range(n - 1):
+        inbox = torch.empty_like(chunks[(r + s + 1) % n])
+        work = comm.isend(chunks[(r + s) % n], (r - 1) % n)
+        comm.recv(inbox, (r + 1) % n)
+        work.wait()
+        chunks[(r + s + 1) % n] += inbox
+    for s in range(n - 1):
+        work = comm.isend(chunks[(r + s - 1) % n], (r - 1) % n)
+        comm.recv(chunks[(r + s) % n], (r + 1) % n)
+        work.wait()
+
+
+def _ring_never_waits(comm, x):
+    """Wrong (review C1): right sums, but the isends are never waited on."""
+    n, r = comm.world_size, comm.rank
+    chunks, got = torch.tensor_split(x, n), torch.empty(x.numel())
+    for s in range(n - 1):
+        comm.isend(chunks[(r - s) % n].clone(), (r + 1) % n)
+        into = chunks[(r - s - 1) % n]
+        into.add_(comm.recv(got[: into.numel()], (r - 1) % n))
+    for s in range(n - 1):
+        comm.isend(chunks[(r + 1 - s) % n].clone(), (r + 1) % n)
+        comm.recv(chunks[(r - s) % n], (r - 1) % n)
+
+
+def _ring_reuses_send_chunk(comm, x):
+    """Wrong (review C1): one buffer both sent and received into before the send's wait()."""
+    n, r = comm.world_size, comm.rank
+    chunks = torch.tensor_split(x, n)
+    for s in range(2 * (n - 1)):
+        out, into = chunks[(r - s) % n], chunks[(r - s - 1) % n]
+        buf = out.clone()
+        w = comm.isend(buf, (r + 1) % n)
+        comm.recv(buf[: into.numel()] if into.numel() <= buf.numel() else into, (r - 1) % n)
+        w.wait()
+        into.add_(buf[: into.numel()]) if s < n - 1 else into.copy_(buf[: into.numel()])
+
+
 def test_ring_checker_accepts_right_rings(capsys):
     assert ex2.ring_from_send_recv.grade(_ring_right)
     assert ex2.ring_from_send_recv.grade(_ring_even_odd)
@@ -210,6 +252,9 @@ def test_ring_checker_rejects_wrong_rings(capsys):
         (_naive, "2(N-1) = 4 steps"),
         (_nobody_sends, "with 3 ranks and 7 elements: deadlock"),
         (_stub, "not attempted yet"),
+        (_ring_never_waits, "never waited on"),
+        (_ring_left, "messages went left, to (rank - 1) % N: send right"),
+        (_ring_reuses_send_chunk, "changed the tensor it isend"),
     ]
     for answer, mistake in cases:
         assert not ex2.ring_from_send_recv.grade(answer), answer.__name__
@@ -275,6 +320,18 @@ def test_formula_quick_checks(capsys):
     assert "N=2, S=1e+06" in capsys.readouterr().out
     assert not ex2.ring_time.grade(lambda n, s, a, b: (n - 1) * (a + s / n * b))  # one phase
     assert ex2.crossover.grade(1 << 20) and ex2.crossover.grade(lambda: 1 << 20)
-    for wrong in (1 << 14, 1 << 21, 10**6):
+    assert "S* = 710,280 B" in capsys.readouterr().out  # the closed form (review C2)
+    for wrong in (1 << 14, 1 << 21, 10**6, 1 << 19):  # 2^19 < S*: the tree still wins there
         assert not ex2.crossover.grade(wrong)
         assert "is not it" in capsys.readouterr().out
+    assert not ex2.crossover.grade(710_280)  # S* itself is not a power of two
+    assert "S* itself" in capsys.readouterr().out
+
+
+def test_crossover_is_graded_by_the_closed_form_not_by_cost(monkeypatch, capsys):
+    """Review C2: a checker that calls cost.allreduce_time grades the loop, not the model; a
+    broken cost module must not change the grade."""
+    from syncedu.collectives import cost
+
+    monkeypatch.setattr(cost, "allreduce_time", lambda *a, **k: 0.0)
+    assert ex2.crossover.grade(1 << 20)

@@ -174,3 +174,23 @@ def test_on_a_flat_network_the_old_results_hold(n):
         times = {name: simulated(name, nbytes, ETH, n) for name in ("ring", "tree",
                                                                     "halving_doubling")}
         assert times["halving_doubling"] <= min(times.values()) * (1 + 1e-12)
+
+
+def test_placement_puts_rank_r_in_slot_placement_r():
+    """Review A2: the rank placement is a parameter; an alternating one makes every ring step
+    cross the NIC, and a bad one is refused by name."""
+    import pytest
+    import torch
+
+    from syncedu import Network, collectives, sim
+
+    alt = Network.cluster(2, 4, placement=[(r % 2) * 4 + r // 2 for r in range(8)])
+    assert [alt.node_of(r) for r in range(8)] == [0, 1] * 4
+    assert [alt.local_rank_of(r) for r in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    res = sim.run(lambda c: collectives.ring_allreduce(c, torch.ones(64)), 8, network=alt)
+    assert all(alt.node_of(s) != alt.node_of(d) for s, d in res.trace.pairs())
+    for bad in ([0] * 8, list(range(7)), [8, 1, 2, 3, 4, 5, 6, 7]):
+        with pytest.raises(ValueError, match="placement"):
+            Network.cluster(2, 4, placement=bad)
+    with pytest.raises(sim.WorkerError, match="placement=None"):
+        sim.run(lambda c: collectives.hierarchical_allreduce(c, torch.ones(8)), 8, network=alt)

@@ -12,6 +12,12 @@ replicas (nodes=1: plain FSDP). Consecutive ranks share a node (as torchrun and
    replicas' `SubComm.all_reduce_mean`, "replica_*"): the mean over all ranks;
 3. forward (and backward, resharded): shards all-gathered inside the node
    ("node_all_gather"), so parameters never cross the slow link.
+
+Accumulating over micro-batches, two choices (as FSDP2's): `no_sync()` skips steps 1 and 2
+and keeps whole fp32 gradients (a unit's full size), while `set_requires_all_reduce(False)`
+skips only step 2: every micro-batch still reduce-scatters inside the node, the node's mean
+shards (1/G of a unit) add up, and the next backward with it True allreduces the sum across
+the nodes once (FSDP2's `set_requires_all_reduce`: the slow link is crossed once a step).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import torch
 
 from syncedu.comm.torch_comm import TorchComm
 from syncedu.compress.base import flatten, unflatten_
-from syncedu.train.sampling import check_int
+from syncedu.train.sampling import check_bool, check_int
 from syncedu.zero.fully_shard import FullyShard
 from syncedu.zero.shards import Layout, ring_all_gather_pieces, ring_reduce_scatter_pieces
 
@@ -95,8 +101,12 @@ class HybridShard(FullyShard):
                                  "give nodes= (the number of replicas)")
             nodes = comm.network.nodes
         check_nodes(comm.world_size, nodes)
-        self.nodes = nodes
+        self.nodes, self.requires_all_reduce = nodes, True
         super().__init__(module, comm, **kwargs)
+
+    def set_requires_all_reduce(self, requires_all_reduce: bool) -> None:
+        """False: defer step 2 (the replicas' allreduce), adding up the node's mean shards."""
+        self.requires_all_reduce = check_bool("requires_all_reduce", requires_all_reduce)
 
     def _shard_comm(self, comm):
         node, self.replicas = groups(comm, self.nodes)  # Step 1: this rank's node, its replicas
@@ -104,8 +114,14 @@ class HybridShard(FullyShard):
 
     def unit_backward(self, u, grads, sync: bool) -> list:
         mine = super().unit_backward(u, grads, sync)  # the node's mean, or None (no_sync)
-        if mine[0] is not None:
-            flat = flatten(mine)
-            self.replicas.all_reduce_mean(flat)  # Step 2: the mean over the nodes too
-            unflatten_(mine, flat)
+        if not sync:
+            return mine
+        if u.pending is not None:  # the node's means of the deferred micro-batches
+            mine = [g if g is None else g.add_(d) for g, d in zip(mine, u.pending)]
+        u.pending = None if self.requires_all_reduce else mine
+        if u.pending is not None:
+            return [None] * len(mine)
+        kept = [g for g in mine if g is not None]  # frozen parameters have none
+        self.replicas.all_reduce_mean(flat := flatten(kept))  # Step 2: the mean over the nodes
+        unflatten_(kept, flat)
         return mine

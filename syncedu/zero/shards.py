@@ -20,7 +20,7 @@ from syncedu.comm.ledger import ring_chunks
 from syncedu.compress.base import flatten, unflatten_
 from syncedu.dp.data_parallel import sync_paused
 from syncedu.train.memory import KINDS, model_state_bytes
-from syncedu.train.sampling import check_int
+from syncedu.train.sampling import check_int, check_number
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,33 @@ def broadcast_params(comm, params) -> torch.Tensor:
     comm.broadcast(flat, src=0)
     unflatten_(params, flat)
     return flat
+
+
+@torch.no_grad()
+def clip_grad_norm(comm, sharded: list, whole: list, max_norm: float, norm_type: float = 2.0,
+                   *, copies: int = 1) -> torch.Tensor:
+    """torch's `clip_grad_norm_` over gradients split across ranks: `sharded` hold each rank's
+    own elements (each element on `copies` ranks: HSDP's replicas), `whole` are the same on
+    every rank. The p-th powers (or the max, p = inf) of the shards are summed over `comm`
+    (None: nothing to sum), then the whole ones' added; every gradient is scaled in place by
+    min(1, max_norm / (norm + 1e-6)), torch's coefficient. Returns the norm (fp32)."""
+    check_number("max_norm", max_norm)
+    inf = (p := float(check_number("norm_type", norm_type, 1e-12))) == float("inf")
+    device = next((g.device for g in [*sharded, *whole]), None)  # a rank may hold no shard
+
+    def part(grads):  # sum of |g|^p, or max |g|, in float64
+        norms = torch.stack([torch.linalg.vector_norm(g.double(), p) for g in grads if g.numel()]
+                            or [torch.zeros((), dtype=torch.float64, device=device)])
+        return (norms.max() if inf else norms.pow(p).sum()).reshape(1)
+
+    total = part(sharded)
+    if comm is not None:
+        comm.all_reduce(total, op="max" if inf else "sum").div_(1 if inf else copies)
+    total = (torch.maximum(total, part(whole)) if inf else (total + part(whole)) ** (1 / p))[0]
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    for g in [*sharded, *whole]:
+        g.mul_(coef.to(g.dtype))
+    return total.float()
 
 
 def ring_reduce_scatter_pieces(comm, pieces: list[torch.Tensor]) -> torch.Tensor:
@@ -164,8 +191,12 @@ def layer_units(module: nn.Module) -> list[Unit]:
             a = out[-1].b
     if not out:
         raise ValueError("module has no trainable parameters to shard")
-    kinds = {(p.dtype, p.device) for u in out for p in u.params}
-    if len(kinds) > 1:
-        raise ValueError(f"module's trainable parameters must share one dtype and device, "
-                         f"got {sorted(map(str, kinds))}")
+    check_one_kind("module's trainable parameters", [p for u in out for p in u.params])
     return out
+
+
+def check_one_kind(name: str, params: list) -> list:
+    """`params`, or a ValueError naming `name` unless they share one dtype and device."""
+    if len(kinds := {(p.dtype, p.device) for p in params}) > 1:
+        raise ValueError(f"{name} must share one dtype and device, got {sorted(map(str, kinds))}")
+    return params

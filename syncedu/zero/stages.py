@@ -93,17 +93,15 @@ class ZeroDataParallel(Synced):
 
     def _shard_from(self, flat: torch.Tensor) -> torch.Tensor:
         mine = self.layout.pieces(flat)[self.comm.rank]
-        if self.stage < 3:  # the shard is a view: the optimizer updates the buffer in place
-            self.flat = flat
-            for u in self.units:
-                u.attach(flat[u.a: u.b])
-            return mine
-        self.flat = None  # stage 3 keeps only its own shard
-        for u in self.units:  # each layer's buffer, its storage freed until gathered
-            u.flat = flat[u.a: u.b].clone()
-            u.attach(u.flat)
-            u.free()
-        return mine.clone()
+        # Stages 1-2: the shard is a view, so the optimizer updates the buffer in place. Stage 3
+        # keeps only its own shard, and each layer's buffer with its storage freed until gathered.
+        self.flat = flat if self.stage < 3 else None
+        for u in self.units:
+            u.flat = flat[u.a: u.b].clone() if self.stage == 3 else None
+            u.attach(flat[u.a: u.b] if u.flat is None else u.flat)
+            if u.flat is not None:
+                u.free()
+        return mine if self.stage < 3 else mine.clone()
 
     # ------------------------------------------------------------- hooks
     def _install_hooks(self) -> list:
@@ -202,10 +200,8 @@ class ZeroDataParallel(Synced):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget the shard's gradient (None, or zeroed); stage 1 zeroes its whole buffer."""
-        if set_to_none or self.shard.grad is None:
-            self.shard.grad = None
-        else:
-            self.shard.grad.zero_()
+        grad = self.shard.grad
+        self.shard.grad = None if set_to_none or grad is None else grad.zero_()
         if self.flat_grad is not None:
             self.flat_grad.zero_()
 

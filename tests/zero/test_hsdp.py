@@ -103,20 +103,28 @@ def _one_process(n, steps=3):
     return {k: p.detach() for k, p in net.named_parameters()}
 
 
-def _hybrid_worker(comm, micro=1, steps=3):
-    hs = HybridShard(_Net(), comm)  # nodes from the cluster network
+def _hybrid_worker(comm, micro=1, steps=3, defer=False):
+    hs = HybridShard(_Net(), comm, shard=(torch.nn.Linear,))  # nodes from the cluster network
     opt = torch.optim.SGD(hs.module.parameters(), lr=0.1)
     comm.ledger.reset()
+    held = []  # gradient elements a rank keeps between micro-batches
     for step in range(steps):
         opt.zero_grad()
         x, y = _data(step, comm.rank)
         for k, (xm, ym) in enumerate(zip(x.chunk(micro), y.chunk(micro))):
-            with hs.no_sync() if k < micro - 1 else torch.enable_grad():
+            last = k == micro - 1
+            if defer:  # only the replicas' allreduce waits for the last micro-batch
+                hs.set_requires_all_reduce(last)
+            with hs.no_sync() if not (last or defer) else torch.enable_grad():
                 (torch.nn.functional.cross_entropy(hs(xm), ym) / micro).backward()
+            if not last:
+                held.append(sum(g.numel() for u in hs.units
+                                for g in (u.pending or u.accumulated or []) if g is not None))
         hs.finish_gradient_synchronization()
         opt.step()
     shapes = {k: tuple(p.shape) for k, p in hs.module.named_parameters()}
-    return hs.full_parameters(), shapes, {k: v.sent for k, v in comm.ledger.ops.items()}
+    ops = {k: v.sent for k, v in comm.ledger.ops.items()}
+    return hs.full_parameters(), shapes, ops, held
 
 
 def test_hybrid_shard_trains_like_one_process():
@@ -135,6 +143,24 @@ def test_hybrid_shard_trains_like_one_process():
     for k in want:
         torch.testing.assert_close(accumulated[0][0][k], want[k], atol=1e-6, rtol=0, msg=k)
     assert accumulated[0][2]["node_reduce_scatter"] == ops["node_reduce_scatter"]  # once a step
+
+
+def test_deferring_only_the_replica_allreduce():
+    """set_requires_all_reduce(False) (FSDP2's): 2 micro-batches reduce-scatter inside the
+    node twice, but cross to the other node once, as no_sync; a rank keeps 1/G of the
+    gradients between micro-batches where no_sync keeps them whole."""
+    net, want = Network.cluster(2, 2), _one_process(4)
+    no_sync, defer = (sim.run(_hybrid_worker, 4, network=net, kwargs={"micro": 2, "defer": d})
+                      for d in (False, True))
+    for params, *_ in defer:
+        for k in want:
+            torch.testing.assert_close(params[k], want[k], atol=1e-6, rtol=0, msg=k)
+    ops_n, ops_d = no_sync[0][2], defer[0][2]
+    assert ops_d["node_reduce_scatter"] == 2 * ops_n["node_reduce_scatter"]
+    for op in ("replica_reduce_scatter", "replica_all_gather"):  # the slow link: once a step
+        assert ops_d[op] == ops_n[op]
+    # fc1 (5 x 6 + 5) and fc2 (3 x 5 + 3): whole under no_sync, rank 0's rows (3, 2 of them)
+    assert no_sync[0][3] == [35 + 18] * 3 and defer[0][3] == [3 * 7 + 2 * 6] * 3
 
 
 def test_hybrid_shard_needs_nodes_that_divide_the_world():

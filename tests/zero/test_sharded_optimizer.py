@@ -1,6 +1,8 @@
 """zero.ShardedOptimizer (ZeRO-1 as an optimizer): equal to the unsharded AdamW on tied
 and frozen parameters, with parameter groups, on simulated ranks (2 and 3) and real
-ones; optimizer state for the shard only; reduce_scatter=True sends 1x DP's bytes."""
+ones, with and without clipping by the global norm; optimizer state for the shard only;
+reduce_scatter=True sends 1x DP's bytes; the state consolidated on one rank only;
+non-element-wise optimizers and late parameter groups refused."""
 
 import pytest
 import torch
@@ -44,18 +46,22 @@ def _groups(model):
              "weight_decay": 0.0}]
 
 
-def _reference(world_size):
+def _reference(world_size, clip=None):
     model = Tied()
     opt = torch.optim.AdamW(_groups(model), **KW)
+    norms = []
     for step in range(STEPS):
         opt.zero_grad()
         xs, ys = zip(*[_batch(step, r) for r in range(world_size)])
         F.cross_entropy(model(torch.cat(xs)), torch.cat(ys)).backward()
+        if clip is not None:
+            norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), *clip)))
         opt.step()
-    return {k: p.detach().clone() for k, p in model.named_parameters()}, opt.state_dict()
+    params = {k: p.detach().clone() for k, p in model.named_parameters()}
+    return (params, norms) if clip else (params, opt.state_dict())
 
 
-def _worker(comm, reduce_scatter, use_default_group=False, ddp=False):
+def _worker(comm, reduce_scatter, use_default_group=False, ddp=False, clip=None, to=0):
     model = Tied()
     forward, finish = model, (lambda: None)
     if ddp:  # torch's DDP averages the gradients
@@ -67,15 +73,20 @@ def _worker(comm, reduce_scatter, use_default_group=False, ddp=False):
     opt = ShardedOptimizer(_groups(model), torch.optim.AdamW, None if use_default_group else comm,
                            reduce_scatter=reduce_scatter, **KW)
     comm.ledger.reset()
+    norms = []
     for step in range(STEPS):
         opt.zero_grad()
         x, y = _batch(step, comm.rank)
         F.cross_entropy(forward(x), y).backward()
         finish()
+        if clip is not None:
+            norms.append(float(opt.clip_grad_norm_(*clip)))
         opt.step()
     sent = sum(c.sent for c in comm.ledger.ops.values())
+    opt.consolidate_state_dict(to=to)
+    state = opt.state_dict() if comm.rank == to else None
     return ({k: p.detach().clone() for k, p in model.named_parameters()}, opt.state_bytes, sent,
-            opt.state_dict())
+            state if clip is None else norms)
 
 
 def _close(got, want, atol=1e-6):
@@ -92,12 +103,12 @@ TRAINABLE = 5 * 7 + 5 + 5 * 5 + 5  # inp (tied: once) + hidden; the frozen layer
 def test_equal_to_unsharded_adamw_on_simulated_ranks(n, reduce_scatter):
     want, want_state = _reference(n)
     res = sim.run(_worker, n, args=(reduce_scatter,))
-    for params, state_bytes, _, state in res:
+    for params, state_bytes, *_ in res:
         _close(params, want)
         assert params["frozen.weight"].equal(Tied().frozen.weight)  # never stepped
         # Two moments for ~Psi/N elements each (fp32), plus a 4-byte step per piece.
         assert 2 * 4 * (TRAINABLE // n) <= state_bytes <= 2 * 4 * (-(-TRAINABLE // n)) + 4 * 6
-        # The consolidated state is the unsharded optimizer's.
+    for state in (res[0][3],):  # consolidated on rank 0 only: the unsharded optimizer's state
         assert state["state"].keys() == want_state["state"].keys()
         for i, st in want_state["state"].items():
             for key, v in st.items():
@@ -132,17 +143,28 @@ def test_load_state_dict_round_trip_and_lr_change():
                                lr=0.1)
         lin(torch.ones(2, 3)).sum().backward()
         opt.step()
-        sd = opt.state_dict()
+        opt.consolidate_state_dict(to=2)
+        return opt.state_dict() if comm.rank == 2 else None
+    sd = sim.run(worker, 3)[2]
+
+    def reload(comm):
+        torch.manual_seed(0)
+        lin = nn.Linear(3, 4)
+        opt = ShardedOptimizer(lin.parameters(), torch.optim.Adam, comm, reduce_scatter=True,
+                               lr=0.1)
+        opt.load_state_dict(sd)  # the whole state, given to every rank (as torch's ZeRO)
         opt.param_groups[0]["lr"] = 0.0  # as a scheduler would: the next step moves nothing
         before = lin.weight.detach().clone()
-        opt.load_state_dict(sd)
-        opt.param_groups[0]["lr"] = 0.0
         lin(torch.ones(2, 3)).sum().backward()
         opt.step()
-        return before.equal(lin.weight), opt.state_dict()["state"][0]["exp_avg"]
-    res = sim.run(worker, 3)
+        opt.consolidate_state_dict()
+        return before.equal(lin.weight), opt.state_dict()["state"][0]["exp_avg"] \
+            if comm.rank == 0 else None
+    res = sim.run(reload, 3)
     assert all(same for same, _ in res)
-    assert res[0][1].equal(res[2][1]) and res[0][1].shape == (4, 3)
+    # The loaded moment went on (0.9 m + 0.1 g, g = 2): a fresh one would be 0.2 again.
+    torch.testing.assert_close(res[0][1], 0.9 * sd["state"][0]["exp_avg"] + 0.1 * 2.0)
+    assert res[0][1].shape == (4, 3) and res[1][1] is None
 
 
 def test_a_scheduler_drives_the_local_optimizer():
@@ -214,7 +236,8 @@ def test_state_dict_of_sgd_with_and_without_momentum():
             opt.zero_grad()
             lin(torch.ones(2, 3)).sum().backward()
             opt.step()
-        return opt.state_dict()["state"]
+        opt.consolidate_state_dict(to=1)
+        return opt.state_dict()["state"] if comm.rank == 1 else None
 
     torch.manual_seed(0)
     lin = nn.Linear(3, 4)
@@ -223,8 +246,66 @@ def test_state_dict_of_sgd_with_and_without_momentum():
         ref.zero_grad()
         lin(torch.ones(2, 3)).sum().backward()
         ref.step()
-    for state in sim.run(worker, 3, args=(0.9,)):
-        assert state.keys() == ref.state_dict()["state"].keys() == {0, 1}
-        for i, st in ref.state_dict()["state"].items():
-            torch.testing.assert_close(state[i]["momentum_buffer"], st["momentum_buffer"])
-    assert all(state == {} for state in sim.run(worker, 3, args=(0.0,)))
+    state = sim.run(worker, 3, args=(0.9,))[1]
+    assert state.keys() == ref.state_dict()["state"].keys() == {0, 1}
+    for i, st in ref.state_dict()["state"].items():
+        torch.testing.assert_close(state[i]["momentum_buffer"], st["momentum_buffer"])
+    assert sim.run(worker, 3, args=(0.0,))[1] == {}
+
+
+@pytest.mark.parametrize("reduce_scatter", [False, True])
+@pytest.mark.parametrize("clip", [(0.05, 2.0), (0.01, float("inf")), (100.0, 1.0)])
+def test_clip_grad_norm_equals_torchs_on_the_averaged_gradients(reduce_scatter, clip):
+    """With reduce_scatter=True the averaged gradients exist only as shards: the norm is
+    summed over ranks. (0.05, 2) and (0.01, inf) clip every step; 100 never does."""
+    want, want_norms = _reference(3, clip)
+    for params, _, _, norms in sim.run(_worker, 3, args=(reduce_scatter,),
+                                       kwargs={"clip": clip}):
+        _close(params, want)
+        assert norms == pytest.approx(want_norms, rel=1e-6)
+    assert (min(want_norms) > clip[0]) == (clip[0] < 1)
+
+
+def test_state_is_consolidated_on_one_rank_only():
+    """Every rank sends its shard's moments to rank `to`, and only `to` can answer."""
+    def worker(comm, to):
+        model = Tied()
+        opt = ShardedOptimizer(_groups(model), torch.optim.AdamW, comm, reduce_scatter=True, **KW)
+        F.cross_entropy(model(_batch(0, comm.rank)[0]), _batch(0, comm.rank)[1]).backward()
+        opt.step()
+        comm.ledger.reset()
+        opt.consolidate_state_dict(to=to)
+        try:
+            answer = opt.state_dict()["state"].keys()
+        except RuntimeError as e:
+            answer = str(e)
+        return answer, comm.ledger.ops["consolidate"].sent, len(opt.layout.pieces(
+            torch.zeros(opt.layout.numel))[comm.rank])
+    for to in (0, 2):
+        res = sim.run(worker, 3, args=(to,))
+        for r, (answer, sent, shard) in enumerate(res):
+            if r == to:
+                assert answer == {0, 1, 3, 4} and sent == 0  # the tied weight once, frozen: none
+            else:
+                assert "consolidate_state_dict(to=...)" in answer
+                assert sent == 2 * 4 * shard  # exp_avg and exp_avg_sq of my shard, fp32
+
+
+def test_non_element_wise_optimizers_and_late_groups_are_refused():
+    lin = nn.Linear(2, 2)
+    for cls in (torch.optim.Adafactor, torch.optim.LBFGS, torch.optim.SparseAdam,
+                type("MyAdafactor", (torch.optim.Adafactor,), {})):
+        with pytest.raises(ValueError, match="optimizer_cls=.*not element-wise"):
+            ShardedOptimizer(lin.parameters(), cls, comm=object())
+    if hasattr(torch.optim, "Muon"):
+        with pytest.raises(ValueError, match="optimizer_cls=Muon"):
+            ShardedOptimizer(lin.parameters(), torch.optim.Muon, comm=object())
+
+    def worker(comm):
+        opt = ShardedOptimizer([lin.weight], torch.optim.SGD, comm, lr=0.1)
+        with pytest.raises(NotImplementedError, match="add_param_group"):
+            opt.add_param_group({"params": [lin.bias]})
+        with pytest.raises(ValueError, match="to=3"):
+            opt.consolidate_state_dict(to=3)
+        return len(opt.param_groups)
+    assert sim.run(worker, 2)[0] == 1

@@ -10,7 +10,8 @@ Run it by its path (from the repository's root, as above), or import it with
 module, which needs this folder on `sys.path` (not `python -m examples.elastic_ddp`).
 
 Lesson 03's DDP program (`ddp_program`'s setup and checkpoints) in which, on the first
-attempt, rank `crash_rank` exits at epoch `crash_epoch`. Then (PyTorch's "torchrun
+attempt, rank `crash_rank` exits halfway through epoch `crash_epoch` (the half epoch it had
+trained since the last checkpoint is lost, and redone). Then (PyTorch's "torchrun
 (Elastic Launch)" documentation):
 
 1. the agent, polling every `--monitor-interval` s, sees rank 1 exit non-zero (rank 0,
@@ -49,7 +50,7 @@ from syncedu.train.sampling import check_int
 
 
 def worker(cfg: Config, crash_rank: int = 1, crash_epoch: int = 1) -> None:
-    """One rank's job under torchrun; on attempt 0, `crash_rank` dies at `crash_epoch`."""
+    """One rank's job under torchrun; on attempt 0, `crash_rank` dies halfway through `crash_epoch`."""
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))  # sync: set by the agent
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device = ddp_program.setup(rank, world_size, cfg.timeout)
@@ -63,10 +64,10 @@ def worker(cfg: Config, crash_rank: int = 1, crash_epoch: int = 1) -> None:
         opt = ddp_program._optimizer(model.parameters(), cfg)  # the program's: SGD by default
         start = ddp_program.resume_checkpoint(model, opt, cfg, device)  # Step 3: 0 on a fresh start
         for epoch in range(start, cfg.epochs):
-            if attempt == 0 and rank == crash_rank and epoch == crash_epoch:
-                os._exit(1)  # the failure on purpose: this process just vanishes
             sampler.set_epoch(epoch)  # sync: the same shuffle as an uninterrupted run
-            for x, y in loader:
+            for i, (x, y) in enumerate(loader):
+                if attempt == 0 and rank == crash_rank and epoch == crash_epoch and i == len(loader) // 2:
+                    os._exit(1)  # the failure on purpose, mid-epoch: this process just vanishes
                 opt.zero_grad(set_to_none=True)
                 F.cross_entropy(model(x.to(device)), y.to(device)).backward()  # sync: allreduce
                 opt.step()

@@ -17,7 +17,7 @@ import math
 import torch
 
 from syncedu.comm import sim
-from syncedu.decentralized.gossip import (consensus_distance, gossip, mixing_matrix, push_sum,
+from syncedu.decentralized.gossip import (consensus_distance, gossip, mixing_matrix, out_peers,
                                           second_eigenvalue)
 from syncedu.ui.checkers import attempt, checker, verdict
 
@@ -33,6 +33,15 @@ def _run_round(comm, fn):
     return x
 
 
+def _p2p_only(res, edge, graph: str) -> str | None:
+    """What is wrong with the run's traffic (a collective, a message off `graph`), or None."""
+    if any(op not in ("send", "recv") for op in res.ledger.ops):
+        return (f"the ledger shows {sorted(res.ledger.ops)}: that is a collective (an "
+                f"allreduce); send to neighbours only, point-to-point")
+    far = sorted({(m.src, m.dst) for m in res.trace if not edge(m.src, m.dst)})
+    return f"messages {far[:3]} go to ranks that are not neighbours in {graph}" if far else None
+
+
 @checker
 def check_gossip_round(fn, topology: str = "ring", n: int = 6) -> bool:
     """Exercise 1: one gossip round of `topology` on `n` ranks, point-to-point."""
@@ -43,13 +52,8 @@ def check_gossip_round(fn, topology: str = "ring", n: int = 6) -> bool:
     w = mixing_matrix(topology, n)
     x0 = torch.stack([_start(r) for r in range(n)])
     got = torch.stack(list(res))
-    if any(op not in ("send", "recv") for op in res.ledger.ops):
-        return verdict(name, False, f"the ledger shows {sorted(res.ledger.ops)}: that is a "
-                       "collective (an allreduce), not a gossip round; send to neighbours only")
-    far = sorted({(m.src, m.dst) for m in res.trace if w[m.dst, m.src] == 0})
-    if far:
-        return verdict(name, False, f"messages {far[:3]} go to ranks that are not neighbours "
-                       f"in the {topology} graph")
+    if wrong := _p2p_only(res, lambda src, dst: w[dst, src] > 0, f"the {topology} graph"):
+        return verdict(name, False, wrong)
     if torch.allclose(got, w @ x0, atol=1e-9):
         return verdict(name, True, f"{len(res.trace)} messages, each to a neighbour; W x matched")
     rows = torch.linalg.lstsq(x0.T, got.T).solution.T  # the weights the answer applied
@@ -86,21 +90,20 @@ def measured_rounds(topology: str, n: int, target: float, limit: int = 2000) -> 
 def check_rounds(answer, topology: str = "ring", n: int = 16, target: float = 1e-3) -> bool:
     """Exercise 2: rounds until the spread is `target` of its start, from |lambda_2|."""
     name = f"rounds to {target:g} ({topology}, {n} ranks)"
-    value = answer
-    if value is None:
+    if answer is None:
         print(f"{name}: not attempted yet - write your answer and re-run this cell")
         return False
     lam = second_eigenvalue(mixing_matrix(topology, n))
     bound = math.ceil(math.log(target) / math.log(lam))
     seen = measured_rounds(topology, n, target, limit=bound + 5)
-    if not isinstance(value, int):
-        return verdict(name, False, f"answer {value!r} must be a whole number of rounds")
-    if value < seen:
-        return verdict(name, False, f"{value} rounds is too few: the measured spread first "
+    if not isinstance(answer, int):
+        return verdict(name, False, f"answer {answer!r} must be a whole number of rounds")
+    if answer < seen:
+        return verdict(name, False, f"{answer} rounds is too few: the measured spread first "
                        f"reached {target:g} after {seen} (did you use the spectral gap "
                        f"1 - lambda_2 = {1 - lam:.3f} as the rate, or lambda_2 squared?)")
-    if value > bound:
-        return verdict(name, False, f"{value} rounds is more than log(target)/log(lambda_2) "
+    if answer > bound:
+        return verdict(name, False, f"{answer} rounds is more than log(target)/log(lambda_2) "
                        f"= {bound} (lambda_2 = {lam:.4f}); measured {seen}")
     return verdict(name, True, f"lambda_2 = {lam:.4f} predicts {bound}; measured {seen}")
 
@@ -117,20 +120,14 @@ def check_push_sum(fn, keeps=(0.9, 0.2, 0.5, 0.3, 0.7, 0.25)) -> bool:
     ok, res = attempt(name, lambda: sim.run(_push_run, len(keeps), args=(fn, list(keeps))))
     if not ok:
         return False
-    if any(op not in ("send", "recv") for op in res.ledger.ops):
-        return verdict(name, False, f"the ledger shows {sorted(res.ledger.ops)}: push-sum "
-                       "needs no collective, only messages to out-neighbours")
-    mean = torch.stack([_start(r) for r in range(len(keeps))]).mean(0)
+    n = len(keeps)
+    if wrong := _p2p_only(res, lambda src, dst: dst in out_peers("exponential", n, src),
+                          "the directed exponential graph"):
+        return verdict(name, False, wrong)
+    mean = torch.stack([_start(r) for r in range(n)]).mean(0)
     err = max(float((torch.as_tensor(x) - mean).abs().max()) for x in res)
     if err <= 1e-6:
         return verdict(name, True, f"every rank within {err:.1e} of the average")
     return verdict(name, False, f"a rank is {err:.3f} from the average: return x / w "
                    "(the values alone converge to a biased limit on this graph), after "
                    "enough rounds")
-
-
-def push_sum_solution(comm, x, w, keep, rounds: int = 80):
-    """A reference answer of exercise 3 (the tests use it)."""
-    for _ in range(rounds):
-        push_sum(comm, x, w, keep)
-    return x / w

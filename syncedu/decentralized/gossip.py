@@ -4,8 +4,9 @@ One round is `x_i <- sum_j W[i, j] x_j`: rank i receives the tensors of the rank
 W[i, j] > 0 (its neighbours), point-to-point, and sends its own to the ranks that need it.
 With a doubly stochastic W (rows and columns sum to 1) the average over the ranks never
 changes, and the ranks' spread shrinks by at most |lambda_2| per round, the second largest
-eigenvalue modulus of W (the bound is exact for the normal, here circulant or Kronecker, W
-below; Boyd, Ghosh, Prabhakar & Shah, "Randomized Gossip Algorithms", IEEE Trans. IT 2006).
+eigenvalue modulus of W (a bound for a normal W, as every W below is: symmetric or circulant;
+Xiao & Boyd, "Fast linear iterations for distributed averaging", Systems & Control Letters
+2004).
 
 1. Topologies (`TOPOLOGIES`), each rank with the same number of neighbours d and weight
    1/(d+1) for itself and each neighbour (Metropolis weights on a regular graph):
@@ -35,6 +36,8 @@ import math
 
 import torch
 
+from syncedu.train.sampling import check_int
+
 TOPOLOGIES = ("ring", "torus", "exponential", "one_peer_exponential", "complete")
 TAG = 12  # the point-to-point tag of a gossip round (lesson 12)
 
@@ -43,8 +46,7 @@ def check_topology(topology, n: int) -> None:
     """ValueError naming `topology` (or `n`) unless the pair makes a graph."""
     if topology not in TOPOLOGIES:
         raise ValueError(f"topology={topology!r} is unknown; choose one of {TOPOLOGIES}")
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"n={n!r} (the number of ranks) must be an int >= 1")
+    check_int("n", n)  # the number of ranks
     if topology == "torus" and torus_shape(n) is None:
         raise ValueError(f"topology='torus' needs n = rows x cols with rows, cols >= 2; n={n} "
                          f"is {'prime' if n > 1 else 'too small'}: use a composite n "
@@ -131,10 +133,7 @@ def gossip(comm, tensor: torch.Tensor, topology: str, round: int = 0, *,
     _exchange(comm, [(j, tensor) for j in out_peers(topology, n, i, round)],
               list(zip(peers, bufs)), timeout)
     with torch.no_grad():
-        acc = tensor.clone()
-        for buf in bufs:
-            acc += buf
-        tensor.copy_(acc / (len(peers) + 1))
+        tensor.copy_((tensor + sum(bufs)) / (len(peers) + 1))
     return tensor
 
 
@@ -170,8 +169,6 @@ def push_sum(comm, tensor: torch.Tensor, weight: torch.Tensor, keep: float, *,
     _exchange(comm, [(j, packed * s) for j, s in shares.items() if j != i],
               list(zip(peers, bufs)), timeout)
     with torch.no_grad():
-        acc = packed * shares[i]
-        for buf in bufs:
-            acc += buf
+        acc = packed * shares[i] + sum(bufs)
         tensor.copy_(acc[:-1].reshape(tensor.shape))
         weight.copy_(acc[-1:].reshape(weight.shape).to(weight.dtype))

@@ -22,8 +22,8 @@ bit for bit (torchft_check.py):
 5. `finish()`: complete an allreduce in flight, then sync (alpha 0) every fragment that still
    holds local steps, so every rank ends with the same parameters.
 
-The pseudo-gradient travels in `wire_dtype` (fp16/bf16: the paper's quantized outer
-gradients, lower precision than its 4 bits) divided by N before the sum; torchft sums and then
+The pseudo-gradient travels in `wire_dtype` (fp16/bf16: a milder stand-in for the paper's
+4-bit outer gradients) divided by N before the sum; torchft sums and then
 divides, the same bits whenever N is a power of two.
 """
 
@@ -66,6 +66,12 @@ def layers(module: nn.Module) -> list[nn.Module]:
             if any(p.requires_grad for p in m.parameters(recurse=False))]
 
 
+def split(mods: list, fragments: int) -> list[list]:
+    """Step 1's cut: `fragments` contiguous groups of layers, as even as rounding allows."""
+    cut = [round(k * len(mods) / fragments) for k in range(fragments + 1)]
+    return [mods[a:b] for a, b in zip(cut, cut[1:])]
+
+
 def check_schedule(inner_steps, fragments, n_layers: int, delay: int = 0) -> None:
     """ValueError naming the parameter unless H, F and tau make a schedule (Steps 1-3)."""
     check_int("inner_steps", inner_steps)
@@ -93,15 +99,13 @@ class StreamingDiLoCo:
         check_schedule(inner_steps, fragments, len(mods), self.config.delay)
         self.period = inner_steps // fragments
         broadcast_state(comm, module)  # Step 1
-        cut = [round(k * len(mods) / fragments) for k in range(fragments + 1)]
-        self.fragments = [[p for m in mods[a:b] for p in m.parameters(recurse=False)
-                           if p.requires_grad] for a, b in zip(cut, cut[1:])]
+        self.fragments = [[p for m in group for p in m.parameters(recurse=False)
+                           if p.requires_grad] for group in split(mods, fragments)]
         self.globals = [self._flat(f).clone() for f in range(fragments)]
         self.bufs = [torch.zeros_like(g) for g in self.globals]  # outer momentum per fragment
         self.dirty = [False] * fragments  # local steps since the fragment's last sync
-        self.local_step, self.syncs, self.pending = 0, 0, None
+        self.steps, self.local_step, self.syncs, self.pending = 0, 0, 0, None
         self.sync_log: list[tuple[int, int, int]] = []  # (inner step, fragment, bytes sent)
-        self.steps = 0
 
     def _flat(self, f: int) -> torch.Tensor:
         return torch.nn.utils.parameters_to_vector(self.fragments[f]).detach()
@@ -122,11 +126,8 @@ class StreamingDiLoCo:
     def start(self, f: int) -> None:
         """Step 3: fragment f's pseudo-gradient, its allreduce started."""
         delta = (self.globals[f] - self._flat(f)).to(self.config.wire_dtype)
-        if self.comm.world_size > 1:
-            delta.div_(self.comm.world_size)
-            work = self.comm.all_reduce(delta, async_op=True)
-        else:
-            work = None
+        n = self.comm.world_size
+        work = self.comm.all_reduce(delta.div_(n), async_op=True) if n > 1 else None
         self.pending = (f, delta, work)
         self.sync_log.append((self.steps, f, delta.numel() * delta.element_size()))
 

@@ -1,17 +1,18 @@
 """Streaming DiLoCo (streaming.py) against torchft 0.2.0's `DiLoCo` with fragments, on real ranks.
 
-The same seeded job twice, on 2 real processes each: once with our `StreamingDiLoCo` over
-`TorchComm` (Gloo), once as 2 torchft replica groups of one rank each (a `Manager` per
+The same seeded job twice: once with our `StreamingDiLoCo` (2 real ranks over `TorchComm`
+and Gloo, or 2 simulated ones: the same arithmetic), once as 2 torchft replica groups of one rank each (a `Manager` per
 replica, a lighthouse in the caller), then every rank's final parameters compared bit for bit.
 Getting the same bits took the details torchft's local_sgd.py fixes (streaming.py, Steps 2-4):
 the fragment schedule (`_step_post_hook`), the pseudo-gradient taken when the delayed allreduce
 starts (`prepare_sync`), pseudo-gradients averaged, not parameters, and the global copy
 saved before the `fragment_update_alpha` mix (`perform_sync`). Two more choices here:
 
-- `Manager(init_sync=False)`: with the default True, the first quorum heals replica 1 from
-  replica 0, so replica 1 continues from replica 0's *local* parameters of that moment
-  (manager.py: `_async_quorum` fetches the checkpoint, `should_commit` applies it); both
-  replicas here start from the same seeded weights instead, as our broadcast makes them;
+- `Manager(init_sync=False)`: with the default True, the first quorum (at the first
+  fragment's sync, not at step 0) heals replica 1 from replica 0's state of that moment
+  (read in manager.py: `_async_quorum` fetches the checkpoint, `should_commit` applies it;
+  not run here); both replicas here start from the same seeded weights instead, as our
+  broadcast makes them;
 - one outer optimizer per fragment, as torchft's own tests build them (one optimizer over the
   whole model is accepted, and each fragment's outer step then also moves the other
   fragments with their old momentum: silently wrong).
@@ -33,14 +34,11 @@ import torch
 from torch import nn
 
 from syncedu.comm import launch, sim
-from syncedu.decentralized.streaming import StreamingConfig, StreamingDiLoCo, layers
+from syncedu.decentralized.streaming import StreamingConfig, StreamingDiLoCo, layers, split
 
 
-def job(inner_steps: int = 4, fragments: int = 2, delay: int = 1, alpha: float = 0.5,
-        steps: int = 24) -> dict:
-    """The job both sides run (a plain dict: it travels to the ranks)."""
-    return dict(inner_steps=inner_steps, fragments=fragments, delay=delay, alpha=alpha,
-                steps=steps)
+# The job both sides run (a plain dict: it travels to the ranks); `compare(spec=)` overrides it.
+JOB = dict(inner_steps=4, fragments=2, delay=1, alpha=0.5, steps=24)
 
 
 def _model() -> nn.Module:
@@ -65,7 +63,7 @@ def _inner(model):
 
 
 def ours(comm, spec: dict) -> dict:
-    """One rank of our streaming DiLoCo on `spec` (`job()`); its final parameters."""
+    """One rank of our streaming DiLoCo on `spec` (like `JOB`); its final parameters."""
     model = _model()
     inner = _inner(model)
     algo = StreamingDiLoCo(model, comm, inner, inner_steps=spec["inner_steps"],
@@ -89,9 +87,7 @@ def theirs(comm, spec: dict, lighthouse: str, folder: str) -> dict:
     store, _sock = _loopback_store()
     model, wait = _model(), datetime.timedelta(seconds=30)
     inner = _inner(model)
-    mods, f = layers(model), spec["fragments"]
-    cut = [round(k * len(mods) / f) for k in range(f + 1)]  # streaming.py's cut
-    frags = [nn.ModuleList(mods[a:b]) for a, b in zip(cut, cut[1:])]
+    frags = [nn.ModuleList(g) for g in split(layers(model), spec["fragments"])]  # our cut
 
     def outer(params):
         return torch.optim.SGD(params, lr=0.7, momentum=0.9, nesterov=True)
@@ -122,7 +118,7 @@ def compare(spec: dict | None = None, *, pool=None, simulate: bool = False,
 
     from syncedu.faults.tft_procs import _stderr_to
 
-    spec = spec or job()
+    spec = {**JOB, **(spec or {})}
     if spec["delay"] < 1:
         raise ValueError(f"spec['delay']={spec['delay']} must be >= 1: the negative control "
                          f"takes the pseudo-gradient that many steps late")

@@ -21,21 +21,29 @@ from syncedu.ui.checkers import attempt, checker, number, verdict
 
 class CheckerNet(nn.Module):
     """The checkers' model: odd sizes, a frozen layer, and layer `b` applied twice (tied).
-    The same seed on every rank: no broadcast in these exercises."""
+    `reordered` adds a layer `d`, defined after `b` but run before it, so backward completes
+    the buckets out of their order (Exercise 03.2); `rare` adds a layer that only rank 1's
+    forward runs (`forward(x, rank)`), a data-dependent branch (Exercise 03.1). The same seed
+    on every rank: no broadcast in these exercises."""
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, reordered: bool = False, rare: bool = False):
         super().__init__()
         torch.manual_seed(seed)
         self.a = nn.Linear(64, 9)
         self.frozen = nn.Linear(9, 9)
         self.frozen.requires_grad_(False)
         self.b = nn.Linear(9, 9)
+        self.d = nn.Linear(9, 9, bias=False) if reordered else None  # 81: its own size
         self.c = nn.Linear(9, 10)
+        self.rare = nn.Linear(9, 9) if rare else None
 
-    def forward(self, x):
-        """A net with a frozen layer and a weight used twice: what the checker's DP must handle."""
+    def forward(self, x, rank: int = 0):
+        """A net with a frozen layer and a weight used twice (and, if built with them, `d` run
+        out of definition order, `rare` run by rank 1 only): what the checker's DP must handle."""
         h = torch.tanh(self.frozen(torch.tanh(self.a(x))))
+        h = h if self.d is None else torch.tanh(self.d(h))  # d runs before b, defined after
         h = torch.tanh(self.b(torch.tanh(self.b(h))))  # the same weight twice
+        h = torch.tanh(self.rare(h)) if self.rare is not None and rank == 1 else h
         return self.c(h)
 
 
@@ -44,49 +52,53 @@ def _data(rank: int, batch: int):
     return torch.rand(batch, 64, generator=g), torch.randint(0, 10, (batch,), generator=g)
 
 
+NO_GRAD = ("p.grad is None: skip it only if it is frozen (requires_grad=False), as DDP "
+           "does; a layer this rank's forward skipped (another ran it) must send zeros")
+
+
 @contextlib.contextmanager
-def _frozen_hint(errors, *words):
-    """Name the frozen-parameter mistake behind an error of type `errors` saying `words`."""
+def _hint(errors, *words):
+    """Name the p.grad-is-None mistake behind an error of type `errors` saying `words`."""
     try:
         yield
     except errors as e:
         if all(w in str(e) for w in words):
-            raise RuntimeError("a frozen parameter (requires_grad=False) has no gradient: skip "
-                               "it (p.requires_grad / p.grad is None), as DDP does") from e
+            raise RuntimeError(NO_GRAD) from e
         raise
 
 
 def _grads_worker(comm, sync, batch=6):
-    model = CheckerNet()  # same start on every rank
+    model = CheckerNet(rare=True)  # same start on every rank; only rank 1 runs `rare`
     x, y = _data(comm.rank, batch)
-    F.cross_entropy(model(x), y).backward()
+    F.cross_entropy(model(x, comm.rank), y).backward()
     comm.ledger.reset()
-    with _frozen_hint((AttributeError, TypeError), "NoneType"):
+    with _hint((AttributeError, TypeError), "NoneType"), _hint(RuntimeError, "same shape"):
         sync(comm, list(model.parameters()))
     return [p.grad.clone() if p.grad is not None else None for p in model.parameters()], (x, y)
 
 
-def matches_whole_batch(res, factor: float = 1.0) -> bool:
-    """Does every rank's (gradients, (x, y)), times `factor`, equal one model's on all data?"""
-    model = CheckerNet()
-    x, y = (torch.cat(t) for t in zip(*(xy for _, xy in res)))
-    F.cross_entropy(model(x), y).backward()
+def matches_whole_batch(res, factor: float = 1.0, net: dict | None = None) -> bool:
+    """Does every rank's (gradients, (x, y)), times `factor`, equal one `CheckerNet(**net)`'s
+    on all data (equal shards: the mean of the ranks' mean losses, rank r's forward each)?"""
+    model = CheckerNet(**(net or {}))
+    sum(F.cross_entropy(model(x, r), y) for r, (_, (x, y)) in enumerate(res)).backward()
     pairs = [(g, p.grad) for grads, _ in res for g, p in zip(grads, model.parameters())]
-    return all((g is None) == (want is None)
-               and (g is None or torch.allclose(g * factor, want, atol=1e-6)) for g, want in pairs)
+    return all(g is not None and torch.allclose(g * factor * len(res), 0 * g if want is None
+                                                else want, atol=1e-6) or g is want is None
+               for g, want in pairs)
 
 
-def _grads_mistake(pairs, n: int) -> str | None:
+def _grads_mistake(pairs, n: int, net: dict) -> str | None:
     """What is wrong with the ranks' gradients `pairs` [(grads, (x, y))] on `n` ranks."""
-    if matches_whole_batch(pairs):
+    if matches_whole_batch(pairs, 1, net):
         return None
-    if matches_whole_batch(pairs, 1 / n):
+    if matches_whole_batch(pairs, 1 / n, net):
         return f"the gradients are the sum over the {n} ranks: divide by the world size"
     for wrong in (1, 2, 3, 4, 8):
-        if wrong != n and matches_whole_batch(pairs, wrong / n):
+        if wrong != n and matches_whole_batch(pairs, wrong / n, net):
             return (f"the gradients were divided by {wrong} on {n} ranks: a hard-coded world "
                     f"size; divide by comm.world_size")
-    if all(matches_whole_batch([pair]) for pair in pairs):
+    if all(matches_whole_batch([pair], 1, net) for pair in pairs[:1]):
         return ("p.grad still holds each rank's own gradient: wait for every handle, then "
                 "copy each averaged slice back into p.grad")
     return "the gradients are not the average over all ranks"
@@ -110,7 +122,7 @@ def flat_sync(sync, world_sizes=(2, 3)) -> bool:
         calls = res.ledger.ops["all_reduce"].calls if "all_reduce" in res.ledger.ops else [0] * n
         many = None if calls == [1] * n else (f"{calls[0]} comm.all_reduce calls per rank; use "
                                                f"exactly one, on the flat buffer")
-        why = _grads_mistake(list(res), n) or many or _other_ops(res)
+        why = _grads_mistake(list(res), n, {"rare": True}) or many or _other_ops(res)
         if why:
             return verdict(name, False, f"with {n} ranks: {why}")
     return verdict(name, True, f"one allreduce, averaged gradients on "
@@ -118,13 +130,21 @@ def flat_sync(sync, world_sizes=(2, 3)) -> bool:
 
 
 # ------------------------------------------------------------ build it: bucketed overlap
-BUCKET_CAPS = (300, 700)  # bytes: 3 and 2 buckets of the checker's model under DDP's rule
+BUCKET_CAPS = (300, 700)  # bytes: 4 and 2 buckets of the checker's model under DDP's rule
+NET2 = {"reordered": True}  # Exercise 03.2's model: layer d runs before b, defined after it
 
 
 def ready_points(cap: int) -> list[int]:
-    """How many gradients backward has produced when each DDP bucket is complete."""
-    buckets = build_buckets(trainable_parameters(CheckerNet()), cap)
-    return list(accumulate(len(b.params) for b in buckets))
+    """How many gradients backward has produced when each DDP bucket may launch: once it is
+    complete and every earlier bucket has launched (in bucket order, the same on every rank).
+    The order is the one backward really produces, recorded by hooks, not definition order."""
+    model, order = CheckerNet(**NET2), []
+    for p in trainable_parameters(model):
+        p.register_post_accumulate_grad_hook(lambda p: order.append(id(p)))
+    F.cross_entropy(model(_data(0, 5)[0]), _data(0, 5)[1]).backward()
+    done = [max(order.index(id(p)) + 1 for p in b.params)
+            for b in build_buckets(trainable_parameters(model), cap)]
+    return list(accumulate(done, max))
 
 
 class _Watched:
@@ -142,7 +162,9 @@ class _Watched:
 
 
 def _overlap_worker(comm, bucketed_sync, cap, batch=5):
-    model = CheckerNet()
+    """Two backward passes (a bucket's ready count must reset for the next one): per pass,
+    every allreduce (phase, async_op, elements, gradients ready); the phases of the waits."""
+    model = CheckerNet(**NET2)
     phase, ready, calls, waits = ["setup"], [0], [], []
     for p in trainable_parameters(model):  # registered first: they run before the learner's
         p.register_post_accumulate_grad_hook(lambda p: ready.__setitem__(0, ready[0] + 1))
@@ -150,29 +172,33 @@ def _overlap_worker(comm, bucketed_sync, cap, batch=5):
 
     def spy(tensor, *args, **kwargs):
         async_op = bool(kwargs.get("async_op", args[1] if len(args) > 1 else False))
-        calls.append((phase[0], async_op, tensor.numel(), ready[0]))
+        calls[-1].append((phase[0], async_op, tensor.numel(), ready[0]))
         work = real(tensor, *args, **kwargs)
         return _Watched(work, phase, waits) if async_op else work
 
     comm.all_reduce = spy
-    with _frozen_hint(RuntimeError, "require", "grad"):
+    with _hint(RuntimeError, "require", "grad"):
         finish = bucketed_sync(comm, list(model.parameters()), cap)
-    x, y = _data(comm.rank, batch)
-    phase[0] = "backward"
-    F.cross_entropy(model(x), y).backward()
-    phase[0] = "finish"
     if not callable(finish):
         raise TypeError(f"bucketed_sync must return a function finish(), got {finish!r}")
-    with _frozen_hint((AttributeError, TypeError), "NoneType"):
-        finish()
+    x, y = _data(comm.rank, batch)
+    for _ in range(2):
+        model.zero_grad(set_to_none=True)
+        phase[0], ready[0] = "backward", 0
+        calls.append([])
+        F.cross_entropy(model(x), y).backward()
+        phase[0] = "finish"
+        with _hint((AttributeError, TypeError), "NoneType"):
+            finish()
     grads = [p.grad.clone() if p.grad is not None else None for p in model.parameters()]
     return grads, (x, y), calls, waits
 
 
-def _overlap_mistake(res, cap: int) -> str | None:
-    _, _, calls, waits = res[0]
+def _overlap_mistake(res, calls, waits, cap: int) -> str | None:
+    """What is wrong with one backward pass's allreduces `calls`."""
     points = ready_points(cap)
-    n_params = len(points) and points[-1]
+    buckets = build_buckets(trainable_parameters(CheckerNet(**NET2)), cap)
+    sizes, n_params = [b.buffer.numel() for b in buckets], sum(len(b.params) for b in buckets)
     if not calls:
         return "no comm.all_reduce at all: each full bucket needs one"
     if not any(when == "backward" for when, *_ in calls):
@@ -193,8 +219,11 @@ def _overlap_mistake(res, cap: int) -> str | None:
                 f"them) and close a bucket once it holds cap_bytes or more (DDP's rule)"
                 + (", not before the parameter that would overflow it: that one goes in"
                    if len(calls) > len(points) else "") + "; use the cap you are given")
-    sizes = [b.buffer.numel() for b in build_buckets(trainable_parameters(CheckerNet()), cap)]
     for i, ((_, _, numel, _), size) in enumerate(zip(calls, sizes)):
+        if numel != size and numel in sizes[i + 1:]:
+            return (f"bucket {sizes.index(numel)} was launched before bucket {i}: launch in "
+                    f"bucket order, a complete bucket waits for the earlier ones (every rank "
+                    f"must issue the same collectives in the same order)")
         if numel != size:
             return (f"bucket {i}'s allreduce carried {numel} elements, but its gradients are "
                     f"{size}: send the bucket's flat buffer of gradients")
@@ -207,8 +236,9 @@ def _overlap_mistake(res, cap: int) -> str | None:
                     f"its own were all ready after {want}: launch it from the hook that "
                     f"completes it (launching every bucket at the end hides nothing)")
         if seen < want:
-            return (f"bucket {i}'s allreduce started after {seen} gradients, before its "
-                    f"last one ({want}) was ready")
+            return (f"bucket {i}'s allreduce started after {seen} gradients, before {want}: "
+                    f"a bucket launches once its last gradient is ready and every earlier "
+                    f"bucket has launched")
     return None
 
 
@@ -222,8 +252,11 @@ def bucketed_overlap(bucketed_sync, world_sizes=(2, 3), caps=BUCKET_CAPS) -> boo
                 _overlap_worker, n, args=(bucketed_sync, cap)))
             if not ok:
                 return False
-            pairs = [(grads, xy) for grads, xy, _, _ in res]
-            why = _overlap_mistake(res, cap) or _grads_mistake(pairs, n)
+            pairs, (_, _, passes, waits) = [(grads, xy) for grads, xy, _, _ in res], res[0]
+            why = [_overlap_mistake(res, calls, waits, cap) for calls in passes]
+            why = why[0] or (why[1] and f"in the second backward: {why[1]} (reset each bucket's "
+                             f"count of ready gradients once it is launched)")
+            why = why or _grads_mistake(pairs, n, NET2)
             if why:
                 return verdict(name, False, f"with {n} ranks, cap_bytes={cap}: {why}")
     counts = " and ".join(str(len(ready_points(c))) for c in caps)

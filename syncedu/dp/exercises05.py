@@ -16,6 +16,8 @@ from syncedu.ui.checkers import attempt, checker, verdict
 
 LR = 0.5
 STEPS = 2  # two calls: a forgotten zero_grad shows in the second
+LUMPED = ("the K forwards ran before one backward (of their summed losses?): all K graphs and "
+          "their activations stay alive, no memory saved; backward each micro-batch first")
 
 
 def _micro_batches(rank: int, k: int, per_micro: int, step: int = 0):
@@ -144,7 +146,9 @@ def accumulate(train_step, world_sizes=(2, 3), k: int = 3, per_micro: int = 3) -
                             f"in {STEPS} calls of K={k} micro-batches: step once per call, after "
                             f"the last backward (stepping each micro-batch takes {k} small "
                             f"steps, not one step on the large batch)")
-        why = (_traffic_mistake(res, _one_sync_bytes(n), k, n)
+        kinds = [kind for kind, _ in res[0][2]]  # forwards and backwards, in order
+        why = ((kinds != ["forward", "backward"] * (len(kinds) // 2) and LUMPED)
+               or _traffic_mistake(res, _one_sync_bytes(n), k, n)
                or _params_mistake(res, n, k, per_micro))
         if why:
             return verdict(name, False, f"with {n} ranks: {why}")

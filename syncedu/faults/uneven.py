@@ -2,8 +2,10 @@
 
 1. `hang`: plain DDP. Once rank 0 runs out, ranks 1 and 2 wait in `backward()`'s
    allreduce for a peer that never comes, until the group's (short) timeout;
-2. `joined`: `model.join()`, `Join([model])` (both `divide_by_initial_world_size=False`),
-   our `train_joined`, and `throw_on_early_termination=True` (all stop when one runs out);
+2. `joined`: `Join([model])` (`divide_by_initial_world_size=False`; DDP's `model.join()`
+   returns that same `Join([self], ...)`), our `train_joined`, and
+   `throw_on_early_termination=True` (all stop when one runs out); `join_gradient_norms`:
+   what `divide_by_initial_world_size` changes;
 3. `shards`: equal `DistributedSampler` shards, by dropping the tail (`drop_last=True`)
    or padding with repeated samples.
 
@@ -78,23 +80,33 @@ def _params(module) -> dict[str, torch.Tensor]:
 
 
 def joined(comm, counts=COUNTS, lr: float = 0.1) -> dict:
-    """Step 2: DDP's join, the generic Join, ours, and throw_on_early_termination."""
+    """Step 2: DDP's Join, ours, and throw_on_early_termination."""
     data = batches(comm.rank, counts[comm.rank])
     out = {"init": _params(models.make("mlp", seed=0))}  # where every copy starts
-    for name in ("model.join", "Join"):
-        model = DDP(models.make("mlp", seed=0))
-        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-        ctx = (model.join(divide_by_initial_world_size=False) if name == "model.join"
-               else Join([model], divide_by_initial_world_size=False))
-        with ctx:
-            _ddp_steps(model, optimizer, data)
-        out[name] = _params(model.module)
+    model = DDP(models.make("mlp", seed=0))  # model.join(...) is this Join([model], ...)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    with Join([model], divide_by_initial_world_size=False):
+        _ddp_steps(model, optimizer, data)
+    out["Join"] = _params(model.module)
     ours = dp.DataParallel(models.make("mlp", seed=0), comm, strategy="flat")
     optimizer = torch.optim.SGD(ours.parameters(), lr=lr)
     out["steps"] = train_joined(ours, optimizer, data, F.cross_entropy)
     out["ours"] = _params(ours.module)
     out["thrown"] = _thrown(comm, data, lr)
     return out
+
+
+def join_gradient_norms(comm, initial: bool, counts=COUNTS) -> list[float]:
+    """Step 2b: this rank's gradient norm at each of its steps under `Join([model],
+    divide_by_initial_world_size=initial)`, with no optimizer step (the weights never move,
+    so two runs differ only by the divisor: the initial world size, or the ranks still in)."""
+    model, norms = DDP(models.make("mlp", seed=0)), []
+    with Join([model], divide_by_initial_world_size=initial):
+        for x, y in batches(comm.rank, counts[comm.rank]):
+            model.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x), y).backward()
+            norms.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]).norm().item())
+    return norms
 
 
 def _thrown(comm, data, lr) -> str:

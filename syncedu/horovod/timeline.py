@@ -16,6 +16,7 @@ Horovod writes a Chrome-trace JSON file (Horovod docs, "Horovod Timeline";
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass
@@ -115,22 +116,30 @@ def segments(spans: list[Span], names=("NEGOTIATE_ALLREDUCE", "MEMCPY_IN_FUSION_
     return [(s.tensor, s.name, s.start, s.end) for s in spans if s.name in names]
 
 
-def fusion_buffers(sizes: list[int], backward: float, cycle: float, threshold: int) -> list[int]:
+def fusion_buffers(sizes: list[int], backward: float, cycle: float, threshold: int,
+                   seconds=lambda nbytes: 0.0) -> list[int]:
     """Step 4 (a model): the fused buffers Horovod would send for one backward.
 
     `sizes`: gradient bytes per tensor in backward's order, ready over `backward` s in
-    proportion to their bytes. Every `cycle` s the background thread packs the tensors
-    ready since the last cycle into buffers of at most `threshold` bytes (or one tensor).
+    proportion to their bytes. Horovod 0.28.1's background loop (`RunLoopOnce`,
+    common/operations.cc:751-760 and 832): a cycle takes every tensor ready by its start,
+    packs them into buffers of at most `threshold` bytes (or one tensor) and runs their
+    allreduces inside the same loop, `seconds(nbytes)` each; the next cycle starts `cycle` s
+    after this one or when its allreduces end, whichever is later (the cycle is a minimum
+    period). So tensors that become ready during an allreduce fuse into the next buffer.
     """
     if not sizes or backward < 0 or cycle <= 0 or threshold < 0:
         raise ValueError("sizes must be non-empty, backward >= 0, cycle > 0 and threshold >= 0")
-    total, t, out, current, cycle_no = sum(sizes), 0.0, [], 0, 0
-    for size in sizes:
-        t += backward * size / total
-        k = math.ceil(t / cycle - 1e-9)  # the cycle that picks this tensor up
-        if current and (k != cycle_no or current + size > threshold):
-            out.append(current)
-            current = 0
-        cycle_no = k
-        current += size
-    return out + [current]
+    ready = [backward * c / sum(sizes) for c in itertools.accumulate(sizes)]
+    out, i, t = [], 0, 0.0
+    while i < len(sizes):
+        t += cycle * max(0, math.ceil((ready[i] - t) / cycle - 1e-9))  # idle cycles: nothing ready
+        first, current = len(out), 0
+        while i < len(sizes) and ready[i] <= t + 1e-12:
+            if current and current + sizes[i] > threshold:
+                out.append(current)
+                current = 0
+            current, i = current + sizes[i], i + 1
+        out.append(current)
+        t = max(t + cycle, t + sum(seconds(b) for b in out[first:]))
+    return out

@@ -24,11 +24,10 @@ def server_ingress(answer, cases=((3, 1), (4, 2), (5, 3), (4, 4))) -> bool:
         h = ps_train.run("sync", workers, servers=servers, steps=1, global_batch=workers * 8,
                          simulate=True, compute_seconds=0.0)
         want = h.ledger.ops["ps_push"].received[workers]
-        if value != want:
-            why = ("server 0 owns the largest range, ceil(numel / servers)" if value == workers
-                   * (n // servers + 1) * 4 else "remember the loss each push carries")
+        if value != want:  # (4, 4) rejects the smallest range: numel // servers + 1 floats
             return verdict(name, False, f"workers={workers}, servers={servers}: {value!r} "
-                            f"bytes, the ledger says {want} ({why})")
+                            f"bytes, the ledger says {want} (server 0 owns the largest range, "
+                            f"ceil(numel / servers); each push also carries the loss)")
     return verdict(name, True)
 
 

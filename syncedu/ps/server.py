@@ -116,8 +116,8 @@ def serve_bounded(comm, cfg: PSConfig, log: ServerLog, replies: _Replies, tau: f
     n, w_count = log.shard.numel(), cfg.workers
     buf = torch.empty(n + HEADER, dtype=log.shard.dtype, device=log.shard.device)
     clock = log.per_worker  # pushes received per worker = the step each is on next
-    read = [0] * w_count  # complete steps in the parameters each worker last read
-    pulled = [0] * w_count  # the server's version (updates applied) each worker last read
+    # per worker, what it last read: (complete steps in it, the version = updates applied)
+    read = [(0, 0)] * w_count
     waiting: list[int] = []
     while clock != list(cfg.steps):
         with comm.scope("ps_push"):
@@ -125,26 +125,26 @@ def serve_bounded(comm, cfg: PSConfig, log: ServerLog, replies: _Replies, tau: f
         if not 0 <= w < w_count or clock[w] >= cfg.steps[w]:
             raise RuntimeError(f"server rank {comm.rank} got an unexpected push from rank {w}")
         log.shard.add_(buf[:n], alpha=-cfg.lr / w_count)  # Step 2
-        log.events.append(Applied(comm.now(), w, clock[w], buf[n].item(), clock[w] - read[w],
-                                  sum(clock) - pulled[w]))  # version before this update
+        log.events.append(Applied(comm.now(), w, clock[w], buf[n].item(), clock[w] - read[w][0],
+                                  sum(clock) - read[w][1]))  # version before this update
         clock[w] += 1
         if clock[w] < cfg.steps[w]:
             waiting.append(w)
-        waiting = release(cfg, log, replies, waiting, (read, pulled), tau)  # Step 3
+        waiting = release(cfg, log, replies, waiting, read, tau)  # Step 3
 
 
 def release(cfg: PSConfig, log: ServerLog, replies: _Replies, waiting: list[int],
-             reads: tuple, tau: float) -> list[int]:
+             read: list, tau: float) -> list[int]:
     """Step 3: reply to the waiting workers within tau steps of the slowest; keep the rest.
-    `reads` = (read, pulled): per worker, the complete steps and the version it was sent."""
-    clock, (read, pulled) = log.per_worker, reads
+    `read[v]`: (complete steps, version) of what worker v was last sent."""
+    clock = log.per_worker
     active = [clock[v] for v in range(cfg.workers) if clock[v] < cfg.steps[v]]
     complete = min(active, default=math.inf)  # every step below this is in the shard
     still = []
     for v in sorted(waiting):
         if clock[v] - complete <= tau:
             replies.send(v, log.shard)
-            read[v], pulled[v] = complete, sum(clock)
+            read[v] = (complete, sum(clock))
         else:
             still.append(v)
     return still

@@ -8,10 +8,12 @@ any order of addition gives the same bits.
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -222,6 +224,22 @@ def _slow(comm):
 def test_a_run_past_its_timeout_leaves_no_segment():
     with pytest.raises(launch.TimeoutError):
         launch.run(_slow, 2, backend="shm", output="quiet", timeout=3)
+
+
+@pytest.mark.parametrize("after", [0.3, 1.5, 4.0])
+def test_an_interrupted_kernel_leaves_no_segment(after):
+    """Ctrl-C as a notebook kernel sees it, early (Python starting), in the set-up (segments
+    being made) or in the run: the caller gets KeyboardInterrupt, and the autouse fixture
+    finds no segment left."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = threading.Timer(after, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            launch.run(_slow, 2, backend="shm", output="quiet", timeout=60)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
 
 
 def _ring_with_emulation(comm):

@@ -76,8 +76,14 @@ def test_rounds_checker(capsys):
     assert not ex.check_rounds.grade(None)
 
 
+def solution(comm, x, w, keep):
+    for _ in range(80):
+        dc.push_sum(comm, x, w, keep)
+    return x / w
+
+
 def test_push_sum_checker(capsys):
-    assert ex.check_push_sum.grade(ex.push_sum_solution)
+    assert ex.check_push_sum.grade(solution)
 
     def biased(comm, x, w, keep):
         for _ in range(80):
@@ -91,7 +97,15 @@ def test_push_sum_checker(capsys):
         comm.all_reduce(x)
         return x / comm.world_size
 
-    for wrong, says in ((biased, "x / w"), (collective, "collective")):
+    def off_graph(comm, x, w, keep):  # also sends to i + 1: not an out-neighbour (i - 2^k)
+        n, i = comm.world_size, comm.rank
+        works = [comm.irecv(torch.empty_like(x), src=(i - 1) % n), comm.isend(x, dst=(i + 1) % n)]
+        for work in works:
+            work.wait()
+        return solution(comm, x, w, keep)
+
+    for wrong, says in ((biased, "x / w"), (collective, "collective"),
+                        (off_graph, "not neighbours")):
         capsys.readouterr()
         assert not ex.check_push_sum.grade(wrong)
         assert says in capsys.readouterr().out

@@ -43,3 +43,20 @@ def test_job_rejects_bad_values(bad):
 def test_goodput_rejects_unknown_mode():
     with pytest.raises(ValueError, match="how="):
         g.goodput(g.Job(gpus=8), "magic")
+
+
+def test_monte_carlo_agrees_with_the_formula_where_failures_are_rare():
+    """The timeline with exponential failures is the formula's witness: close at 1,024 GPUs,
+    below it at 131,072, where the formula charges R + tau/2 to failures during restarts."""
+    small, big = g.Job(gpus=1024), g.Job(gpus=131_072)
+    for seed in (0, 1, 2):
+        assert abs(g.simulated_restart_lost_share(small, seed=seed) / g.restart_lost_share(small) - 1) < 0.1
+        assert g.simulated_restart_lost_share(big, seed=seed) < 0.85 * g.restart_lost_share(big)
+    # no failures to speak of: only the checkpoints are lost
+    calm = g.Job(gpus=1, groups=1, gpu_mtbf=1e12)
+    assert abs(g.simulated_restart_lost_share(calm, 600.0, failures=50) - 60 / 660) < 1e-3
+
+
+def test_live_recovery_pays_its_rare_checkpoints():
+    job = g.Job(gpus=1, groups=1, gpu_mtbf=1e15)  # failures never come: only the hourly checkpoint is lost
+    assert abs(g.live_lost_share(job) - job.checkpoint / job.live_checkpoint) < 1e-6

@@ -49,6 +49,20 @@ def test_timeline_parser_finds_fused_collectives():
         horovod_timeline.segments(spans)
 
 
+def test_fusion_model_runs_the_allreduces_inside_the_loop():
+    """Horovod's cycle is a minimum period: with no time in the allreduces the loop is a fixed
+    clock (one buffer per cycle with a ready tensor); with allreduces longer than the cycle,
+    what became ready meanwhile fuses into the next buffer."""
+    sizes = [100] * 40  # one tensor every 1 ms over a 40 ms backward
+    clock = horovod_timeline.fusion_buffers(sizes, 0.04, 1e-3, 10**9)
+    assert len(clock) == 40 and sum(clock) == 4000
+    slow = horovod_timeline.fusion_buffers(sizes, 0.04, 1e-3, 10**9, lambda nbytes: 5e-3)
+    assert sum(slow) == 4000 and len(slow) < 40 / 4  # about one buffer per 5 ms allreduce
+    capped = horovod_timeline.fusion_buffers(sizes, 0.04, 1e-3, 250, lambda b: 5e-3)
+    assert max(capped) <= 250 and sum(capped) == 4000 and len(capped) > len(slow)  # the threshold
+    assert len(horovod_timeline.fusion_buffers(sizes, 0.04, 50e-3, 10**9)) == 1  # all in one pass
+
+
 def test_settings_env_and_errors():
     env = HorovodSettings(fusion_threshold_mb=2, cycle_time_ms=5, timeline="/tmp/t.json").env()
     assert env == {"HOROVOD_FUSION_THRESHOLD": str(2 * 2**20), "HOROVOD_CYCLE_TIME": "5"}

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from syncedu import Network, train
+from syncedu import Network, sim, train
 from syncedu.decentralized import StreamingConfig
 from syncedu.faults.torchft_run import available
 from syncedu.tuning.diloco import DiLoCoConfig
@@ -77,11 +77,9 @@ def test_dpsgd_real_ranks(pool4):
 def test_streaming_matches_torchft_bit_for_bit():
     from syncedu.decentralized import torchft_check
 
-    r = torchft_check.compare(torchft_check.job(inner_steps=4, fragments=2, delay=1,
-                                                alpha=0.5, steps=24))
+    r = torchft_check.compare()  # 2 fragments, H = 4, delay 1, alpha 0.5, 24 steps
     assert r["equal"] and r["max_diff"] == 0.0
     assert not r["control_equal"] and r["control_max_diff"] > 1e-3  # pseudo-gradient too late
     assert not all(torch.equal(x[k], y[k]) for x, y in [r["ours"]] for k in x)  # ranks differ
-    sim = torchft_check.compare(simulate=True)  # the notebook's form: ours on simulated ranks
-    assert sim["equal"] and all(torch.equal(a[k], b[k]) for a, b in zip(sim["ours"], r["ours"])
-                                for k in a)
+    simulated = sim.run(torchft_check.ours, 2, args=(torchft_check.JOB,))  # the notebook's
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(simulated, r["ours"]) for k in a)

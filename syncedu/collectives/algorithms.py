@@ -172,7 +172,8 @@ def folded(comm, flat: torch.Tensor, name: str, body) -> None:
             comm.send(flat, r - 1)
 
 
-def halving_doubling_allreduce(comm, tensor: torch.Tensor, order: str = "far_first") -> torch.Tensor:
+def halving_doubling_allreduce(comm, tensor: torch.Tensor,
+                               order: str = "far_first") -> torch.Tensor:
     """Recursive halving-doubling allreduce (Rabenseifner, ICCS 2004), sum in place.
 
     1. Fold if N is not a power of two p (`folded`).

@@ -62,9 +62,9 @@ def _ring_mistake(n: int, trace, block: int = NUMEL * 4) -> str:
     for r in range(n):
         mine = trace.only(src=r)
         peers = sorted(set(mine.dst.tolist()))
-        if len(peers) != 1 or (peers[0] - r) % n not in (1, n - 1):
+        if len(peers) != 1 or (peers[0] - r) % n != 1:  # the statement's direction: right
             return (f"with {n} ranks rank {r} sent to ranks {peers}: a ring passes every "
-                    f"tensor on through one neighbour, rank r to r + 1 (or r - 1)")
+                    f"tensor on through one neighbour, rank r to r + 1")
         if len(mine) != n - 1:
             return (f"with {n} ranks rank {r} sent {len(mine)} messages; a ring all-gather "
                     f"takes N - 1 = {n - 1} steps of one tensor each")

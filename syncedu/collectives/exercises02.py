@@ -7,7 +7,6 @@ import math
 
 import torch
 
-from syncedu.collectives import cost
 from syncedu.comm import sim
 from syncedu.comm.errors import DeadlockError
 from syncedu.comm.ledger import ring_allreduce_elements, ring_chunks
@@ -44,10 +43,9 @@ def crossover(answer, world_size: int = 64, network: str = "ethernet_10g") -> bo
     net, n, k = Network.preset(network), world_size, math.ceil(math.log2(world_size))
     star = (2 * (n - 1) - 2 * k) * net.latency * net.bandwidth / (2 * k - 2 * (n - 1) / n)
     want = 1 << (math.floor(math.log2(star)) + 1)
-    hint = ("that is S* itself, where the two are equal; the answer is a power of two"
-            if isinstance(got, (int, float)) and abs(got - star) < 1 else
-            "compare the ring's 2(N-1)(alpha + S/N beta) with the tree's 2 ceil(log2 N)(alpha + "
-            "S beta), or cost.allreduce_time('ring', ...) with 'tree'")
+    hint = ("that is S* itself, where the two are equal; the answer is a power of two" if
+            isinstance(got, (int, float)) and abs(got - star) < 1 else "compare the ring's "
+            "2(N-1)(alpha + S/N beta) with the tree's 2 ceil(log2 N)(alpha + S beta)")
     return verdict(name, got == want, f"S* = {star:,.0f} B" if got == want else
                     f"{got!r} is not it: {hint}")
 
@@ -134,10 +132,10 @@ def _ring_pattern(trace, n: int) -> str:
         far = sorted({(s, d) for s, d in trace.pairs() if (d - s) % n not in (1, n - 1)})
         return (f"messages went {far[:3]} (source, destination), past the neighbours: a "
                 "direct exchange, not a ring (send only to (rank + 1) % N)")
-    if len(step) > 1:
-        return ("messages went both ways round the ring (a rank that sends to both of its "
-                "neighbours is a direct exchange, not a ring): send right, to (rank + 1) % N, "
-                "and receive from the left")
+    if step != {1}:  # both ways (a direct exchange), or a ring the other way round
+        return ("messages went " + ("both ways round the ring (a rank that sends to both of its "
+                "neighbours is a direct exchange, not a ring)" if len(step) > 1 else "left, to "
+                "(rank - 1) % N") + ": send right, to (rank + 1) % N, and receive from the left")
     return ""
 
 

@@ -10,7 +10,7 @@ The simulator's assumptions are named fields:
 
 - `latency_model`: "port" holds the sender's port for latency + n / bandwidth (k messages
   cost k (alpha + n beta)); "wire" makes latency a delay off the port (alpha + k n beta),
-  as in LogGP (Alexandrov et al. 1995) and NCCL (nccl_model.py);
+  as in LogGP (Alexandrov et al. 1995) and NCCL (collectives/nccl_model.py);
 - `eager_limit`: a larger send's `wait()` returns once the matching receive is posted, so
   an unsafe exchange deadlocks. The default, "gloo" (0 bytes), is Gloo's rule: its TCP
   `Pair::send` transmits only once the peer has posted the receive, at every size (NCCL

@@ -4,8 +4,9 @@ One round is `x_i <- sum_j W[i, j] x_j`: rank i receives the tensors of the rank
 W[i, j] > 0 (its neighbours), point-to-point, and sends its own to the ranks that need it.
 With a doubly stochastic W (rows and columns sum to 1) the average over the ranks never
 changes, and the ranks' spread shrinks by at most |lambda_2| per round, the second largest
-eigenvalue modulus of W (the bound is exact for the normal, here circulant or Kronecker, W
-below; Boyd, Ghosh, Prabhakar & Shah, "Randomized Gossip Algorithms", IEEE Trans. IT 2006).
+eigenvalue modulus of W (a bound for a normal W, as every W below is: symmetric or circulant;
+Xiao & Boyd, "Fast linear iterations for distributed averaging", Systems & Control Letters
+2004).
 
 1. Topologies (`TOPOLOGIES`), each rank with the same number of neighbours d and weight
    1/(d+1) for itself and each neighbour (Metropolis weights on a regular graph):

@@ -22,8 +22,8 @@ bit for bit (torchft_check.py):
 5. `finish()`: complete an allreduce in flight, then sync (alpha 0) every fragment that still
    holds local steps, so every rank ends with the same parameters.
 
-The pseudo-gradient travels in `wire_dtype` (fp16/bf16: the paper's quantized outer
-gradients, lower precision than its 4 bits) divided by N before the sum; torchft sums and then
+The pseudo-gradient travels in `wire_dtype` (fp16/bf16: a milder stand-in for the paper's
+4-bit outer gradients) divided by N before the sum; torchft sums and then
 divides, the same bits whenever N is a power of two.
 """
 

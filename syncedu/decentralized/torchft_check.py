@@ -8,10 +8,11 @@ the fragment schedule (`_step_post_hook`), the pseudo-gradient taken when the de
 starts (`prepare_sync`), pseudo-gradients averaged, not parameters, and the global copy
 saved before the `fragment_update_alpha` mix (`perform_sync`). Two more choices here:
 
-- `Manager(init_sync=False)`: with the default True, the first quorum heals replica 1 from
-  replica 0, so replica 1 continues from replica 0's *local* parameters of that moment
-  (manager.py: `_async_quorum` fetches the checkpoint, `should_commit` applies it); both
-  replicas here start from the same seeded weights instead, as our broadcast makes them;
+- `Manager(init_sync=False)`: with the default True, the first quorum (at the first
+  fragment's sync, not at step 0) heals replica 1 from replica 0's state of that moment
+  (read in manager.py: `_async_quorum` fetches the checkpoint, `should_commit` applies it;
+  not run here); both replicas here start from the same seeded weights instead, as our
+  broadcast makes them;
 - one outer optimizer per fragment, as torchft's own tests build them (one optimizer over the
   whole model is accepted, and each fragment's outer step then also moves the other
   fragments with their old momentum: silently wrong).

@@ -2,9 +2,11 @@
 
 1. "dpsgd" (`topology=`): D-PSGD (Lian, Zhang, Zhang, Hsieh, Zhang & Liu, "Can Decentralized
    Algorithms Outperform Centralized Algorithms?", NeurIPS 2017): each rank takes its local
-   optimizer step, then one gossip round of its parameters with its neighbours (the
-   "adapt-then-combine" order; the paper's Algorithm 1 mixes x_k and adds the gradient taken
-   at x_k, the same information one step earlier). No global collective while training; at
+   optimizer step, then one gossip round of its parameters with its neighbours:
+   x_{k+1} = W (x_k - lr g_k), the "adapt-then-combine" order of diffusion methods (Sayed,
+   "Adaptation, Learning, and Optimization over Networks", 2014); the paper's Algorithm 1
+   takes x_{k+1} = W x_k - lr g_k, which lets the gossip overlap the gradient computation.
+   No global collective while training; at
    the end one exact average, so the history's parameters are the ranks' mean (the model the
    paper's rate is stated for) and every rank holds it.
 2. "streaming_diloco" (`inner_steps=H`, `fragments=F`, `strategy_config=StreamingConfig(...)`):

@@ -45,8 +45,8 @@ class BNConfig:
     test_size: int = 360
     broadcast_buffers: bool = False  # True: rank 0's buffers re-sent every forward (DDP's default)
     # Plain BN on 2 images amplifies float32's last bits (which change with the thread count
-    # and the CPU) into a different test image flipped here and there; float64's are ~1e9x
-    # smaller, so every machine prints the same table.
+    # and the CPU) into a different test image flipped here and there; float64's are
+    # smaller (2**29, about 5e8x), so every machine prints the same table.
     dtype: str = "float64"
 
     def __post_init__(self):

@@ -80,6 +80,7 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab, bias=False)
         self.head.weight = self.wte.weight  # tied: one tensor, two uses
+        nn.init.normal_(self.wte.weight, std=0.02)  # GPT-2's scale: N(0, 1) makes huge logits
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))

@@ -142,6 +142,19 @@ def never_waits(comm, t):
     return out
 
 
+def ring_left(comm, t):
+    """Wrong (review C3): a ring, but the other way round from the statement (to r - 1)."""
+    n, r = comm.world_size, comm.rank
+    out = [torch.empty_like(t) for _ in range(n)]
+    out[r].copy_(t)
+    for s in range(n - 1):
+        works = [comm.isend(out[(r + s) % n], (r - 1) % n),
+                 comm.irecv(out[(r + s + 1) % n], (r + 1) % n)]
+        for w in works:
+            w.wait()
+    return out
+
+
 def builtin(comm, t):
     out = [torch.empty_like(t) for _ in range(comm.world_size)]
     comm.all_gather(out, t)
@@ -165,7 +178,9 @@ def test_ring_all_gather_rejects_wrong_answers(capsys):
              (ring_cumulative, "sent messages of [80000, 160000] bytes"),
              (stub, "not attempted yet"),
              (reuses_send_buffer, "changed the tensor it isend to rank"),
-             (never_waits, "never waited on")]
+             (never_waits, "never waited on"),
+             (ring_left, "rank 0 sent to ranks [2]: a ring passes every tensor on through one "
+                         "neighbour, rank r to r + 1")]
     for answer, words in cases:
         assert not ex1.all_gather_from_send_recv.grade(answer), answer.__name__
         out = capsys.readouterr().out

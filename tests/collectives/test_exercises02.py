@@ -189,6 +189,22 @@ def _stub(*args):
     raise NotImplementedError
 
 
+def _ring_left(comm, x):
+    """Wrong (review C3): a correct ring the other way round (to rank - 1)."""
+    n, r = comm.world_size, comm.rank
+    chunks = list(torch.tensor_split(x, n))
+    for s in range(n - 1):
+        inbox = torch.empty_like(chunks[(r + s + 1) % n])
+        work = comm.isend(chunks[(r + s) % n], (r - 1) % n)
+        comm.recv(inbox, (r + 1) % n)
+        work.wait()
+        chunks[(r + s + 1) % n] += inbox
+    for s in range(n - 1):
+        work = comm.isend(chunks[(r + s - 1) % n], (r - 1) % n)
+        comm.recv(chunks[(r + s) % n], (r + 1) % n)
+        work.wait()
+
+
 def _ring_never_waits(comm, x):
     """Wrong (review C1): right sums, but the isends are never waited on."""
     n, r = comm.world_size, comm.rank
@@ -237,6 +253,7 @@ def test_ring_checker_rejects_wrong_rings(capsys):
         (_nobody_sends, "with 3 ranks and 7 elements: deadlock"),
         (_stub, "not attempted yet"),
         (_ring_never_waits, "never waited on"),
+        (_ring_left, "messages went left, to (rank - 1) % N: send right"),
         (_ring_reuses_send_chunk, "changed the tensor it isend"),
     ]
     for answer, mistake in cases:
@@ -314,5 +331,7 @@ def test_formula_quick_checks(capsys):
 def test_crossover_is_graded_by_the_closed_form_not_by_cost(monkeypatch, capsys):
     """Review C2: a checker that calls cost.allreduce_time grades the loop, not the model; a
     broken cost module must not change the grade."""
-    monkeypatch.setattr(ex2.cost, "allreduce_time", lambda *a, **k: 0.0)
+    from syncedu.collectives import cost
+
+    monkeypatch.setattr(cost, "allreduce_time", lambda *a, **k: 0.0)
     assert ex2.crossover.grade(1 << 20)

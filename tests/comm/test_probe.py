@@ -131,7 +131,8 @@ def test_a_launcher_killed_by_sigkill_leaves_no_folder_after_the_next_start():
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=10)
     time.sleep(1.0)  # its ranks notice their launcher is gone (every 0.5 s) and exit
-    assert os.path.isdir(folder)  # what the probe found
+    # What the probe found: the folder outlives its launcher. Not asserted here: any launcher
+    # started meanwhile (another pytest worker's) may already have cleaned it, which is the fix.
     assert launch.run(lambda comm: comm.rank, 2, output="quiet") == [0, 1]
     assert not os.path.exists(folder)
 

@@ -465,14 +465,12 @@ def test_lesson09_page_does_not_print_the_exercises_answers():
         assert body not in page, body
 
 
-def test_steps_at_stops_early_with_the_answer_of_the_whole_run():
-    # Review 09-10: steps_at trained its whole cap before scanning; now 25, 50, ... steps, each
-    # run a prefix of the next, so the count equals a scan of one long run.
+def test_steps_at_reads_the_target_step_with_or_without_warm_up():
     from syncedu.train import harness
 
     whole = harness.run("single", 1, steps=100, global_batch=512, lr=0.4, warmup_steps=5,
                         dtype="float64").loss
     want = next(s + 1 for s in range(4, 100) if sum(whole[s - 4: s + 1]) / 5 <= 0.5)
     assert tuning.steps_at(512, 0.4, target=0.5, max_steps=100) == want
-    assert tuning.steps_at(512, 6.4, target=0.5, warmup_steps=0) == 0  # diverges: stopped
+    assert tuning.steps_at(512, 6.4, target=0.5, warmup_steps=0) == 0  # diverges
     assert tuning.steps_at(512, 0.4, target=0.5, max_steps=want - 1) == 0

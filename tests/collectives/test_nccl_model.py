@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from syncedu import Network
-from syncedu.comm import nccl_model as m
+from syncedu.collectives import nccl_model as m
 
 # 16 Hopper GPUs on 2 nodes (NVLink inside, Intel CPUs), 2 channels of 20 GB/s.
 SYS = m.NcclSystem(n_ranks=16, n_nodes=2, bw_intra=20.0, bw_inter=20.0, n_channels=2)

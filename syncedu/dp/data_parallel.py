@@ -37,7 +37,6 @@ class GradSync:
 
     def close(self) -> None:
         """Remove hooks and free buffers; nothing to do for a strategy without them."""
-        pass
 
     def _all_reduce(self, tensor: torch.Tensor) -> None:
         t0 = time.perf_counter()

@@ -62,9 +62,7 @@ def counting_hook(state: CountingHookState, bucket):
                           async_op=True).get_future()
 
     def done(f):  # Step 3
-        wait = due - time.perf_counter()
-        if wait > 0:
-            time.sleep(wait)
+        time.sleep(max(0.0, due - time.perf_counter()))
         state.events.append((start, time.perf_counter(), nbytes))
         return f.value()[0].div_(state.comm.world_size)
 

@@ -122,8 +122,7 @@ def flat_sync(sync, world_sizes=(2, 3)) -> bool:
         calls = res.ledger.ops["all_reduce"].calls if "all_reduce" in res.ledger.ops else [0] * n
         many = None if calls == [1] * n else (f"{calls[0]} comm.all_reduce calls per rank; use "
                                                f"exactly one, on the flat buffer")
-        why = _grads_mistake(list(res), n, {"rare": True}) or many or _other_ops(res)
-        if why:
+        if why := _grads_mistake(list(res), n, {"rare": True}) or many or _other_ops(res):
             return verdict(name, False, f"with {n} ranks: {why}")
     return verdict(name, True, f"one allreduce, averaged gradients on "
                    f"{' and '.join(map(str, world_sizes))} ranks (frozen layer skipped)")
@@ -227,8 +226,7 @@ def _overlap_mistake(res, calls, waits, cap: int) -> str | None:
         if numel != size:
             return (f"bucket {i}'s allreduce carried {numel} elements, but its gradients are "
                     f"{size}: send the bucket's flat buffer of gradients")
-    why = _other_ops(res)
-    if why:
+    if why := _other_ops(res):
         return why
     for i, ((when, _, _, seen), want) in enumerate(zip(calls, points)):
         if when != "backward" or seen > want:
@@ -256,8 +254,7 @@ def bucketed_overlap(bucketed_sync, world_sizes=(2, 3), caps=BUCKET_CAPS) -> boo
             why = [_overlap_mistake(res, calls, waits, cap) for calls in passes]
             why = why[0] or (why[1] and f"in the second backward: {why[1]} (reset each bucket's "
                              f"count of ready gradients once it is launched)")
-            why = why or _grads_mistake(pairs, n, NET2)
-            if why:
+            if why := why or _grads_mistake(pairs, n, NET2):
                 return verdict(name, False, f"with {n} ranks, cap_bytes={cap}: {why}")
     counts = " and ".join(str(len(ready_points(c))) for c in caps)
     return verdict(name, True, f"{counts} buckets (caps {caps[0]} and {caps[1]} bytes), each "

@@ -80,8 +80,7 @@ def _after_steps(world_size: int, k: int, per_micro: int, which: str) -> torch.T
         batches = [_micro_batches(r, k, per_micro, step) for r in range(world_size)]
         if which == "last only":  # zero_grad inside the loop: only the last micro-batch, / K
             batches = [b[-1:] for b in batches]
-        x = torch.cat([xm for b in batches for xm, _ in b])
-        y = torch.cat([ym for b in batches for _, ym in b])
+        x, y = (torch.cat(t) for t in zip(*[xy for b in batches for xy in b]))
         (F.cross_entropy(model(x), y) * scale[which]).backward()
         optimizer.step()
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
@@ -93,8 +92,7 @@ def _traffic_mistake(res, one: list[int], k: int, n: int) -> str | None:
     if sent == one:
         return None
     log = res[0][2]
-    fwd = [quiet for kind, quiet in log if kind == "forward"]
-    bwd = [quiet for kind, quiet in log if kind == "backward"]
+    fwd, bwd = ([quiet for kind, quiet in log if kind == k] for k in ("forward", "backward"))
     if sum(sent) == 0:
         return ("no gradient was synchronized: the last micro-batch must run outside "
                 "no_sync() (each rank stepped with its own gradients)")
@@ -136,21 +134,18 @@ def accumulate(train_step, world_sizes=(2, 3), k: int = 3, per_micro: int = 3) -
     """Exercise 05.1: one optimizer step from K micro-batches with one gradient sync."""
     name = "Exercise 1 (accumulate with no_sync)"
     for n in world_sizes:
-        ok, res = attempt(name, lambda n=n: sim.run(_worker, n, args=(train_step, k,
-                                                                      per_micro)))
+        ok, res = attempt(name, lambda n=n: sim.run(_worker, n, args=(train_step, k, per_micro)))
         if not ok:
             return False
-        steps = res[0][1]
-        if steps != STEPS:
+        if (steps := res[0][1]) != STEPS:
             return verdict(name, False, f"with {n} ranks optimizer.step() ran {steps} times "
                             f"in {STEPS} calls of K={k} micro-batches: step once per call, after "
                             f"the last backward (stepping each micro-batch takes {k} small "
                             f"steps, not one step on the large batch)")
         kinds = [kind for kind, _ in res[0][2]]  # forwards and backwards, in order
-        why = ((kinds != ["forward", "backward"] * (len(kinds) // 2) and LUMPED)
-               or _traffic_mistake(res, _one_sync_bytes(n), k, n)
-               or _params_mistake(res, n, k, per_micro))
-        if why:
+        if why := ((kinds != ["forward", "backward"] * (len(kinds) // 2) and LUMPED)
+                   or _traffic_mistake(res, _one_sync_bytes(n), k, n)
+                   or _params_mistake(res, n, k, per_micro)):
             return verdict(name, False, f"with {n} ranks: {why}")
     return verdict(name, True, f"one sync per step on {' and '.join(map(str, world_sizes))} "
                     "ranks, parameters equal two steps on the whole batches (ranks seeded "

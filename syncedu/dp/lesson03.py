@@ -16,8 +16,7 @@ def _bucket_view(gbit: float, bucket_mb: float, world_size: int, overlap: bool):
     """A ResNet-50-like step: 100 MB of gradients, 60 ms forward, 120 ms backward, 20 us."""
     net = Network(latency=20 * 1e-6, bandwidth=gbit * 1e9 / 8)
     buckets = timeline.bucket_sizes(100 * MB, int(bucket_mb * MB))
-    s = timeline.schedule(buckets, world_size, net, forward=0.060, backward=0.120,
-                          overlap=overlap)
+    s = timeline.schedule(buckets, world_size, net, forward=0.060, backward=0.120, overlap=overlap)
     text = (f"{len(buckets)} bucket(s), step {s.seconds * 1e3:.1f} ms = compute "
             f"{s.compute * 1e3:.1f} ms + exposed communication {s.exposed_comm * 1e3:.1f} ms "
             f"(allreduce busy {s.comm * 1e3:.1f} ms)")

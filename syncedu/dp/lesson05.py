@@ -16,10 +16,9 @@ KS = [1, 2, 4, 8, 16, 32]
 def _accumulation_view(network: str, grad_mb: float, micro_ms: float, world_size: int):
     net: Network = PRESETS[network]
     nbytes = int(grad_mb * 2**20)
-    right = [timeline.accumulation_time(k, world_size, net, nbytes, micro_compute=micro_ms / 1e3)
-             / k * 1e3 for k in KS]
-    wrong = [timeline.accumulation_time(k, world_size, net, nbytes, micro_compute=micro_ms / 1e3,
-                                        sync_every=True) / k * 1e3 for k in KS]
+    right, wrong = ([timeline.accumulation_time(k, world_size, net, nbytes, sync_every=every,
+                                                micro_compute=micro_ms / 1e3) / k * 1e3
+                     for k in KS] for every in (False, True))
     text = (f"per micro-batch: K=1 {right[0]:.1f} ms; K={KS[-1]} with no_sync "
             f"{right[-1]:.1f} ms, syncing every micro-batch {wrong[-1]:.1f} ms")
     fig = dplots.curves(KS, {"no_sync (one sync per step)": right,

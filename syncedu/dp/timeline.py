@@ -110,16 +110,6 @@ def accumulation_time(k: int, world_size: int, network: Network, grad_bytes: int
 
 
 # ------------------------------------------------- lesson 09: efficiency by model size
-def _check(model_bytes, compute_seconds, world_size, overlap) -> None:
-    if not model_bytes >= 0:
-        raise ValueError(f"model_bytes={model_bytes!r} must be >= 0")
-    if not compute_seconds > 0:
-        raise ValueError(f"compute_seconds={compute_seconds!r} must be > 0")
-    check_int("world_size", world_size)
-    if not 0 <= overlap <= 1:
-        raise ValueError(f"overlap={overlap!r} must be in [0, 1]")
-
-
 def model_buckets(model_bytes: float, bucket_bytes: float | None) -> list[float]:
     """`model_bytes` in buckets of `bucket_bytes` (None: one bucket), the last one smaller."""
     if bucket_bytes is None:
@@ -150,7 +140,13 @@ def overlap_step_time(model_bytes: float, compute_seconds: float, world_size: in
     3. with buckets, `schedule`: a bucket is ready when the backward has produced its
        bytes (over its last `overlap` share) and buckets go one at a time, so tiny buckets
        are latency-bound and one huge bucket cannot overlap (Li et al., VLDB 2020)."""
-    _check(model_bytes, compute_seconds, world_size, overlap)
+    if not model_bytes >= 0:
+        raise ValueError(f"model_bytes={model_bytes!r} must be >= 0")
+    if not compute_seconds > 0:
+        raise ValueError(f"compute_seconds={compute_seconds!r} must be > 0")
+    check_int("world_size", world_size)
+    if not 0 <= overlap <= 1:
+        raise ValueError(f"overlap={overlap!r} must be in [0, 1]")
     if world_size == 1:
         return compute_seconds
     backward = BACKWARD_SHARE * compute_seconds  # Step 1

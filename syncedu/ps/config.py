@@ -50,10 +50,8 @@ class PSConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode={self.mode!r} is unknown; choose one of {MODES}")
-        check_int("workers", self.workers, 1)
-        check_int("servers", self.servers, 1)
-        check_int("staleness", self.staleness, 0)
-        check_int("seed", self.seed, -2**62)
+        for name, low in (("workers", 1), ("servers", 1), ("staleness", 0), ("seed", -2**62)):
+            check_int(name, getattr(self, name), low)
         if self.staleness and self.mode != "ssp":
             raise ValueError(f"staleness={self.staleness} applies to mode='ssp' only (sync is "
                              "staleness 0, async has no bound)")

@@ -111,11 +111,9 @@ def push_pull(answer, steps: int = 4) -> bool:
                 print(f"{name}: not attempted yet - write your answer and re-run this cell")
                 return False
             return verdict(name, False, f"{label}: {_diagnose(exc)}")
-        bad = _pattern(got, workers, kw["servers"], steps, ps_train.numel())
-        if bad:
+        if bad := _pattern(got, workers, kw["servers"], steps, ps_train.numel()):
             return verdict(name, False, f"{label}: {bad}")
-        diff = got.max_param_diff(want.params)
-        if diff > 1e-6 or got.staleness != want.staleness:
+        if (diff := got.max_param_diff(want.params)) > 1e-6 or got.staleness != want.staleness:
             return verdict(name, False, f"{label}: final parameters differ from the library's by "
                            f"{diff:.2e} (staleness {max(got.staleness)} vs {max(want.staleness)}): "
                            f"each server range must go to its own server, and the pull must "

@@ -68,9 +68,8 @@ class _Replies:
             self.works[worker] = (self.comm.isend(copy, worker, PULL_TAG), copy)
 
     def close(self) -> None:
-        for held in self.works:
-            if held is not None:
-                held[0].wait()
+        for work, _copy in filter(None, self.works):
+            work.wait()
 
 
 def serve(comm, cfg: PSConfig, shard: torch.Tensor) -> ServerLog:

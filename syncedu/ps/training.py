@@ -176,10 +176,9 @@ def _history(cfg: PSConfig, res, x, y) -> PSHistory:
     net = models.make("mlp", seed=cfg.seed)
     vector_to_parameters(torch.cat([s.shard for s in slogs]), net.parameters())
     worst, late = collections.Counter(), collections.Counter()
-    for s in slogs:
-        for e in s.events:
-            worst[e.worker, e.step] = max(worst[e.worker, e.step], e.staleness)
-            late[e.worker, e.step] = max(late[e.worker, e.step], e.delay)
+    for e in (e for s in slogs for e in s.events):
+        worst[e.worker, e.step] = max(worst[e.worker, e.step], e.staleness)
+        late[e.worker, e.step] = max(late[e.worker, e.step], e.delay)
     order = [(e.worker, e.step) for e in slogs[0].events]
     losses = [[log.losses[c] for log in wlogs if c < len(log.losses)]
               for c in range(max(cfg.steps))]

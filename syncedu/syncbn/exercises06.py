@@ -62,8 +62,7 @@ def global_mean_var(worker) -> bool:
     ok, res = _check_stats(name, worker, _case(), 1e-9, 1e-9, "float64 data")
     if ok is not True:
         return False
-    calls = _calls(res.ledger)
-    if calls != 1:
+    if (calls := _calls(res.ledger)) != 1:
         return verdict(name, False, f"rank 0 made {calls} communication calls; pack sum, "
                         "sum of squares and count into ONE all_reduce")
     # float32 values near 3000 with spread 1: sum(x^2)/N - mean^2 in float32 loses
@@ -135,9 +134,8 @@ def syncbn_backward(backward) -> bool:
 
     def rank(comm):
         r = comm.rank
-        args = (case["dys"][r].clone(), case["xhats"][r].clone(), case["invstd"].clone(),
-                case["weight"].clone(), case["count"])
-        return backward(comm, *args)
+        return backward(comm, case["dys"][r].clone(), case["xhats"][r].clone(),
+                        case["invstd"].clone(), case["weight"].clone(), case["count"])
 
     ok, res = attempt(name, lambda: sim.run(rank, len(case["sizes"])))
     if not ok:
@@ -163,8 +161,7 @@ def syncbn_backward(backward) -> bool:
                    "dweight = sum(dy * xhat) and dbias = sum(dy) over this rank's samples, "
                    "per channel")
             return verdict(name, False, f"{where}: dx is right, dweight/dbias are not: {why}")
-    calls = _calls(res.ledger)
-    if calls != 1:
+    if (calls := _calls(res.ledger)) != 1:
         return verdict(name, False, f"the gradients are right, but rank 0 made {calls} "
                         "communication calls: stack sum(dy) and sum(dy * xhat) into ONE "
                         "all_reduce (each call costs a latency on the critical path)")

@@ -36,8 +36,7 @@ def _accuracy(ax, results: dict) -> None:
         x += len(res.accuracy) + 1
     low = min(min(r.accuracy) for r in results.values())
     ax.set_ylim(max(0.0, 100 * low - 5), 100)
-    ax.set(ylabel="test accuracy (%)", title="eval mode, each rank's own running stats",
-           xticks=[])
+    ax.set(ylabel="test accuracy (%)", title="eval mode, each rank's own running stats", xticks=[])
 
 
 def _running_var(ax, results: dict, layer: str | None) -> None:

@@ -120,13 +120,12 @@ class SyncBatchNorm(nn.Module):
         self.affine, self.track_running_stats = affine, track_running_stats
         self.comm, self._channels_checked = comm, False
         kw = {"device": device, "dtype": dtype}
-        self.register_parameter("weight", nn.Parameter(torch.ones(num_features, **kw))
-                                if affine else None)
-        self.register_parameter("bias", nn.Parameter(torch.zeros(num_features, **kw))
-                                if affine else None)
+        for name, fill in (("weight", torch.ones), ("bias", torch.zeros)):
+            param = nn.Parameter(fill(num_features, **kw)) if affine else None
+            self.register_parameter(name, param)
         track = track_running_stats
-        self.register_buffer("running_mean", torch.zeros(num_features, **kw) if track else None)
-        self.register_buffer("running_var", torch.ones(num_features, **kw) if track else None)
+        for name, fill in (("running_mean", torch.zeros), ("running_var", torch.ones)):
+            self.register_buffer(name, fill(num_features, **kw) if track else None)
         self.register_buffer("num_batches_tracked",
                              torch.tensor(0, dtype=torch.long, device=device) if track else None)
 

@@ -64,13 +64,7 @@ def _run_one(comm, payload: bytes) -> tuple:
     comm.start_clock()
     value = fn(comm, *args, **kwargs)
     seconds = time.perf_counter() - t0
-    try:  # pickled here, apart from fn's own errors: the message must blame the value
-        data = pickle.dumps(value)
-    except Exception as e:
-        raise ValueError(f"the value fn returned on rank {comm.rank} (a {type(value).__name__}) "
-                         f"cannot be sent back to the launcher ({e}); return tensors, numbers "
-                         "or plain data (lists, dicts, dataclasses of them)") from None
-    return ("done", data, comm.ledger, seconds, comm.trace)
+    return ("done", value, comm.ledger, seconds, comm.trace)  # pickled by main, not in fn's try
 
 
 def main() -> None:
@@ -101,9 +95,11 @@ def main() -> None:
             reply = ("error", f"{type(e).__name__}: {e}", traceback.format_exc())
         try:
             data = pickle.dumps(reply)
-        except Exception as e:  # e.g. an unpicklable return value
-            data = pickle.dumps(("error", f"could not send the result back: {e!r}",
-                                 traceback.format_exc()))
+        except Exception as e:  # the value fn returned (a lock, a generator, the comm...)
+            data = pickle.dumps(("error", f"the value fn returned on rank {comm.rank} (a "
+                                 f"{type(reply[1]).__name__}) cannot be sent back to the launcher "
+                                 f"({e}); return tensors, numbers or plain data (lists, dicts, "
+                                 "dataclasses of them)", traceback.format_exc()))
         # The marker goes first: the launcher's reader has it by the time the reply lands.
         print(END_MARK, flush=True)
         conn.send_bytes(data)

@@ -112,7 +112,7 @@ def _payload(fn, args, kwargs) -> bytes:
 
 
 def _result(replies: list) -> RunResult:
-    values = [cloudpickle.loads(rep[1]) for rep in replies]
+    values = [rep[1] for rep in replies]  # (unpickled with the reply, procs.Ranks._receive)
     ledger = Ledger([rep[2] for rep in replies])
     trace = Trace()
     for rep in replies:  # each rank's point-to-point sends, rank by rank

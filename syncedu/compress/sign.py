@@ -70,9 +70,9 @@ class SignSGD(Compressor):
 class CompressedAllreduce(SignSGD):
     """1-bit Adam's compressed allreduce: signs reduce-scattered, re-signed on the owner, gathered.
 
-    Source: Tang et al. 2021 (1-bit Adam, ICML), section 4 and Algorithm 1; DeepSpeed ships it as
-    `compressed_allreduce` in `deepspeed/runtime/comm/nccl.py` (built here from the paper, not
-    copied). Unlike `SignSGD`'s all-gather, every rank sends about 2 (N-1)/N (d/8) bytes, so
+    Source: Tang et al. 2021 (1-bit Adam, ICML), its error-compensated compressed allreduce;
+    DeepSpeed ships it as `compressed_allreduce` in `deepspeed/runtime/comm/nccl.py` (built
+    here from the paper, not copied). Unlike `SignSGD`'s all-gather, every rank sends about 2 (N-1)/N (d/8) bytes, so
     2 S/32 per rank whatever N. Steps on one bucket of d entries, padded to N chunks of c
     entries (c a multiple of 8: whole bytes):
 
@@ -101,9 +101,8 @@ class CompressedAllreduce(SignSGD):
         st["worker"] = p - torch.cat([self.unpack(m, c) for m in msgs])
         inbox = [msgs[me] if j == me else torch.empty_like(msgs[me]) for j in range(n)]
         peers = [((me + i) % n, (me - i) % n) for i in range(1, n)]  # shifted: no hot spot
-        works = [comm.isend(msgs[to], to) for to, _ in peers]                      # Step 3
-        works += [comm.irecv(inbox[frm], frm) for _, frm in peers]
-        for w in works:
+        for w in ([comm.isend(msgs[to], to) for to, _ in peers]                     # Step 3
+                  + [comm.irecv(inbox[frm], frm) for _, frm in peers]):
             w.wait()
         s = sum(self.unpack(m, c) for m in inbox) / n + st["server"]              # Step 4
         mine = self.pack(*self.compress(s))

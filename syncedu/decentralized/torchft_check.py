@@ -58,14 +58,10 @@ def _train(model, inner, replica: int, steps: int, after_step) -> dict:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def _inner(model):
-    return torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)
-
-
 def ours(comm, spec: dict) -> dict:
     """One rank of our streaming DiLoCo on `spec` (like `JOB`); its final parameters."""
     model = _model()
-    inner = _inner(model)
+    inner = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)  # the same
     algo = StreamingDiLoCo(model, comm, inner, inner_steps=spec["inner_steps"],
                            fragments=spec["fragments"],
                            config=StreamingConfig(delay=spec["delay"], alpha=spec["alpha"]))
@@ -86,7 +82,7 @@ def theirs(comm, spec: dict, lighthouse: str, folder: str) -> dict:
     _loopback_patches()
     store, _sock = _loopback_store()
     model, wait = _model(), datetime.timedelta(seconds=30)
-    inner = _inner(model)
+    inner = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)  # the same
     frags = [nn.ModuleList(g) for g in split(layers(model), spec["fragments"])]  # our cut
 
     def outer(params):

@@ -292,12 +292,17 @@ def _resume_worker(comm, steps, saved=None, with_optimizer=True):
     return fs.sharded_state_dict(opt), fs.full_parameters()
 
 
-def test_a_sharded_checkpoint_saved_on_2_ranks_trains_on_at_3():
-    """Each of 2 ranks saves only its rows (with their global shape and first row); 3 ranks
-    load them and train on: equal to an unbroken run (1e-6). Without the optimizer's state
-    (AdamW's moments and step) the run is another one (the witness)."""
+def test_a_sharded_checkpoint_saved_on_2_ranks_trains_on_at_3(tmp_path):
+    """Each of 2 ranks saves only its rows (with their global shape and first row) to its own
+    file; 3 ranks load them (torch.load with mmap) and train on: equal to an unbroken run
+    (1e-6). Without the optimizer's state (AdamW's moments and step) the run is another one
+    (the witness)."""
     unbroken = sim.run(_resume_worker, 2, args=(range(4),))[0][1]
-    saved = [state for state, _ in sim.run(_resume_worker, 2, args=(range(2),))]
+    for r, (state, _) in enumerate(sim.run(_resume_worker, 2, args=(range(2),))):
+        torch.save(state, tmp_path / f"rank{r}.pt")
+    saved = [torch.load(tmp_path / f"rank{r}.pt", mmap=True) for r in range(2)]
+    held = [sum(e["param"].numel() for e in state.values()) for state in saved]
+    assert held == [3 * 6 + 3 + 3 + 2 * 5 + 2 + 1, 2 * 6 + 2 + 2 + 1 * 5 + 1 + 1]  # rows + scale
     assert saved[1]["fc1.weight"]["row"] == 3 and saved[1]["fc1.weight"]["param"].shape == (2, 6)
     assert saved[0]["scale"]["row"] is None  # replicated: whole on every rank
     resumed = sim.run(_resume_worker, 3, args=(range(2, 4), saved))

@@ -52,7 +52,8 @@ class Network:
         seed: seeds jitter and loss, per rank (default 0).
         name: shown by `describe()` and in figures (default "custom").
         latency_model: "port" (default) or "wire", see the module docstring.
-        eager_limit: bytes above which a send waits for its receive (default 64 KiB).
+        eager_limit: bytes above which a send waits for its receive, or a named rule from
+            EAGER_LIMITS (default "gloo": 0 bytes, every send waits; "open_mpi": 64 KiB).
         builtin_algorithm: how simulated broadcast/reduce run: "ring" (default) or "binomial".
     """
 

@@ -82,10 +82,10 @@ def matches_whole_batch(res, factor: float = 1.0, net: dict | None = None) -> bo
     on all data (equal shards: the mean of the ranks' mean losses, rank r's forward each)?"""
     model = CheckerNet(**(net or {}))
     sum(F.cross_entropy(model(x, r), y) for r, (_, (x, y)) in enumerate(res)).backward()
-    pairs = [(g, p.grad) for grads, _ in res for g, p in zip(grads, model.parameters())]
-    return all(g is not None and torch.allclose(g * factor * len(res), 0 * g if want is None
-                                                else want, atol=1e-6) or g is want is None
-               for g, want in pairs)
+    pairs = [(g, torch.zeros_like(p) if p.grad is None and p.requires_grad else p.grad)
+             for grads, _ in res for g, p in zip(grads, model.parameters())]  # unused: zeros
+    return all(g is want is None or None not in (g, want) and torch.allclose(  # frozen: None
+        g * factor * len(res), want, atol=1e-6) for g, want in pairs)
 
 
 def _grads_mistake(pairs, n: int, net: dict) -> str | None:
@@ -101,7 +101,7 @@ def _grads_mistake(pairs, n: int, net: dict) -> str | None:
     if all(matches_whole_batch([pair], 1, net) for pair in pairs[:1]):
         return ("p.grad still holds each rank's own gradient: wait for every handle, then "
                 "copy each averaged slice back into p.grad")
-    return "the gradients are not the average over all ranks"
+    return "not the average over all ranks, or a frozen parameter got a .grad: leave it None"
 
 
 def _other_ops(res) -> str | None:

@@ -132,6 +132,9 @@ def _flat(mode="right"):
             mode, [p for p in params if p.requires_grad])  # right: zeros for an unused layer
         for p in live:
             p.grad = torch.zeros_like(p) if p.grad is None and mode != "frozen" else p.grad
+        if mode == "zero_frozen":  # review 03-06 #7: zeros written into the frozen layer
+            for p in params:
+                p.grad = torch.zeros_like(p) if p.grad is None else p.grad
         if mode == "per_param":
             for p in live:
                 comm.all_reduce(p.grad, op="avg")
@@ -160,6 +163,7 @@ def _flat(mode="right"):
     ("gather", "all_gather used besides all_reduce"),
     # review 03-06 #4: a layer only rank 1 runs has p.grad None on the other ranks
     ("skip_none", "must send zeros"),
+    ("zero_frozen", "a frozen parameter got a .grad"),
 ])
 def test_flat_checker(mode, words, capsys):
     assert ex.flat_sync.grade(_flat())

@@ -268,9 +268,12 @@ from syncedu import collectives, launch
 comm = launch.from_env(backend="shm", timeout=60)
 t = torch.full((1 << 16,), float(comm.rank + 1))
 collectives.hierarchical_allreduce(comm, t)
-print("rank", comm.rank, "node", comm.node, "local", comm.local_rank, "sum", int(t[0]),
-      "shm", comm.transport_bytes["shm"], "gloo", comm.transport_bytes["gloo"],
-      "ledger", comm.ledger.sent, flush=True)
+# One string, one write: print's separate arguments are separate writes, and the two ranks
+# of an agent share its stdout pipe, so their pieces could interleave within a line.
+line = (f"rank {comm.rank} node {comm.node} local {comm.local_rank} sum {int(t[0])} "
+        f"shm {comm.transport_bytes['shm']} gloo {comm.transport_bytes['gloo']} "
+        f"ledger {comm.ledger.sent}")
+print(line, flush=True)
 '''
 
 

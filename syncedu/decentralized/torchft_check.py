@@ -77,10 +77,10 @@ def theirs(comm, spec: dict, lighthouse: str, folder: str) -> dict:
     from torchft.checkpointing.http_transport import HTTPTransport
     from torchft.local_sgd import DiLoCo
 
-    from syncedu.faults.torchft_run import _loopback_patches, _loopback_store
+    from syncedu.faults.torchft_run import loopback_patches, loopback_store
 
-    _loopback_patches()
-    store, _sock = _loopback_store()
+    loopback_patches()
+    store, _sock = loopback_store()
     model, wait = _model(), datetime.timedelta(seconds=30)
     inner = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)  # the same
     frags = [nn.ModuleList(g) for g in split(layers(model), spec["fragments"])]  # our cut

@@ -66,7 +66,7 @@ def available() -> str | None:
     return None
 
 
-def _loopback_patches() -> None:
+def loopback_patches() -> None:
     """WORKAROUND (torchft 0.2.0): its manager and checkpoint servers on 127.0.0.1."""
     import torchft.checkpointing.http_transport as http_transport
     import torchft.manager as manager
@@ -87,7 +87,7 @@ def _loopback_patches() -> None:
     http_transport.HTTPTransport.address = address
 
 
-def _loopback_store():
+def loopback_store():
     """A TCPStore master listening on 127.0.0.1 only."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
@@ -107,8 +107,8 @@ def _setup(index: int, lighthouse: str, cfg: TorchftConfig):
     from torchft.checkpointing.http_transport import HTTPTransport
     from torchft.optim import OptimizerWrapper
 
-    _loopback_patches()
-    store, sock = _loopback_store()
+    loopback_patches()
+    store, sock = loopback_store()
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)

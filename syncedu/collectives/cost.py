@@ -12,14 +12,14 @@ import torch
 from syncedu.collectives import ALGORITHMS, SEGMENT_BYTES, ring_segments
 from syncedu.comm import alphabeta
 from syncedu.comm.network import Network
+from syncedu.comm.runs import check_choice
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
 
 
 def _check(nbytes, world_size, algorithm: str = "ring") -> None:
     alphabeta.check(nbytes, world_size)
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm={algorithm!r} is unknown; choose one of {list(ALGORITHMS)}")
+    check_choice("algorithm", algorithm, list(ALGORITHMS))
 
 
 def _check_network(network, world_size: int) -> None:
@@ -82,8 +82,7 @@ def collective_time(op: str, nbytes: float, world_size: int, network: Network, *
                     itemsize: int = 4) -> float:
     """Seconds of a built-in collective as `Comm` charges and the simulator times it
     (`alphabeta.collective_time`; `nbytes`: the whole tensor of `itemsize`-byte elements)."""
-    if op not in COLLECTIVES:
-        raise ValueError(f"op={op!r} is unknown; choose one of {COLLECTIVES}")
+    check_choice("op", op, COLLECTIVES)
     _check_network(network, world_size)
     return alphabeta.collective_time(op, nbytes, world_size, network, itemsize=itemsize)
 

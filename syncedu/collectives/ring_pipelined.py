@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from syncedu.collectives.algorithms import _flat
+from syncedu.collectives.algorithms import flat_view
 from syncedu.comm.ledger import ring_chunks
 
 SEGMENT_BYTES = 4 << 20  # default pipeline segment: 4 MiB (see ring_segments)
@@ -96,7 +96,7 @@ def ring_pipelined_allreduce(comm, tensor: torch.Tensor, *,
     """Ring allreduce (sum) in place, pipelined in segments of `segment_bytes`; returns
     `tensor`. Rank r sends what the plain ring sends: every chunk but r in the
     reduce-scatter, every chunk but r+1 in the all-gather."""
-    flat = _flat(tensor)
+    flat = flat_view(tensor)
     with comm.scope("ring_pipelined_allreduce"):
         if comm.world_size > 1:
             _Pipeline(comm, flat, segment_bytes).run()

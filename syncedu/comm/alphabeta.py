@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import math
 
+from .runs import check_choice
+
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n,  # nccl-tests: busbw = algbw * factor(N)
               "reduce_scatter": lambda n: (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
               "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0}
@@ -168,6 +170,5 @@ def collective_time(kind: str, nbytes: float, world_size: int, network, *,
 
 def busbw(kind: str, nbytes: float, seconds: float, world_size: int) -> float:
     """Bus bandwidth: algbw S / t times the op's factor, e.g. 2(N-1)/N for all_reduce."""
-    if kind not in BUS_FACTOR:
-        raise ValueError(f"op={kind!r} is unknown; choose one of {list(BUS_FACTOR)}")
+    check_choice("op", kind, list(BUS_FACTOR))
     return nbytes / seconds * BUS_FACTOR[kind](world_size)

@@ -13,18 +13,8 @@ from typing import ClassVar
 
 import torch
 
-from syncedu.train.sampling import check_bool
-
-
-def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """One flat copy of `tensors` (a bucket), in order."""
-    return torch.cat([t.reshape(-1) for t in tensors])
-
-
-def unflatten_(tensors: list[torch.Tensor], flat: torch.Tensor) -> None:
-    """Copy `flat` back into `tensors` (in place), the inverse of `flatten`."""
-    for t, part in zip(tensors, flat.split([t.numel() for t in tensors])):
-        t.copy_(part.view_as(t))
+from syncedu.comm.runs import check_bool
+from syncedu.dp.buckets import flatten, unflatten_  # noqa: F401  (zero/ imports them from here)
 
 
 def check_flags(obj, *names: str) -> None:

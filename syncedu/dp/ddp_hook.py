@@ -21,7 +21,7 @@ import time
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from syncedu.comm.emulation import ring_seconds
+from syncedu.comm.alphabeta import collective_time
 from syncedu.comm.ledger import ring_allreduce_charge
 from syncedu.train.compression import resolve
 
@@ -46,8 +46,8 @@ class CountingHookState:
             return 0.0
         with self.lock:
             begin = max(start, self.link_free)
-            self.link_free = begin + ring_seconds("all_reduce", nbytes, self.comm.world_size,
-                                                  self.comm.network)
+            self.link_free = begin + collective_time("all_reduce", nbytes, self.comm.world_size,
+                                                     self.comm.network)
             return self.link_free
 
 

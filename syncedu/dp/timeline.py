@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from syncedu.collectives.cost import allreduce_time, collective_time
 from syncedu.comm.network import Network
-from syncedu.train.sampling import check_int
+from syncedu.comm.runs import check_choice, check_int
 
 # Backward costs about twice the forward (two matrix products per layer instead of one).
 BACKWARD_SHARE = 2 / 3
@@ -176,8 +176,7 @@ def zero_step_time(mode: str, psi: float, layers: int, world_size: int, network,
        (ZeRO-1/2) starts when its gradients are ready and the previous one is done; ZeRO-1/2
        then all-gather the updated parameters, which nothing hides.
     """
-    if mode not in ZERO_MODES:
-        raise ValueError(f"mode={mode!r} is unknown; choose one of {ZERO_MODES}")
+    check_choice("mode", mode, ZERO_MODES)
     f, size, n = forward_seconds / check_int("layers", layers), psi * itemsize, world_size
     if n == 1:
         return 3 * forward_seconds

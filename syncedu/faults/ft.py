@@ -31,7 +31,7 @@ from torch.nn.utils import vector_to_parameters
 
 from syncedu import data, launch, models, sim
 from syncedu.comm import Ledger, Trace
-from syncedu.train.sampling import check_int, check_number
+from syncedu.comm.runs import check_int, check_number
 
 TAG_STATUS, TAG_QUORUM, TAG_STATE, TAG_GRAD, TAG_MEAN = 11, 12, 13, 14, 15
 

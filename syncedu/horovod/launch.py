@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from syncedu.train.sampling import check_int
+from syncedu.comm.runs import check_int
 
 __all__ = ["available", "run", "horovod_log", "HorovodRunError", "FAILED_STAMP"]
 

@@ -27,7 +27,7 @@ from syncedu.comm.ledger import RankLedger
 from syncedu.dp.ddp_hook import charge_ring_allreduce
 from syncedu.horovod import launch as horovod_launch
 from syncedu.train import train_rank
-from syncedu.train.harness import _history
+from syncedu.train.harness import History
 from syncedu.train.strategies import Parts, make_optimizer, register, register_launcher
 
 __all__ = ["HorovodSettings", "HorovodComm", "run_ranks", "run_jobs"]
@@ -238,7 +238,7 @@ def run_jobs(jobs, *, timeout: float = 600.0, log: list | None = None) -> list:
         res = horovod_launch.run(_rank, world_size, args=(group,), env=env,
                                  timeout=timeout, quiet=True, output=log)
         out += [[per_rank[i] for per_rank in res] if callable(cfg)
-                else _history(cfg, [per_rank[i] for per_rank in res])
+                else History.from_ranks(cfg, [per_rank[i] for per_rank in res])
                 for i, (cfg, _) in enumerate(group)]
     return out
 

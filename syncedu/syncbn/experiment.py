@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 
 from syncedu.comm.ledger import Ledger
+from syncedu.comm.runs import check_choice, check_int
 from syncedu.train import data, harness, models
-from syncedu.train.sampling import check_int
 
 STRATEGY = {"plain": "naive", "syncbn": "syncbn", "single": "single"}  # mode -> train.run's
 MODES = tuple(STRATEGY)
@@ -50,8 +50,7 @@ class BNConfig:
     dtype: str = "float64"
 
     def __post_init__(self):
-        if self.mode not in MODES:
-            raise ValueError(f"mode={self.mode!r} must be one of {MODES}")
+        check_choice("mode", self.mode, MODES)
         for name in ("world_size", "per_rank_batch", "steps", "channels", "test_size"):
             check_int(name, getattr(self, name), 1)
 

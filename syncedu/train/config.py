@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from syncedu.comm.runs import check_bool, check_int
 from syncedu.train import strategies
 from syncedu.train.compression import resolve
 from syncedu.train.optimizers import check_optimizer_options
-from syncedu.train.sampling import check_bool, check_int
 
 # Accumulation mistakes: "sync_every" (no `no_sync`), "partial_no_sync" (`no_sync` around
 # `backward()` only: the forward already decided to sync), "unscaled_loss" (not divided by K).

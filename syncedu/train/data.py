@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import TensorDataset
 
-from syncedu.train.sampling import check_int
+from syncedu.comm.runs import check_int
 
 
 def digits(images: bool = False) -> TensorDataset:

@@ -77,6 +77,31 @@ class History:
         """Largest absolute difference to `other`'s final parameters (a history or a dict)."""
         return runner.max_param_diff(self, other)
 
+    @classmethod
+    def from_ranks(cls, cfg: TrainConfig, values: list[train_rank.RankResult]) -> History:
+        """Step 4: merge the ranks' results; the parameters must agree bit for bit (also the
+        Horovod launcher's, whose ranks `horovod.run` starts)."""
+        first = values[0].params
+        for r, v in enumerate(values[1:], start=1):
+            bad = [k for k in first if not torch.equal(first[k], v.params[k])]
+            if bad:
+                raise RuntimeError(f"rank {r}'s parameters {bad} differ from rank 0's: the "
+                                   f"ranks diverged (strategy={cfg.strategy!r})")
+        n = len(values)
+        loss = [sum(v.loss[i] for v in values) / n for i in range(cfg.steps)]
+        return cls(config=cfg, loss=loss, params=first, ledger=Ledger([v.ledger for v in values]),
+                   train_seconds=max(v.elapsed for v in values),
+                   compute_seconds=sum(v.compute for v in values) / n,
+                   comm_wait_seconds=sum(v.wait for v in values) / n,
+                   comm_busy_seconds=sum(v.busy for v in values) / n,
+                   accuracy=values[0].accuracy,
+                   final_loss=values[0].final_loss, extra=values[0].extra,
+                   rank_step_seconds=[v.steps for v in values],
+                   rank_accuracy=[v.accuracy for v in values],
+                   rank_buffers=[v.buffers for v in values],
+                   timeline=values[0].timeline, sim_seconds=values[0].sim_seconds,
+                   model_state_bytes=[v.model_state for v in values])
+
 
 def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumulation: int = 1,
         lr: float = 0.1, seed: int = 0, pool=None, network=None, simulate: bool = False,
@@ -112,16 +137,16 @@ def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumu
         raise ValueError(f"strategy={strategy!r} needs torch.distributed: it cannot be "
                          f"simulated (use simulate=False)")
     if strategy in strategies.LAUNCHERS:  # it starts its own ranks (Horovod: horovod.run)
-        return _history(cfg, strategies.LAUNCHERS[strategy](cfg, pool=pool, network=network,
-                                                            timeout=timeout))
+        launcher = strategies.LAUNCHERS[strategy]
+        return History.from_ranks(cfg, launcher(cfg, pool=pool, network=network, timeout=timeout))
     progress = steps >= 100 and sys.stderr.isatty() if progress is None else progress
     # Step 2: "single" in this process, the others where the runner puts them.
     with runner.Placement(world_size, pool=pool, network=network, simulate=simulate,
                       local=strategy == "single", timeout=timeout,
                       job=f"strategy={strategy!r}") as ranks:
         if progress and ranks.kind in ("pool", "fresh"):
-            return _history(cfg, _run_chunks(ranks, cfg))
-        return _history(cfg, list(ranks.run(train_rank.train_all, (cfg,))))
+            return History.from_ranks(cfg, _run_chunks(ranks, cfg))
+        return History.from_ranks(cfg, list(ranks.run(train_rank.train_all, (cfg,))))
 
 
 def _run_chunks(ranks: runner.Placement, cfg: TrainConfig) -> list:
@@ -140,27 +165,3 @@ def _run_chunks(ranks: runner.Placement, cfg: TrainConfig) -> list:
         return list(ranks.run(train_rank.train_end, (token,)))
     finally:
         ranks.run(train_rank.train_drop, (token,))
-
-
-def _history(cfg: TrainConfig, values: list[train_rank.RankResult]) -> History:
-    """Step 4: merge the ranks' results; the parameters must agree bit for bit."""
-    first = values[0].params
-    for r, v in enumerate(values[1:], start=1):
-        bad = [k for k in first if not torch.equal(first[k], v.params[k])]
-        if bad:
-            raise RuntimeError(f"rank {r}'s parameters {bad} differ from rank 0's: the "
-                               f"ranks diverged (strategy={cfg.strategy!r})")
-    n = len(values)
-    loss = [sum(v.loss[i] for v in values) / n for i in range(cfg.steps)]
-    return History(config=cfg, loss=loss, params=first, ledger=Ledger([v.ledger for v in values]),
-                   train_seconds=max(v.elapsed for v in values),
-                   compute_seconds=sum(v.compute for v in values) / n,
-                   comm_wait_seconds=sum(v.wait for v in values) / n,
-                   comm_busy_seconds=sum(v.busy for v in values) / n,
-                   accuracy=values[0].accuracy,
-                   final_loss=values[0].final_loss, extra=values[0].extra,
-                   rank_step_seconds=[v.steps for v in values],
-                   rank_accuracy=[v.accuracy for v in values],
-                   rank_buffers=[v.buffers for v in values],
-                   timeline=values[0].timeline, sim_seconds=values[0].sim_seconds,
-                   model_state_bytes=[v.model_state for v in values])

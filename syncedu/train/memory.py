@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from syncedu.train.sampling import check_int
+from syncedu.comm.runs import check_int
 
 GB = 1e9  # the paper's GB: 7.5e9 parameters x 16 bytes = 120 GB
 MIXED_ADAM = {"params": 2, "grads": 2, "optimizer": 12}  # bytes per parameter, K = 12

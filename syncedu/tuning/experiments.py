@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from syncedu.comm.runs import check_choice
 from syncedu.train import harness
 from syncedu.tuning.diloco import DiLoCoConfig
 
@@ -67,8 +68,7 @@ def run_diloco(method: str, world_size: int, *, steps: int, global_batch: int, s
                config: DiLoCoConfig | None = None, start_local_at: int = 0) -> TuningRun:
     """Train with `method` ("sync", "diloco" or "local") on `world_size` ranks (simulated, or
     real with `simulate=False`: then `times` are wall-clock seconds)."""
-    if method not in METHODS:
-        raise ValueError(f"method={method!r} is unknown; choose one of {METHODS}")
+    check_choice("method", method, METHODS)
     config = config or DiLoCoConfig(inner_steps=10, inner_lr=3e-3, weight_decay=0.0)
     strategy, options = {"sync": ("flat", {}),  # Step 1
                          "local": ("local_sgd", {"sync_every": config.inner_steps,

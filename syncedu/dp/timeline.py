@@ -1,7 +1,8 @@
 """Step-time models, in one place: one training step on the alpha-beta model.
 
-The collectives' seconds come from one formula file, `comm/alphabeta.py` (directly, or
-through `collectives.cost`); this file composes them into steps, for four lessons:
+The collectives' seconds come from the formulas' one home, `comm/alphabeta.py` (which
+`collectives.cost` hands on to the lessons); this file composes them into steps, for four
+lessons:
 
 - lesson 03, buckets overlapped with the backward (`schedule`, `step_time`);
 - lesson 05, K micro-batches per allreduce (`accumulation_time`);
@@ -27,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from syncedu.collectives.cost import allreduce_time, collective_time
+from syncedu.comm.alphabeta import allreduce_time, collective_time
 from syncedu.comm.network import Network
 from syncedu.comm.runs import check_choice, check_int
 

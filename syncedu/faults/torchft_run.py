@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from syncedu.comm.ledger import Ledger, RankLedger, ring_allreduce_charge
+from syncedu.train.harness import Result
 
 # _stderr_to keeps its name while decentralized/torchft_check.py imports it so (for the lead).
 from .tft_procs import _stderr_to, listening, start_replicas, wait_until, write_json
@@ -205,8 +206,8 @@ def _ledger(logs: list[tuple[int, list[dict]]]) -> Ledger:
     return Ledger(ranks)
 
 
-@dataclass(frozen=True)
-class TorchftResult:
+@dataclass
+class TorchftResult(Result):
     """What listened, the kill ({"time", "step", "log"}) and its exit code, the survivor's and the
     restarted replica's {"log", "params", "step"}, the ledger (`_ledger`), wall-clock seconds."""
 
@@ -216,8 +217,6 @@ class TorchftResult:
     killed: dict
     survivor: dict
     restarted: dict
-    ledger: Ledger
-    seconds: float
 
 
 def run(world_size: int = 2, *, network=None, simulate: bool = False, folder: str | None = None,

@@ -17,35 +17,32 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-import torch
-
 from syncedu.comm.runs import check_choice
 from syncedu.train import harness
+from syncedu.train.harness import Result
 from syncedu.tuning.diloco import DiLoCoConfig
 
 METHODS = ("sync", "diloco", "local")
 
 
 @dataclass
-class TuningRun:
-    """What `run_diloco` and `run_noise_scale` return (Step 3)."""
+class TuningRun(Result):
+    """What `run_diloco` and `run_noise_scale` return (Step 3): `loss`, the mean over ranks
+    of the local loss per step; `ledger` and `seconds`, the training's (set-up excluded;
+    logical when simulated)."""
 
-    loss: list[float]  # mean over ranks of the local loss, per step
     times: list[float]  # seconds at the end of each step (rank 0, set-up excluded; logical
     # when simulated)
     final_loss: float  # loss of the final (common) parameters on all the data
     accuracy: float
-    ledger: object  # the training traffic (set-up excluded)
-    seconds: float  # seconds of the training (set-up excluded; logical when simulated)
-    params: dict[str, torch.Tensor] = field(repr=False)
     noise: list[float] = field(default_factory=list)  # B_simple per step (noise-scale runs)
 
     @classmethod
     def of(cls, history) -> TuningRun:
         """A `TuningRun` from a `train.run` history (cumulative step seconds, noise estimates)."""
-        return cls(history.loss, list(itertools.accumulate(history.step_seconds)),
-                   history.final_loss, history.accuracy, history.ledger, history.seconds,
-                   history.params, history.extra.get("noise", []))
+        return cls(list(itertools.accumulate(history.step_seconds)), history.final_loss,
+                   history.accuracy, history.extra.get("noise", []), loss=history.loss,
+                   params=history.params, ledger=history.ledger, seconds=history.seconds)
 
     @property
     def bytes_sent(self) -> int:

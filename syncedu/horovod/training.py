@@ -129,7 +129,7 @@ def _horovod(module, comm, cfg) -> Parts:
     """The factory `train_strategies.build` calls inside a Horovod rank (Steps 2-4)."""
     import horovod.torch as hvd
 
-    if cfg.compression not in (None, "fp16"):
+    if cfg.compressor is not None and cfg.compressor.name != "fp16":  # resolved by TrainConfig
         raise ValueError(f"compression={cfg.compression!r}: Horovod's built-ins here are "
                          "None (Compression.none) and 'fp16' (Compression.fp16)")
     opt = make_optimizer(module.parameters(), cfg)
@@ -138,7 +138,7 @@ def _horovod(module, comm, cfg) -> Parts:
         hvd.broadcast_optimizer_state(opt, root_rank=0)
     dist = hvd.DistributedOptimizer(  # Step 3
         opt, named_parameters=module.named_parameters(),
-        compression=hvd.Compression.fp16 if cfg.compression == "fp16" else hvd.Compression.none,
+        compression=hvd.Compression.none if cfg.compressor is None else hvd.Compression.fp16,
         backward_passes_per_step=cfg.accumulation, op=hvd.Average)
     counter = _FusedLedger(comm, dist)
     plain_zero_grad = dist.zero_grad

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from syncedu.comm.runs import check_bool, check_int
 from syncedu.train import strategies
@@ -51,10 +51,12 @@ class TrainConfig:
     topology: str = "ring"  # dpsgd: the gossip graph (decentralized/gossip.py)
     inner_steps: int = 8  # streaming_diloco: H inner steps between two syncs of a fragment
     fragments: int = 1  # streaming_diloco: F fragments (1: DiLoCo)
-    compression: object = None  # None, "fp16", "bf16", a name or an object (resolved per rank)
+    compression: object = None  # None, "fp16", "bf16", a name or a compressor (as given)
     weight_decay: float = 0.0
     betas: tuple = (0.9, 0.999)  # adam / adamw only
     eps: float = 1e-8  # adam / adamw only
+    # `compression` resolved once (train/compression.py); each rank's strategy copies it.
+    compressor: object = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.strategy not in strategies.FACTORIES:  # the registry: what topics registered
@@ -101,14 +103,16 @@ class TrainConfig:
             if getattr(self, name) != default and self.strategy != "local_sgd":
                 raise ValueError(f"{name}={getattr(self, name)} applies to strategy='local_sgd' "
                                  f"only; the other strategies synchronize every step")
-        compressor = resolve(self.compression)  # raises ValueError naming what is allowed
-        allowed = getattr(compressor, "strategies",  # a DDP hook: ("ddp",)
-                          strategies.names(strategies.COMPRESSIBLE))
+        # Resolved once, here (a ValueError naming what is allowed); `compression` stays as given.
+        compressor = resolve(self.compression)
+        object.__setattr__(self, "compressor", compressor)
+        allowed = (strategies.names(strategies.COMPRESSIBLE) if compressor is None
+                   else compressor.strategies)  # torch's PowerSGD: ("ddp",)
         if self.compression is not None and self.strategy not in allowed:
             raise ValueError(f"compression={self.compression!r} needs a strategy that sends "
                              f"gradients through it, one of {allowed}; got "
                              f"strategy={self.strategy!r}")
-        if hasattr(compressor, "check_config"):
+        if compressor is not None:
             compressor.check_config(self)  # its own rules (torch's PowerSGD: one DDP bucket)
         if self.strategy in strategies.CHECKS:
             strategies.CHECKS[self.strategy](self)  # the topic's own rules

@@ -227,7 +227,7 @@ class FTResult(Result):
     replicas: list[dict]
 
 
-def run(world_size: int = 4, *, failures=(), network=None, simulate: bool = True,
+def run(world_size: int = 4, *, failures=(), network=None, simulate: bool = False,
         **options) -> FTResult:
     """Per-step fault tolerance from scratch: the lighthouse (rank 0), replica i on rank i + 1.
 
@@ -238,7 +238,8 @@ def run(world_size: int = 4, *, failures=(), network=None, simulate: bool = True
         failures: `Failure(replica, at, down)` records: replica `replica` dies in iteration
             `at`'s exchange and is down for `down` iterations (default: none).
         network: a `Network` for the messages (default None).
-        simulate: simulated ranks on a logical clock (default True).
+        simulate: simulated ranks on a logical clock (default False: real processes, as
+            every run function of the course defaults).
         **options: `FTConfig` fields: `iterations` (10), `lr` (0.1), `batch` (8), `seed` (0),
             `heartbeat_timeout` (logical seconds before a silent replica is dropped, 2.0),
             `step_seconds` (modeled compute per iteration, 0.05).

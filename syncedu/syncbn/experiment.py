@@ -82,11 +82,11 @@ class BNResult(Result):
         return {"mean": pick(torch.cat(means)).item(), "var": pick(torch.cat(varis)).item()}
 
 
-def run(mode: str = "syncbn", world_size: int = 4, *, network=None, simulate: bool = True,
+def run(mode: str = "syncbn", world_size: int = 4, *, network=None, simulate: bool = False,
         pool=None, **options) -> BNResult:
-    """Steps 1-4: mode `mode` on `world_size` ranks through `train.run`, simulated (or real:
-    `simulate=False`, `pool=`); `options` are `BNConfig`'s other fields (`per_rank_batch`,
-    `steps`, `seed`, `broadcast_buffers`, ...)."""
+    """Steps 1-4: mode `mode` on `world_size` ranks through `train.run`, real (`pool=`) or
+    simulated (`simulate=True`; False by default, as in every run function); `options` are
+    `BNConfig`'s other fields (`per_rank_batch`, `steps`, `seed`, `broadcast_buffers`, ...)."""
     cfg = BNConfig(mode=mode, world_size=world_size, **options)
     if mode == "single" and (network is not None or pool is not None):
         raise ValueError(f"mode='single' is one process, here: network={network!r} and "
@@ -105,7 +105,7 @@ def run(mode: str = "syncbn", world_size: int = 4, *, network=None, simulate: bo
                     ledger=h.ledger, seconds=h.seconds)
 
 
-def compare(world_size: int = 4, *, network=None, simulate: bool = True, **options
+def compare(world_size: int = 4, *, network=None, simulate: bool = False, **options
             ) -> dict[str, BNResult]:
     """The three modes side by side, same data and initial weights: {mode: result}."""
     return {mode: run(mode, world_size, network=None if mode == "single" else network,

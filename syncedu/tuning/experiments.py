@@ -1,7 +1,8 @@
 """Lesson 09's experiments: DiLoCo against synchronous AdamW, the noise scale, the batch sweep.
 
-Each trains `train.run`'s MLP on its data, through `train.run`'s loop, on simulated ranks
-by default or on real ones (`simulate=False`; the one-process batch sweep in this process):
+Each trains `train.run`'s MLP on its data, through `train.run`'s loop, on real ranks by
+default, as every run function, or simulated ones (`simulate=True`; the one-process batch
+sweep in this process):
 
 1. `run_diloco`: "sync" is the "flat" strategy with AdamW, "local" is "local_sgd" with
    AdamW (`start_local_at`: post-local SGD), "diloco" is DiLoCo's outer step every
@@ -61,10 +62,10 @@ def steps_to(loss, target: float) -> int:
 
 
 def run_diloco(method: str, world_size: int, *, steps: int, global_batch: int, seed: int = 0,
-               network=None, simulate: bool = True, pool=None, compute_seconds: float = 0.0,
+               network=None, simulate: bool = False, pool=None, compute_seconds: float = 0.0,
                config: DiLoCoConfig | None = None, start_local_at: int = 0) -> TuningRun:
-    """Train with `method` ("sync", "diloco" or "local") on `world_size` ranks (simulated, or
-    real with `simulate=False`: then `times` are wall-clock seconds)."""
+    """Train with `method` ("sync", "diloco" or "local") on `world_size` ranks (real, then
+    `times` are wall-clock seconds, or simulated with `simulate=True`, as everywhere)."""
     check_choice("method", method, METHODS)
     config = config or DiLoCoConfig(inner_steps=10, inner_lr=3e-3, weight_decay=0.0)
     strategy, options = {"sync": ("flat", {}),  # Step 1
@@ -78,7 +79,7 @@ def run_diloco(method: str, world_size: int, *, steps: int, global_batch: int, s
 
 
 def run_noise_scale(world_size: int, *, steps: int, global_batch: int, lr: float = 0.1,
-                    network=None, simulate: bool = True, pool=None) -> TuningRun:
+                    network=None, simulate: bool = False, pool=None) -> TuningRun:
     """Data-parallel SGD, estimating B_simple at every step (Step 2); ranks as `run_diloco`."""
     return TuningRun.of(harness.run("noise_scale", world_size, steps=steps,
                                     global_batch=global_batch, lr=lr, network=network,

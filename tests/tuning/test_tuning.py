@@ -73,7 +73,7 @@ def test_diloco_config_names_the_bad_parameter(field, value):
 
 
 def test_diloco_sends_one_model_per_round_and_fp16_halves_it():
-    kw = dict(steps=10, global_batch=32)
+    kw = dict(steps=10, global_batch=32, simulate=True)
     sync = tuning.run_diloco("sync", 2, **kw)
     cfg = diloco.DiLoCoConfig(inner_steps=5, inner_lr=3e-3, weight_decay=0.0)
     loco = tuning.run_diloco("diloco", 2, config=cfg, **kw)
@@ -88,7 +88,7 @@ def test_diloco_sends_one_model_per_round_and_fp16_halves_it():
 
 def test_diloco_on_a_wan_is_faster_in_logical_time():
     wan = Network.preset("wan")
-    kw = dict(steps=20, global_batch=32, network=wan, compute_seconds=0.01)
+    kw = dict(steps=20, global_batch=32, network=wan, compute_seconds=0.01, simulate=True)
     sync = tuning.run_diloco("sync", 2, **kw)
     loco = tuning.run_diloco("diloco", 2, **kw)
     assert loco.seconds < sync.seconds / 3
@@ -140,7 +140,7 @@ def test_noise_scale_estimates_the_true_critical_batch():
 
 
 def test_noise_scale_run_reports_one_estimate_per_step():
-    run = tuning.run_noise_scale(2, steps=30, global_batch=32)
+    run = tuning.run_noise_scale(2, steps=30, global_batch=32, simulate=True)
     assert len(run.noise) == 30
     assert sum(math.isfinite(v) for v in run.noise) >= 20  # nan while the |G|^2 average is <= 0
     assert run.loss[-1] < run.loss[0]
@@ -243,7 +243,7 @@ def test_lesson09_checkers_accept_the_reference_and_reject_wrong_answers(capsys)
 
 def test_local_and_post_local_methods():
     cfg = diloco.DiLoCoConfig(inner_steps=4, inner_lr=3e-3, weight_decay=0.0)
-    kw = dict(steps=16, global_batch=32, config=cfg)
+    kw = dict(steps=16, global_batch=32, config=cfg, simulate=True)
     local = tuning.run_diloco("local", 2, **kw)
     post = tuning.run_diloco("local", 2, start_local_at=8, **kw)
     sync = tuning.run_diloco("sync", 2, **kw)
@@ -432,7 +432,7 @@ def test_diloco_and_noise_scale_run_on_real_ranks_too():
     with launch.Pool(2, output="quiet") as pool:
         real = tuning.run_diloco("diloco", 2, simulate=False, pool=pool, **kw)
         noise = tuning.run_noise_scale(2, steps=5, global_batch=32, simulate=False, pool=pool)
-    simulated = tuning.run_diloco("diloco", 2, **kw)
+    simulated = tuning.run_diloco("diloco", 2, simulate=True, **kw)
     assert real.bytes_sent == simulated.bytes_sent > 0
     assert all(torch.allclose(real.params[k], simulated.params[k], atol=1e-6) for k in real.params)
     assert len(noise.noise) == 5 and len(noise.times) == 5

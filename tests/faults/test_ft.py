@@ -7,7 +7,7 @@ import torch
 
 from syncedu.faults import ft
 
-RUN = dict(iterations=10, failures=(ft.Failure(1, 3, 2), ft.Failure(2, 6, 1)), simulate=True)
+RUN = dict(iterations=10, failures=(ft.Failure(1, 3, 2), ft.Failure(2, 6, 1)))
 CFG = ft.FTConfig(replicas=3, **RUN)
 
 
@@ -16,7 +16,7 @@ def _equal(a, b):
 
 
 def test_failed_steps_are_discarded_and_the_rest_equals_training_without_them():
-    res = ft.run(4, **RUN)
+    res = ft.run(4, simulate=True, **RUN)
     assert res.config == CFG
     leader = res.replicas[0]
     verdicts = [ok for _, _, ok in leader["log"]]
@@ -29,14 +29,14 @@ def test_failed_steps_are_discarded_and_the_rest_equals_training_without_them():
 
 
 def test_deterministic_and_heartbeat_on_the_logical_clock():
-    a, b = ft.run(4, **RUN), ft.run(4, **RUN)
+    a, b = ft.run(4, simulate=True, **RUN), ft.run(4, simulate=True, **RUN)
     assert a.seconds == b.seconds
     assert a.seconds == pytest.approx(10 * CFG.step_seconds + CFG.heartbeat_timeout)
     assert _equal(a.replicas[0]["params"], b.replicas[0]["params"])
 
 
 def test_without_recovery_the_restarted_replica_would_differ():
-    res = ft.run(4, **RUN)
+    res = ft.run(4, simulate=True, **RUN)
     wrong = ft.reference(CFG, ft.committed_steps(res.replicas[0]["log"])[:-1])
     assert not _equal(res.replicas[1]["params"], wrong)
 

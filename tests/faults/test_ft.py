@@ -45,8 +45,8 @@ def test_without_recovery_the_restarted_replica_would_differ():
 def test_real_processes_exchange_what_the_simulated_ranks_exchange():
     """The same protocol on 4 real processes (Gloo): the same quorums, commits, bytes and
     final parameters as on simulated ranks; the heartbeat timeout is slept for real."""
-    quick = dict(RUN, heartbeat_timeout=0.5, step_seconds=0.01, simulate=True)  # slept for real: keep it short
-    real, simulated = ft.run(4, **{**quick, "simulate": False}), ft.run(4, **quick)
+    quick = dict(RUN, heartbeat_timeout=0.5, step_seconds=0.01)  # slept for real: keep it short
+    real, simulated = ft.run(4, **quick), ft.run(4, simulate=True, **quick)
     assert real.quorums == simulated.quorums
     assert [r["log"] for r in real.replicas] == [r["log"] for r in simulated.replicas]
     assert real.ledger.sent == simulated.ledger.sent

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from syncedu.comm.alphabeta import allreduce_time, collective_time
 from syncedu.comm.network import Network
-from syncedu.comm.runs import check_choice, check_int
+from syncedu.comm.runs import check_choice, check_int, check_number
 
 # Backward costs about twice the forward (two matrix products per layer instead of one).
 BACKWARD_SHARE = 2 / 3
@@ -141,8 +141,7 @@ def overlap_step_time(model_bytes: float, compute_seconds: float, world_size: in
     3. with buckets, `schedule`: a bucket is ready when the backward has produced its
        bytes (over its last `overlap` share) and buckets go one at a time, so tiny buckets
        are latency-bound and one huge bucket cannot overlap (Li et al., VLDB 2020)."""
-    if not model_bytes >= 0:
-        raise ValueError(f"model_bytes={model_bytes!r} must be >= 0")
+    check_number("model_bytes", model_bytes, 0)
     if not compute_seconds > 0:
         raise ValueError(f"compute_seconds={compute_seconds!r} must be > 0")
     check_int("world_size", world_size)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from syncedu.comm.runs import check_bool, check_int
+from syncedu.comm.runs import check_bool, check_choice, check_int
 from syncedu.train import strategies
 from syncedu.train.compression import resolve
 from syncedu.train.optimizers import check_optimizer_options
@@ -59,9 +59,7 @@ class TrainConfig:
     compressor: object = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        if self.strategy not in strategies.FACTORIES:  # the registry: what topics registered
-            raise ValueError(f"strategy={self.strategy!r} is unknown; choose one of "
-                             f"{strategies.names()}")
+        check_choice("strategy", self.strategy, strategies.names())  # what topics registered
         check_int("world_size", self.world_size, 1)
         if self.strategy == "single" and self.world_size != 1:
             raise ValueError(f"strategy='single' is the one-process reference: world_size must "
@@ -82,8 +80,7 @@ class TrainConfig:
     def _check_options(self) -> None:
         for name, allowed in (("mistake", MISTAKES), ("dataset", DATASETS), ("model", MODELS),
                               ("dtype", DTYPES)):
-            if (value := getattr(self, name)) not in allowed:
-                raise ValueError(f"{name}={value!r} is unknown; choose one of {allowed}")
+            check_choice(name, getattr(self, name), allowed)
         if isinstance(self.model_kwargs, dict):  # accept a dict, store it hashable
             object.__setattr__(self, "model_kwargs", tuple(sorted(self.model_kwargs.items())))
         size = 1797 if self.dataset == "digits" else self.synthetic_size

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 
 from .network import Network
-from .runs import check_choice
+from .runs import check_choice, check_int
 
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n,  # nccl-tests: busbw = algbw * factor(N)
               "reduce_scatter": lambda n: (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
@@ -49,20 +49,23 @@ def _links(network):
     return network, network, None, 1, 1
 
 
-def check(nbytes, world_size, network=None) -> None:
-    """The formulas' inputs, checked once at their entry (`allreduce_time`, `collective_time`,
-    `terms`, which `collectives.cost` hands on): a ValueError naming the parameter (a text
-    such as "1MB" included); a `network` that is a preset's name, or a cluster of another
-    size (timed silently as its own size before), is refused as `sim.run` refuses it."""
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size={world_size!r} must be an int >= 1")
+def check(nbytes, world_size) -> None:
+    """The formulas' two inputs, checked once at their entry (`allreduce_time`,
+    `collective_time`, `terms`, which `collectives.cost` hands on): a ValueError naming the
+    parameter (a text such as "1MB" included)."""
+    check_int("world_size", world_size)
     if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not nbytes >= 0:
         raise ValueError(f"nbytes={nbytes!r} must be a number of bytes >= 0")
-    if network is not None and not isinstance(network, Network):
+
+
+def check_network(network, world_size: int) -> None:
+    """A `Network` for `world_size` ranks: None, a preset's name or a cluster of another size
+    (timed silently as its own size before) is refused, as `sim.run` refuses it."""
+    if not isinstance(network, Network):
         hint = repr(network) if isinstance(network, str) else "'ethernet_10g'"
         raise ValueError(f"network must be a syncedu.Network, e.g. Network.preset({hint}); "
                          f"got {network!r}")
-    if network is not None and network.is_cluster:  # (a flat one's slowdown: the runs' business)
+    if network.is_cluster:  # (a flat network's slowdown list is the runs' business)
         network.check_world_size(world_size)
 
 
@@ -191,7 +194,8 @@ def allreduce_time(algorithm: str, nbytes: float, world_size: int, network: Netw
     """Seconds of `algorithm` (see the table above) for `nbytes` per rank on `network` (flat
     or cluster); `gamma`: seconds per byte reduced (0: arithmetic is free, as in the
     simulator); `itemsize`, `segment_bytes`: the pipelined ring's G (`ring_segments`)."""
-    check(nbytes, world_size, network)
+    check(nbytes, world_size)
+    check_network(network, world_size)
     check_choice("algorithm", algorithm, list(ALLREDUCE))
     n = world_size
     if n == 1:
@@ -212,7 +216,8 @@ def collective_time(op: str, nbytes: float, world_size: int, network: Network, *
     `nbytes`: the whole tensor of `itemsize`-byte elements (a ring step is set by its largest
     chunk: ceil(S / itemsize / N) elements, as `ring_chunks` cuts them; 8,970 floats on 4
     ranks: 2,243 elements, 8,972 B)."""
-    check(nbytes, world_size, network)
+    check(nbytes, world_size)
+    check_network(network, world_size)
     check_choice("op", op, COLLECTIVES)
     n = world_size
     if n == 1:

@@ -103,6 +103,7 @@ def _rank(comm, algorithm, job):
 
 
 def active_rank(comm, log, grad, job, rng) -> None:  # Step 3
+    """An active rank: each gradient overlapped with one exchange it starts with a passive."""
     x, reply, passives = log.x, torch.empty_like(log.x), range(1, comm.world_size, 2)
     while comm.now() + log.cost <= job["seconds"] + 1e-9:
         j = rng.choice(passives)
@@ -120,6 +121,7 @@ def active_rank(comm, log, grad, job, rng) -> None:  # Step 3
 
 
 def passive_rank(comm, log, grad, job, rng) -> None:  # Step 4
+    """A passive rank: answers every request; its gradients run beside, on their own clock."""
     x, buf, cost = log.x, log.x.new_empty(len(log.x) + 1), log.cost
     steps, read, changed, done = int(job["seconds"] / cost + 1e-9), x.clone(), 0, 0
     while True:

@@ -121,3 +121,10 @@ def test_bad_arguments_name_the_parameter(kwargs, name):
     args = dict(world_size=4) | kwargs
     with pytest.raises(ValueError, match=name):
         ad.run(args.pop("world_size"), **args)
+
+
+def test_runs_repeat_bit_for_bit_and_seeds_differ():
+    net = _net(5, slow=2)
+    a, b, c = (ad.run(5, network=net, seed=s) for s in (3, 3, 4))
+    assert all(torch.equal(x.x, y.x) and x.staleness == y.staleness for x, y in zip(a, b))
+    assert not all(torch.equal(x.x, z.x) for x, z in zip(a, c))  # the seed picks other peers

@@ -125,7 +125,7 @@ def passive_rank(comm, log, grad, job, rng) -> None:  # Step 4
     x, buf, cost = log.x, log.x.new_empty(len(log.x) + 1), log.cost
     steps, read, changed, done = int(job["seconds"] / cost + 1e-9), x.clone(), 0, 0
     while True:
-        src = comm.recv_any(buf, REQUEST) if done < (comm.world_size + 1) // 2 else None
+        src = comm.recv_any(buf, REQUEST) if done < (comm.world_size + 1) // 2 else None  # actives
         t = comm.now() if src is not None else float("inf")
         while len(log.reads) < steps and (len(log.reads) + 1) * cost <= t + 1e-9:
             x.sub_(job["lr"] * grad(read))  # a gradient the compute thread finished by t

@@ -353,6 +353,45 @@ def test_outer_step_checker_rejects_a_point_to_point_gather(capsys):
     assert "one allreduce of the model per step" in capsys.readouterr().out
 
 
+def _parameter_server(root, use_reduce):
+    """A learner's outer step through a root: it collects every change, sends the mean back."""
+    def answer(comm, anchor, local, buf, lr, m):
+        n, me = comm.world_size, comm.rank
+        d, peers = anchor - local, [r for r in range(comm.world_size) if r != root]
+        if use_reduce:
+            comm.reduce(d, dst=root)
+        elif me == root:
+            for src in peers:
+                d += comm.recv(torch.empty_like(d), src)
+        else:
+            comm.send(d, root)
+        if me == root:
+            d /= n
+            for dst in peers:
+                comm.send(d, dst)
+        else:
+            comm.recv(d, root)
+        _nesterov(anchor, buf, d, lr, m)
+    return answer
+
+
+@pytest.mark.parametrize("root, use_reduce, says", [
+    (-1, False, "with 3 ranks rank 2 sent 240 bytes"),  # the last rank: rank 0 looked right
+    (0, False, "with 3 ranks rank 0 sent 240 bytes"),  # 1.5x one model passed a strict '>'
+    (-1, True, "with 2 ranks your step used ['reduce']")])  # comm.reduce, then sends
+def test_outer_step_checker_rejects_a_parameter_server(capsys, root, use_reduce, says):
+    # Review r0910 item 8: only rank 0's bytes were read, and `reduce` was not banned.
+    from syncedu.tuning import exercises09 as ex
+
+    def answer(comm, *args):
+        return _parameter_server(root % comm.world_size, use_reduce)(comm, *args)
+
+    assert not ex.outer_step.grade(answer)
+    out = capsys.readouterr().out
+    assert says in out
+    assert ("parameter server" if not use_reduce else "reducing at a root") in out
+
+
 def test_two_batch_checker_rejects_plausible_mistakes(capsys):
     from syncedu.tuning import exercises09 as ex
 

@@ -513,3 +513,16 @@ def test_steps_at_reads_the_target_step_with_or_without_warm_up():
     assert tuning.steps_at(512, 0.4, target=0.5, max_steps=100) == want
     assert tuning.steps_at(512, 6.4, target=0.5, warmup_steps=0) == 0  # diverges
     assert tuning.steps_at(512, 0.4, target=0.5, max_steps=want - 1) == 0
+
+
+def test_run_to_target_stops_once_the_run_diverges_or_reaches_the_target():
+    # Issue 43: the sweep trained every rate its whole cap, also after a divergence.
+    from syncedu.train import harness
+
+    whole = harness.run("single", 1, steps=40, global_batch=512, lr=6.4, warmup_steps=0,
+                        dtype="float64").loss
+    blown = next(s + 1 for s, v in enumerate(whole) if not v < 10)
+    steps, loss = tuning.run_to_target(512, 6.4, target=0.5, max_steps=40, warmup_steps=0)
+    assert steps == 0 and loss == whole[:blown]  # the same losses, stopped at the blow-up
+    steps, loss = tuning.run_to_target(512, 0.4, target=0.5, max_steps=100)
+    assert steps == len(loss) and sum(loss[-5:]) / 5 <= 0.5 < sum(loss[-6:-1]) / 5

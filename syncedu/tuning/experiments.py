@@ -9,8 +9,8 @@ sweep in this process):
    `inner_steps` (this topic's strategies, train_strategies.py);
 2. `run_noise_scale`: the "noise_scale" strategy, B_simple per step;
 3. a `TuningRun` of the history: losses, logical time at the end of each step, traffic;
-4. `steps_at`: the "single" strategy in float64 with 5 warm-up steps (or none), the loss read
-   afterwards.
+4. `steps_at`: the "single" strategy in float64 with 5 warm-up steps (or more, or none),
+   stopped once it diverges or reaches the target.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+
 from syncedu.comm.runs import check_choice
-from syncedu.train import harness
+from syncedu.train import harness, runner, train_rank
+from syncedu.train.config import TrainConfig
 from syncedu.train.harness import Result
 from syncedu.tuning.diloco import DiLoCoConfig
 
@@ -94,21 +96,38 @@ def steps_at(batch: int, lr: float, *, target: float, max_steps: int = 400,
     """Steps of plain SGD (one process) until the 5-step mean loss reaches `target` (Step 4).
 
     `warmup_steps` of linear warm-up (Goyal et al. 2017); 0: never within `max_steps`, or
-    diverged. The run trains its whole cap: the rates that lose here stall (their loss stays
-    finite) more often than they diverge, so stopping at divergence would save little, and
-    stopping in a run needs a hook the harness does not have (lesson 09 measures both).
+    diverged (a loss of 10 or more, or nan). The run stops as soon as it diverges or reaches
+    the target (`run_to_target`).
     Trained in float64, because at lr 0.8 and batch 512 float32's last-bit differences
     between CPUs (the vector width sets a matrix multiply's summation order) grew into
     another step count (56 steps on one machine, 62 on another).
     """
-    loss = harness.run("single", 1, steps=max_steps, global_batch=batch, lr=lr,
-                       warmup_steps=warmup_steps, dtype="float64").loss
-    for step, value in enumerate(loss):
-        if not value < 10:  # diverged (or nan): this rate loses
-            return 0
-        if step >= 4 and sum(loss[step - 4: step + 1]) / 5 <= target:
-            return step + 1
-    return 0
+    return run_to_target(batch, lr, target=target, max_steps=max_steps,
+                         warmup_steps=warmup_steps)[0]
+
+
+def run_to_target(batch: int, lr: float, *, target: float, max_steps: int = 400,
+                  warmup_steps: int = 5) -> tuple[int, list[float]]:
+    """`steps_at`'s run: (its steps, 0 if none; the loss of every step it took).
+
+    It is `train.run("single", ...)`'s own per-rank session, stepped one step at a time
+    (the same batches, rates and losses: tests/tuning checks it against the whole run),
+    so that it can stop once the loss reaches 10 (diverged) or the 5-step mean `target`.
+    """
+    cfg = TrainConfig(strategy="single", world_size=1, steps=max_steps, global_batch=batch,
+                      lr=lr, warmup_steps=warmup_steps, dtype="float64")
+    return runner.run(_steps_until, 1, args=(cfg, target), local=True)[0]
+
+
+def _steps_until(comm, cfg, target: float) -> tuple[int, list[float]]:
+    session = train_rank.Session(comm, cfg)
+    for step in range(cfg.steps):
+        session.run(step, step + 1)
+        if not session.loss[-1] < 10:  # diverged (or nan): this rate loses
+            return 0, session.loss
+        if step >= 4 and sum(session.loss[-5:]) / 5 <= target:
+            return step + 1, session.loss
+    return 0, session.loss
 
 
 def tuned_batch_sweep(batches, *, target: float, lrs=LR_GRID,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-
 from syncedu.comm.runs import check_choice
 from syncedu.train import harness, runner, train_rank
 from syncedu.train.config import TrainConfig

@@ -122,9 +122,10 @@ class Mover:
         self.sent, self.received = np.zeros(n, np.int64), np.zeros(n, np.int64)
         self.msgs_sent, self.msgs_received = np.zeros(n, np.int64), np.zeros(n, np.int64)
 
-    def round(self, msgs: list[tuple], bufs=None, reduce: bool = False) -> None:
+    def round(self, msgs: list[tuple], bufs=None, reduce: bool = False, op=None) -> None:
         """Move `msgs` (src, dst, nbytes, chunk, slice or None), sent at once: all depart in
-        rank order, then arrive in the order given, carrying bufs[src][slice] if any."""
+        rank order, then arrive in the order given, carrying bufs[src][slice] if any; traced
+        as ledger op `op` (None: each sender's call name)."""
         wires, clocks, calls = self.wires, self.wires.clocks, self.calls
         out: list = [None] * len(msgs)
         for i in sorted(range(len(msgs)), key=lambda i: msgs[i][0]):
@@ -140,7 +141,7 @@ class Mover:
                     combine(bufs[dst][sl], payload, self.op)
                 else:
                     bufs[dst][sl].copy_(payload)
-            self.trace.add(src, dst, nb, -1, calls[src].name, left, t, chunk)
+            self.trace.add(src, dst, nb, -1, op or calls[src].name, left, t, chunk)
             self.sent[src] += nb
             self.received[dst] += nb
             self.msgs_sent[src] += 1
@@ -159,17 +160,20 @@ def _ring(mover: Mover) -> None:
     """Ring reduce-scatter and/or all-gather (Patarasuk & Yuan 2009), rank r owning chunk r."""
     calls, n, kind = mover.calls, mover.n, mover.calls[0].kind
     nbytes, steps, sizes = sim_fast.ring_layout(calls[0], n)
-    if FAST:
-        return _fast(mover, nbytes, steps, sizes)
-    bufs = _ring_buffers(calls, kind)
+    # The fast path times the ring at once where it can (`timed`); else message by message,
+    # below, which also moves the values when not FAST (the fast path computes them at once).
+    timed = sim_fast.ring_clock(mover.wires, nbytes, steps) if FAST else None
+    bufs = None if FAST else _ring_buffers(calls, kind)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
     ranks = np.arange(n)
-    for s in steps:
+    for s in steps if timed is None else ():
         sent = chunk_sent(ranks, s, n).tolist()
         msgs = [((r - 1) % n, r, int(nbytes[sent[(r - 1) % n]]), sent[(r - 1) % n],
                  slice(offsets[sent[(r - 1) % n]], offsets[sent[(r - 1) % n] + 1]))
                 for r in range(n)]  # in receiver order, as the ports are booked
-        mover.round(msgs, bufs, reduce=s < n - 1)
+        mover.round(msgs, bufs, reduce=s < n - 1, op=kind if FAST else None)
+    if FAST:
+        return _fast(mover, nbytes, steps, sizes, timed)
     _ring_results(calls, kind, bufs, offsets)
 
 
@@ -195,13 +199,10 @@ def _ring_results(calls, kind: str, bufs, offsets) -> None:
                 flat_view(p).copy_(b[offsets[k]:offsets[k + 1]])
 
 
-def _fast(mover: Mover, nbytes, steps, sizes) -> None:
-    """The ring's values at once (sim_fast.py); its clock too, else message by message."""
+def _fast(mover: Mover, nbytes, steps, sizes, timed) -> None:
+    """The ring's values at once (sim_fast.py); its clock too (`timed`: `ring_clock`'s
+    arrays), else it was timed, counted and traced message by message (`_ring`)."""
     calls, n = mover.calls, mover.n
-    timed = sim_fast.ring_clock(mover.wires, nbytes, steps)
-    if timed is None:
-        timed = _replay(mover, nbytes, steps)
-    deps, ends, chunks = timed
     kind = calls[0].kind
     if kind == "all_gather":
         sources = [flat_view(c.tensor) for c in calls]
@@ -211,6 +212,9 @@ def _fast(mover: Mover, nbytes, steps, sizes) -> None:
         total = sim_fast.ring_values(torch.stack(_ring_buffers(calls, kind)), mover.op, sizes)
         for r, c in enumerate(calls):
             flat_view(c.tensor).copy_(total if kind == "all_reduce" else total.view(n, -1)[r])
+    if timed is None:
+        return
+    deps, ends, chunks = timed
     sent, received, count = sim_fast.ring_counts(nbytes, steps, n)
     mover.sent += sent
     mover.received += received
@@ -218,32 +222,6 @@ def _fast(mover: Mover, nbytes, steps, sizes) -> None:
     mover.msgs_received += count
     dst = np.broadcast_to(np.arange(n), np.shape(deps))
     mover.trace.add_block((dst - 1) % n, dst, nbytes[chunks], -1, kind, deps, ends, chunks)
-
-
-def _replay(mover: Mover, nbytes, steps):
-    """(departures, arrivals, chunks) per step and receiver, timed as `Mover.round` does."""
-    wires, clocks, n = mover.wires, mover.wires.clocks, mover.n
-    depart, arrive = wires.depart, wires.arrive
-    ranks = np.arange(n)
-    deps, ends, chunks = [], [], []
-    for s in steps:
-        sent = chunk_sent(ranks, s, n).tolist()
-        size = [int(nbytes[c]) for c in sent]
-        # every rank sends to r + 1 (senders' order) ...
-        out = [(*depart(r, (r + 1) % n, size[r]), wires.left) for r in range(n)]
-        dep, arr = [0.0] * n, [0.0] * n
-        for r in range(n):  # ... and receives from r - 1 (receivers' order)
-            src = (r - 1) % n
-            start, dur, _, left = out[src]
-            t = arrive(r, src, start, dur, size[src])
-            clocks[r].advance(t)
-            dep[r], arr[r] = left, t
-        for r in range(n):
-            clocks[r].advance(out[r][2])
-        deps.append(dep)
-        ends.append(arr)
-        chunks.append(sent[-1:] + sent[:-1])
-    return np.array(deps), np.array(ends), np.array(chunks, dtype=np.int64)
 
 
 def _chain(mover: Mover) -> None:

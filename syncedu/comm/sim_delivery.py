@@ -77,12 +77,9 @@ class World:
             else:
                 far_ahead = False
                 handle = posted.popleft()
-                handle.msg = msg
                 if msg.rdv is not None:
                     self._matched(msg.rdv, handle.at)
-                if st.waiting is handle:  # dst was blocked on it: it is ready to run again
-                    st.waiting = None
-                    self.ready.append(dst)
+                self._complete(dst, handle, msg)
         if far_ahead:
             self.pause(msg.src)
 
@@ -145,10 +142,7 @@ class World:
             resolve([pending[r].call for r in range(self.n)], self.wires, self.ledgers,
                     self.trace)
             for r in range(self.n):
-                pending[r].msg = True
-                if self.ranks[r].waiting is pending[r]:
-                    self.ranks[r].waiting = None
-                    self.ready.append(r)
+                self._complete(r, pending[r], True)
         return handle
 
     def recv_any(self, rank: int, chan) -> Message:
@@ -180,11 +174,17 @@ class World:
 
     def _matched(self, rdv, posted: float) -> None:
         """A receive matched rendezvous send `rdv` (posted at `posted`): its sender may go on."""
-        rdv.msg, rdv.posted = True, posted
-        st = self.ranks[rdv.rank]
-        if st.waiting is rdv:
+        rdv.posted = posted
+        self._complete(rdv.rank, rdv, True)
+
+    def _complete(self, rank: int, handle, msg) -> None:
+        """Give `handle`, one of rank `rank`'s, its `msg` (a message, or True: done); if the
+        rank was blocked on it, it is ready to run again."""
+        handle.msg = msg
+        st = self.ranks[rank]
+        if st.waiting is handle:
             st.waiting = None
-            self.ready.append(rdv.rank)
+            self.ready.append(rank)
 
     def _earliest(self, rank: int) -> tuple:
         """(arrival, src, chan) of `rank`'s earliest-arriving message on its any_chan, or ()."""

@@ -63,7 +63,6 @@ class ThreadScheduler:
 
     def check_can_park(self, rank: int) -> None:
         """Nothing to check: a thread may wait anywhere, even inside autograd."""
-        return None  # a thread may wait anywhere
 
     def park(self, rank: int) -> None:
         """Block this rank's thread until another rank wakes it."""
@@ -147,8 +146,7 @@ class GreenletScheduler:
         self.next = rank
 
     def release_all(self, ranks) -> None:
-        """Nothing here: the hub switches to each unfinished rank once it is back."""
-        return None  # the hub switches to each unfinished rank once it is back (_loop)
+        """Nothing here: the hub switches to each unfinished rank once it is back (`_loop`)."""
 
     def drive(self, world, timeout: float) -> bool:
         """Run ranks until none is ready; False if `timeout` real seconds passed."""
@@ -196,7 +194,6 @@ class GreenletScheduler:
 
     def join(self, grace: float = 0.5) -> None:
         """Nothing to join: greenlets end with the hub's loop."""
-        return None
 
 
 def make(scheduler: str, n: int):

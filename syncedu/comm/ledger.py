@@ -55,9 +55,7 @@ KINDS = ("counted", "modeled")
 
 def _add(ops: dict, op: str, sent: int, received: int, msgs_sent: int, msgs_received: int,
          calls: int) -> None:
-    c = ops.get(op)
-    if c is None:
-        c = ops[op] = OpCount()
+    c = ops.setdefault(op, OpCount())
     c.sent += sent
     c.received += received
     c.msgs_sent += msgs_sent

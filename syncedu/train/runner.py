@@ -13,15 +13,14 @@ import torch
 from syncedu.comm import launch, sim
 from syncedu.comm.ledger import Ledger
 from syncedu.comm.local import LocalComm
-from syncedu.comm.runs import RunResult
+from syncedu.comm.runs import RunResult, check_bool
 
 
 def where(world_size: int, *, pool=None, network=None, simulate: bool = False,
           local: bool = False, job: str = "the run") -> str:
     """"local", "sim", "pool" or "fresh"; a ValueError naming the bad parameter (and the
     caller, `job`, e.g. "strategy='single'")."""
-    if not isinstance(simulate, bool):
-        raise ValueError(f"simulate={simulate!r} must be True or False")
+    check_bool("simulate", simulate)
     limit = sim.MAX_WORLD_SIZE if simulate else launch.MAX_WORLD_SIZE
     if not local and isinstance(world_size, int) and world_size > limit:  # name the job's
         raise ValueError(f"{job} is {world_size} ranks, more than the {limit} "  # own terms

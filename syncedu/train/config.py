@@ -66,7 +66,7 @@ class TrainConfig:
                              f"be 1, got {self.world_size}")
         for name, low in (("steps", 1), ("global_batch", 1), ("accumulation", 1),
                           ("warmup_steps", 0), ("timeline_steps", 0), ("synthetic_size", 2),
-                          ("sync_every", 1), ("start_local_at", 0)):
+                          ("sync_every", 1), ("start_local_at", 0), ("holdout", 0)):
             check_int(name, getattr(self, name), low)
         if self.global_batch % (self.world_size * self.accumulation):
             raise ValueError(f"global_batch={self.global_batch} must be a multiple of "
@@ -84,7 +84,6 @@ class TrainConfig:
         if isinstance(self.model_kwargs, dict):  # accept a dict, store it hashable
             object.__setattr__(self, "model_kwargs", tuple(sorted(self.model_kwargs.items())))
         size = 1797 if self.dataset == "digits" else self.synthetic_size
-        check_int("holdout", self.holdout, 0)
         check_bool("broadcast_buffers", self.broadcast_buffers)
         if self.global_batch > size - self.holdout:
             raise ValueError(f"global_batch={self.global_batch} must be <= the training set's size "

@@ -43,8 +43,7 @@ def synthetic(n: int = 1024, features: int = 16, classes: int = 4, *, noise: flo
               seed: int = 0) -> TensorDataset:
     """`n` points around `classes` random centres in `features` dimensions (seeded)."""
     for name, value, low in (("n", n, 1), ("features", features, 1), ("classes", classes, 2)):
-        if not isinstance(value, int) or value < low:
-            raise ValueError(f"{name}={value!r} must be an int >= {low}")
+        check_int(name, value, low)
     check_number("noise", noise, 0)
     g = torch.Generator().manual_seed(seed)
     centres = torch.randn(classes, features, generator=g) * 2.0

@@ -81,8 +81,7 @@ def bytes_per_rank(psi: float, n: int, stage: int, per_param: dict | None = None
     `per_param` defaults to the paper's `MIXED_ADAM`."""
     if stage not in STAGES:
         raise ValueError(f"stage={stage!r} is unknown; choose one of {STAGES} (0: plain DP)")
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n={n!r} must be an int >= 1")
+    check_int("n", n)
     check_number("psi", psi, 0)
     b = per_param or MIXED_ADAM
     sharded = {"optimizer": stage >= 1, "grads": stage >= 2, "params": stage >= 3}

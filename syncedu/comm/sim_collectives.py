@@ -20,7 +20,7 @@ import torch
 
 from . import sim_fast
 from .sim_fast import chunk_sent, combine
-from .sim_handles import flat_view
+from .sim_handles import flat_view, returned
 
 FAST = True  # use sim_fast.py where it applies (same results; tests compare)
 
@@ -67,9 +67,7 @@ class SimCollectiveWork:
             shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
             text += f" (ranks {shown} have not called it)"
         done = [r for r in missing if world.ranks[r].done]
-        if done:
-            text += f"; rank {done[0]} has already returned"
-        return text
+        return text + (returned(world, done[0]) if done else "")
 
 
 def check(first: Call, call: Call) -> None:

@@ -57,12 +57,9 @@ class RendezvousWork(SendWork):
 
     def describe(self, world) -> str:
         """For a deadlock report: the receive this send waits for."""
-        text = (f"send to rank {self.dst} (tag {self.chan}, {self.nbytes} bytes > eager_limit "
+        return (f"send to rank {self.dst} (tag {self.chan}, {self.nbytes} bytes > eager_limit "
                 f"{world.wires.net.eager_limit:g}): waits for rank {self.dst} to post the "
-                "matching receive")
-        if world.ranks[self.dst].done:
-            text += f"; rank {self.dst} has already returned"
-        return text
+                "matching receive" + returned(world, self.dst))
 
 
 class RecvWork(Work):
@@ -96,10 +93,14 @@ class RecvWork(Work):
 
     def describe(self, world) -> str:
         """For a deadlock report: the message this receive waits for."""
-        text = f"recv from rank {self.src} (tag {self.chan}, {self.nbytes} bytes)"
-        if world.ranks[self.src].done:
-            text += f"; rank {self.src} has already returned"
-        return text
+        return (f"recv from rank {self.src} (tag {self.chan}, {self.nbytes} bytes)"
+                + returned(world, self.src))
+
+
+def returned(world, rank: int) -> str:
+    """A deadlock report's note that `rank` has already returned (so it sends nothing more),
+    or "" while it runs."""
+    return f"; rank {rank} has already returned" if world.ranks[rank].done else ""
 
 
 def flat_view(t: torch.Tensor) -> torch.Tensor:

@@ -22,24 +22,16 @@ _OPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.Red
         "min": dist.ReduceOp.MIN}
 
 
-class TorchWork(Work):
-    """Wraps a torch.distributed work handle; `wait()` honours a timeout."""
+class TorchWork(CollectiveWork):
+    """Wraps a torch.distributed work handle (or None), then `after()` once, the emulated
+    delay still owed once the data has arrived: `TorchWork(work, after=None)`. `wait()` waits
+    for torch's handle at most `timeout` seconds, then the delay owed."""
 
-    def __init__(self, work, after=None):
-        self._work = work
-        self._after = after  # emulated delay still owed once the data has arrived
-
-    def wait(self, timeout: float | None = None) -> None:
-        """Wait for torch's handle (at most `timeout` seconds), then the emulated delay owed."""
-        if self._work is not None:
-            if timeout is None:
-                self._work.wait()
-            else:
-                self._work.wait(timedelta(seconds=timeout))
-            self._work = None
-        if self._after is not None:
-            after, self._after = self._after, None
-            after()
+    def _wait_inner(self, timeout: float | None) -> None:
+        if timeout is None:
+            self._inner.wait()
+        else:
+            self._inner.wait(timedelta(seconds=timeout))
 
 
 class TorchComm(Comm):

@@ -45,8 +45,12 @@ class CollectiveWork(Work):
     def wait(self, timeout: float | None = None) -> None:
         """Wait for the inner handle, then run the finishing step once (e.g. divide for "avg")."""
         if self._inner is not None:  # (a wait that timed out may be retried)
-            self._inner.wait(timeout)
+            self._wait_inner(timeout)
             self._inner = None
         if self._then is not None:
             then, self._then = self._then, None
             then()
+
+    def _wait_inner(self, timeout: float | None) -> None:
+        """Wait for the inner handle (a subclass adapts the call to another kind of handle)."""
+        self._inner.wait(timeout)

@@ -42,7 +42,7 @@ class World:
         self.idle: list[int] = []  # ranks in recv_any with a message to choose from
         self.rendezvous: dict[int, dict] = {}  # call number -> {rank: handle}
         self.results: list = [None] * world_size
-        self.failures: dict[int, tuple[BaseException, str]] = {}
+        self.failures: dict[int, WorkerError] = {}  # rank -> what it raised
         self.error: BaseException | None = None  # why the run is stopping
         self.timeout_error = None  # made by sim.run: the error a timeout stops the run with
         self.n_done = 0
@@ -237,8 +237,8 @@ class World:
         """Rank `rank` raised `exc` (None: it was cancelled); stop the run."""
         with self.lock:
             if exc is not None:
-                self.failures[rank] = (exc, tb)
-                self._stop(WorkerError(rank, _one_line(exc), tb))
+                error = self.failures[rank] = WorkerError(rank, f"{type(exc).__name__}: {exc}", tb)
+                self._stop(error)
             self._mark_done(rank)
 
     def stop(self, error: BaseException) -> None:
@@ -253,9 +253,7 @@ class World:
     def outcome(self) -> BaseException | None:
         """The error to raise: the lowest failed rank's, else deadlock or timeout."""
         if self.failures:
-            rank = min(self.failures)
-            exc, tb = self.failures[rank]
-            return WorkerError(rank, _one_line(exc), tb)
+            return self.failures[min(self.failures)]
         return self.error
 
     def _pass_baton(self) -> bool:
@@ -301,7 +299,3 @@ class World:
         waiting.update({r: f"recv_any (tag {st.any_chan}) from any rank"
                         for r, st in enumerate(self.ranks) if st.any_chan is not None})
         return waiting
-
-
-def _one_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"

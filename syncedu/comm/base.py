@@ -20,6 +20,8 @@ from .network import Network
 from .work import CollectiveWork, Work
 
 REDUCE_OPS = ("sum", "prod", "max", "min", "avg")
+# What a backend reduces with once "avg" is a sum: `REDUCE_FNS[op](acc, x, out=acc)`.
+REDUCE_FNS = {"sum": torch.add, "prod": torch.mul, "max": torch.maximum, "min": torch.minimum}
 
 
 def _check_tensor(t, name: str) -> None:

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .base import REDUCE_FNS
 from .ledger import ring_chunks
 from .torch_comm import TorchComm
 from .work import Work
@@ -53,7 +54,6 @@ STEP = 512 << 10  # bytes per copy before the counter moves: the receiver starts
 SLOT = 128 + CAPACITY  # `written` at byte 0, `read` at byte 64, then the ring
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 BUILTIN_TAG = 1 << 20  # tag of the built-ins' messages: never mixed up with a user's
-_REDUCE = {"sum": torch.add, "prod": torch.mul, "max": torch.maximum, "min": torch.minimum}
 
 
 class ShmWork(Work):
@@ -190,7 +190,7 @@ class ShmComm(TorchComm):
         # ranks 0 and 1 reduce into their own piece and skip a copy.
         a = self.rank if self.rank < 2 else 0
         for part in [t for p, t in enumerate(parts) if p != a]:
-            _REDUCE[op](parts[a], part, out=parts[a])
+            REDUCE_FNS[op](parts[a], part, out=parts[a])
         output.copy_(parts[a])
 
     def _all_gather(self, outputs, tensor, async_op, name="all_gather"):

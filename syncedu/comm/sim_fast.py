@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .base import REDUCE_FNS
 from .ledger import ring_chunks
 
 
@@ -25,14 +26,7 @@ def chunk_sent(ranks: np.ndarray, s: int, n: int) -> np.ndarray:
 
 def combine(acc: torch.Tensor, data: torch.Tensor, op: str) -> None:
     """acc = acc (op) data, in place and in acc's dtype."""
-    if op == "sum":
-        acc.add_(data)
-    elif op == "prod":
-        acc.mul_(data)
-    elif op == "max":
-        torch.maximum(acc, data, out=acc)
-    else:
-        torch.minimum(acc, data, out=acc)
+    REDUCE_FNS[op](acc, data, out=acc)
 
 
 def ring_values(rows: torch.Tensor, op: str, sizes: list[int]) -> torch.Tensor:

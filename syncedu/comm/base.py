@@ -83,6 +83,11 @@ class Comm(ABC):
         self._charge_builtin(op, sent=sends * nbytes, received=recvs * nbytes,
                              msgs_sent=sends, msgs_received=recvs)
 
+    def _charge_ring_half(self, op: str, part: int) -> None:
+        """Half a ring (reduce-scatter or all-gather): N-1 messages of `part` bytes each way."""
+        k = self.world_size - 1
+        self._charge_builtin(op, sent=k * part, received=k * part, msgs_sent=k, msgs_received=k)
+
     @contextlib.contextmanager
     def scope(self, name: str) -> Iterator[None]:
         """Charge everything sent inside the block to ledger op `name` (e.g. "ring_allreduce")."""
@@ -179,9 +184,7 @@ class Comm(ABC):
         op, then = self._op(op, output)
         n = self.world_size
         # Ring, rank r ending with chunk r: it sends every chunk but its own, gets all but r-1's.
-        part = output.nbytes
-        self._charge_builtin("reduce_scatter", sent=(n - 1) * part, received=(n - 1) * part,
-                             msgs_sent=n - 1, msgs_received=n - 1)
+        self._charge_ring_half("reduce_scatter", output.nbytes)
         work = self._reduce_scatter(output, input_list, op, async_op) if n > 1 else None
         if n == 1:
             output.copy_(input_list[0])
@@ -194,9 +197,7 @@ class Comm(ABC):
         self._check_list(tensor_list, "tensor_list", tensor)
         n = self.world_size
         # Ring: rank r forwards every chunk but (r + 1)'s and receives all but its own.
-        part = tensor.nbytes
-        self._charge_builtin("all_gather", sent=(n - 1) * part, received=(n - 1) * part,
-                             msgs_sent=n - 1, msgs_received=n - 1)
+        self._charge_ring_half("all_gather", tensor.nbytes)
         work = self._all_gather(tensor_list, tensor, async_op) if n > 1 else None
         if n == 1:
             tensor_list[0].copy_(tensor)

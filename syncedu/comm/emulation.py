@@ -36,11 +36,10 @@ class Emulator:
 
     def isend(self, start, tensor, dst: int) -> Work:
         """Queue a send to `dst` on the send port; `start()` hands it to torch when due."""
-        nbytes = tensor.numel() * tensor.element_size()
         with self._lock:
             depart = max(time.perf_counter(), self._free_at)
             link = self.network.link(self.rank, dst)
-            due = depart + link.transfer_time(nbytes) + self.network.noise(self._rng)
+            due = depart + link.transfer_time(tensor.nbytes) + self.network.noise(self._rng)
             self._free_at = due
             handle = ThreadWork("emulated send")
             self._link(dst).put((due, start, handle))

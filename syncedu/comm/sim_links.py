@@ -128,9 +128,7 @@ class Wires:
             delay = link.latency + net.noise(c.rng) if c.rng is not None else link.latency
             c.send_free = start + xfer
             return start + delay, xfer, c.send_free
-        dur = link.latency + xfer
-        if c.rng is not None:
-            dur += net.noise(c.rng)
+        dur = link.latency + xfer + net.noise(c.rng) if c.rng is not None else link.latency + xfer
         end = c.send_free = start + dur
         return start, dur, end
 

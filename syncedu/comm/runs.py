@@ -54,9 +54,8 @@ def check_ranks(world_size, limit: int, network, timeout, output, hint: str = ""
 
 def check_timeout(timeout) -> None:
     """`timeout` must be None (wait forever: the caller's choice) or seconds > 0."""
-    if timeout is None:
-        return
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not timeout > 0):
         raise ValueError(f"timeout={timeout!r} must be a number of seconds > 0 (or None)")
 
 

@@ -134,11 +134,10 @@ class GreenletScheduler:
         nxt = self.next
         if nxt is None or not self.glets[nxt]:
             self.hub.switch()  # stopping, or a rank not started yet: the hub starts it
-        elif nxt != rank:  # (recv_any may pick this very rank: then just go on)
-            self.next = None
-            self.glets[nxt].switch()  # straight to the next rank: one switch, not two
         else:
             self.next = None
+            if nxt != rank:  # (recv_any may pick this very rank: then just go on)
+                self.glets[nxt].switch()  # straight to the next rank: one switch, not two
         _restore(state)
 
     def wake(self, rank: int) -> None:

@@ -37,7 +37,6 @@ from syncedu.comm.network import Network
 from syncedu.dp import timeline
 from syncedu.tuning import scaling
 
-MB = 2 ** 20
 _DATA = json.loads(Path(__file__).with_name("scaling_published.json").read_text("utf-8"))
 LINKS = {name: Network(name=name, **link) for name, link in _DATA["links"].items()}
 
@@ -94,7 +93,7 @@ class Comparison:
         base = f"{self.base_world_size} GPU{'s' if self.base_world_size > 1 else ''}"
         return (f"{self.name:<34} {self.params / 1e6:6.1f} M params, "
                 f"{self.compute_seconds * 1e3:5.1f} ms/step, {base} -> {self.world_size}, "
-                f"{self.network.name}, buckets {self.bucket_bytes / MB:g} MB")
+                f"{self.network.name}, buckets {self.bucket_bytes / scaling.MB:g} MB")
 
     def row(self) -> dict:
         """The comparison as a dict of rounded values (one table row)."""
@@ -124,7 +123,7 @@ def _comparison(row: dict) -> Comparison:
         r["published"] = round(rate / base_rate, 3)
     for key in ("network", "base_network"):  # an absent base_network: None, the network
         r[key] = _network(r.get(key))
-    return Comparison(compute_seconds=compute, bucket_bytes=r.pop("bucket_mb") * MB, **r)
+    return Comparison(compute_seconds=compute, bucket_bytes=r.pop("bucket_mb") * scaling.MB, **r)
 
 
 def published_comparisons() -> list[Comparison]:

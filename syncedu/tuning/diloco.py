@@ -82,8 +82,7 @@ class DiLoCo:
         self.config = cfg = config or DiLoCoConfig()
         self.params = [p for p in module.parameters() if p.requires_grad]
         broadcast_state(comm, module)  # Step 1
-        self.inner = torch.optim.AdamW(self.params, lr=cfg.inner_lr,
-                                       weight_decay=cfg.weight_decay)
+        self.inner = torch.optim.AdamW(self.params, lr=cfg.inner_lr, weight_decay=cfg.weight_decay)
         self.anchor = self._flat().clone()  # theta: the global parameters
         self.buf = torch.zeros_like(self.anchor)  # outer momentum
         self.steps = 0  # inner steps so far

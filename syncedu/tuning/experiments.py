@@ -82,9 +82,8 @@ def run_diloco(method: str, world_size: int, *, steps: int, global_batch: int, s
 def run_noise_scale(world_size: int, *, steps: int, global_batch: int, lr: float = 0.1,
                     network=None, simulate: bool = False, pool=None) -> TuningRun:
     """Data-parallel SGD, estimating B_simple at every step (Step 2); ranks as `run_diloco`."""
-    return TuningRun.of(harness.run("noise_scale", world_size, steps=steps,
-                                    global_batch=global_batch, lr=lr, network=network,
-                                    simulate=simulate, pool=pool))
+    return TuningRun.of(harness.run("noise_scale", world_size, steps=steps, lr=lr, network=network,
+                                    global_batch=global_batch, simulate=simulate, pool=pool))
 
 
 LR_GRID = (1.6, 0.8, 0.4, 0.2, 0.1, 0.05)  # high first: a good rate early caps the rest

@@ -71,8 +71,7 @@ class HelperExplorer(Explorer):
 
     def __init__(self):
         self.mb = _slider(w.FloatLogSlider, "model (MB)", value=100, base=10, min=0, max=3.5)
-        self.ms = _slider(w.FloatLogSlider, "compute (ms/step)", value=100, base=10, min=0,
-                          max=3.5)
+        self.ms = _slider(w.FloatLogSlider, "compute (ms/step)", value=100, base=10, min=0, max=3.5)
         self.network = w.Dropdown(options=list(PRESETS), value="ethernet_10g",
                                   description="network")
         self.n = w.SelectionSlider(options=[2, 8, 32, 128, 512, 1024], value=32,

@@ -10,29 +10,35 @@ the published efficiency is looked at, one rule for all rows; each `Comparison` 
 
 then `miss = predicted - published`; `blind` names what the model has no term for.
 
-Sources (their figures are in the rows below): Horovod's docs/benchmarks (128
-servers x 4 Pascal GPUs, 25 Gbit/s RoCE, batch 64 per GPU); TensorFlow's benchmarks
-page (DGX-1, P100, batch 64, May 2017: the 1-GPU rates); Goyal et al. 2017 (servers
-of 8 P100 with NVLink, 50 Gbit/s Ethernet, ~120 ms backward); PyTorch's DDP benchmark
-(benchmarks/distributed/ddp/README.md: DGX machines of 8 V100, "4x 100Gb InfiniBand
-per machine", ResNet-50, batch 32 per GPU); parameter counts: torchvision / Keras.
+Sources (their figures are in the rows of `scaling_published.json`, beside this module):
+Horovod's docs/benchmarks (128 servers x 4 Pascal GPUs, 25 Gbit/s RoCE, batch 64 per GPU);
+TensorFlow's benchmarks page (DGX-1, P100, batch 64, May 2017: the 1-GPU rates); Goyal et
+al. 2017 (servers of 8 P100 with NVLink, 50 Gbit/s Ethernet, ~120 ms backward); PyTorch's
+DDP benchmark (benchmarks/distributed/ddp/README.md: DGX machines of 8 V100, "4x 100Gb
+InfiniBand per machine", ResNet-50, batch 32 per GPU); parameter counts: torchvision / Keras.
+
+The rows are numbers and prose copied from those sources, so they live in that data file,
+one object per result with its source next to its numbers. `links` are the links they name
+(latency in s, bandwidth in bytes/s: 25 Gbit/s RoCE is 3.125e9); a row's `network` (and
+`base_network`) is a link's name or a `Network.cluster` of `nodes` x `gpus_per_node` with
+`intra` and `inter` links (a name not in `links` is a preset). The step time is `batch` /
+(`images_per_s` / `measured_on`, the GPUs that rate was measured on, default 1), or
+`backward_seconds` / `timeline.BACKWARD_SHARE`; `published` is the efficiency, or
+`published_images_per_s` is [per-GPU rate at world_size, at the base], rounded to 3 places.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from syncedu.comm.network import Network
 from syncedu.dp import timeline
 from syncedu.tuning import scaling
 
-MB = 2 ** 20
-PCIE3 = Network(latency=5e-6, bandwidth=12e9, name="pcie3_x16")
-ROCE_25G = Network(latency=5e-6, bandwidth=25e9 / 8, name="roce_25g")
-NVLINK_P100 = Network(latency=5e-6, bandwidth=40e9, name="nvlink_p100")
-NVLINK_V100 = Network(latency=5e-6, bandwidth=100e9, name="nvlink_v100")
-ETH_50G = Network(latency=10e-6, bandwidth=50e9 / 8, name="ethernet_50g")
-IB_4X100G = Network(latency=2e-6, bandwidth=4 * 100e9 / 8, name="4x_ib_100g")
+_DATA = json.loads(Path(__file__).with_name("scaling_published.json").read_text("utf-8"))
+LINKS = {name: Network(name=name, **link) for name, link in _DATA["links"].items()}
 
 
 @dataclass(frozen=True)
@@ -87,7 +93,7 @@ class Comparison:
         base = f"{self.base_world_size} GPU{'s' if self.base_world_size > 1 else ''}"
         return (f"{self.name:<34} {self.params / 1e6:6.1f} M params, "
                 f"{self.compute_seconds * 1e3:5.1f} ms/step, {base} -> {self.world_size}, "
-                f"{self.network.name}, buckets {self.bucket_bytes / MB:g} MB")
+                f"{self.network.name}, buckets {self.bucket_bytes / scaling.MB:g} MB")
 
     def row(self) -> dict:
         """The comparison as a dict of rounded values (one table row)."""
@@ -97,45 +103,29 @@ class Comparison:
                 "bracketed": self.bracketed, "model cannot see": self.blind}
 
 
-def _horovod(name: str, params: float, images_per_s: float, published: float,
-             blind: str) -> Comparison:
-    net = Network.cluster(128, 4, intra=PCIE3, inter=ROCE_25G)
-    return Comparison(name=f"Horovod, {name}", source="Horovod docs/benchmarks",
-                      params=params, compute_seconds=64 / images_per_s, world_size=512,
-                      network=net, bucket_bytes=64 * MB, published=published, blind=blind)
+def _network(spec) -> Network | str | None:
+    """A link of `LINKS` by name (another name: a preset's; None: None), or a cluster dict."""
+    if not isinstance(spec, dict):
+        return LINKS.get(spec, spec)
+    return Network.cluster(spec["nodes"], spec["gpus_per_node"], intra=_network(spec["intra"]),
+                           inter=_network(spec["inter"]))
 
 
-_HOROVOD_BLIND = ("Horovod's fusion cycle and negotiation, stragglers, RoCE below line rate; "
-                  "the 1-GPU base is TensorFlow's DGX-1 figure, another machine")
+def _comparison(row: dict) -> Comparison:
+    """One row of the data file as a `Comparison` (the fields: module docstring)."""
+    r = dict(row)
+    if "backward_seconds" in r:  # Goyal et al. state the backward, not a rate
+        compute = r.pop("backward_seconds") / timeline.BACKWARD_SHARE
+    else:
+        compute = r.pop("batch") / (r.pop("images_per_s") / r.pop("measured_on", 1))
+    if "published_images_per_s" in r:
+        rate, base_rate = r.pop("published_images_per_s")
+        r["published"] = round(rate / base_rate, 3)
+    for key in ("network", "base_network"):  # an absent base_network: None, the network
+        r[key] = _network(r.get(key))
+    return Comparison(compute_seconds=compute, bucket_bytes=r.pop("bucket_mb") * scaling.MB, **r)
 
 
 def published_comparisons() -> list[Comparison]:
     """The published scaling results of lesson 09 (six rows), each with the prediction."""
-    dgx1 = Network.cluster(1, 8, intra=NVLINK_V100)
-    return [
-        _horovod("Inception V3", 23.8e6, 142, 0.90, _HOROVOD_BLIND),
-        _horovod("ResNet-101", 44.5e6, 1656.82 / 16, 0.90,
-                 _HOROVOD_BLIND + "; the step time is the 16-GPU run's (it holds some comm)"),
-        _horovod("VGG-16", 138.4e6, 154, 0.68,
-                 _HOROVOD_BLIND + "; VGG's gradients sit in a few huge FC layers at the end"),
-        Comparison(name="Goyal et al., ResNet-50 8->256", source="Goyal et al. 2017",
-                   params=25.6e6, compute_seconds=0.120 / timeline.BACKWARD_SHARE,
-                   world_size=256, network=Network.cluster(32, 8, intra=NVLINK_P100,
-                                                           inter=ETH_50G),
-                   bucket_bytes=25 * MB, published=0.90, base_world_size=8,
-                   base_network=NVLINK_P100,
-                   blind="their allreduce (reduce in a server, halving-doubling across) and "
-                         "its overlap; Ethernet below line rate"),
-        Comparison(name="PyTorch DDP, ResNet-50 1->8", source="PyTorch DDP benchmark README",
-                   params=25.6e6, compute_seconds=32 / 329, world_size=8, network=dgx1,
-                   bucket_bytes=25 * MB, published=round(307 / 329, 3),
-                   blind="DDP's own overhead: 1 GPU with DDP already runs 319/s against 329/s "
-                         "without; NCCL kernels contending with the backward"),
-        Comparison(name="PyTorch DDP, ResNet-50 8->16", source="PyTorch DDP benchmark README",
-                   params=25.6e6, compute_seconds=32 / 329, world_size=16,
-                   network=Network.cluster(2, 8, intra=NVLINK_V100, inter=IB_4X100G),
-                   bucket_bytes=25 * MB, published=round(306 / 307, 3), base_world_size=8,
-                   base_network=dgx1,
-                   blind="little: from 8 to 16 GPUs the network is the only new cost, "
-                         "and it has that"),
-    ]
+    return [_comparison(row) for row in _DATA["rows"]]

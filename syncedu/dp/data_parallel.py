@@ -20,6 +20,7 @@ import time
 import torch
 from torch import nn
 
+from syncedu.comm.runs import check_choice
 from syncedu.dp.buckets import MB, Bucket, build_buckets, flatten, trainable_parameters, unflatten_
 from syncedu.train.compression import resolve
 
@@ -208,9 +209,7 @@ class DataParallel(nn.Module):
                  bucket_cap_mb: float = 25.0, broadcast_buffers: bool = True,
                  timeout: float = 300.0, compression=None):
         super().__init__()
-        if strategy not in STRATEGIES:
-            raise ValueError(f"strategy={strategy!r} is unknown; "
-                             f"choose one of {sorted(STRATEGIES)}")
+        check_choice("strategy", strategy, sorted(STRATEGIES))
         if not timeout > 0:
             raise ValueError(f"timeout={timeout!r} must be > 0 seconds")
         self.module, self.comm, self.strategy = module, comm, strategy

@@ -104,8 +104,7 @@ def accumulation_time(k: int, world_size: int, network: Network, grad_bytes: int
                       micro_compute: float, sync_every: bool = False) -> float:
     """Seconds per optimizer step with `k` micro-batches, without overlap: one allreduce per
     step with `no_sync`, one per micro-batch with `sync_every` (or the partial-`no_sync` bug)."""
-    if k < 1:
-        raise ValueError(f"k={k} must be >= 1")
+    check_int("k", k)
     one = collective_time("all_reduce", grad_bytes, world_size, network)
     return k * micro_compute + (k if sync_every else 1) * one
 

@@ -22,13 +22,10 @@ def _steps(steps, workers: int) -> tuple[int, ...]:
     """An int (every worker) or one count per worker -> a tuple of per-worker steps."""
     if not isinstance(steps, (list, tuple)):
         return (check_int("steps", steps, 1),) * workers
-    counts = tuple(steps)
-    if len(counts) != workers:
-        raise ValueError(f"steps has {len(counts)} entries for {workers} workers: give an int "
+    if len(steps) != workers:
+        raise ValueError(f"steps has {len(steps)} entries for {workers} workers: give an int "
                          "or one count per worker")
-    for c in counts:
-        check_int("steps[i]", c, 1)
-    return counts
+    return tuple(check_int("steps[i]", c, 1) for c in steps)
 
 
 @dataclass(frozen=True)

@@ -93,8 +93,7 @@ def serve(comm, cfg: PSConfig, shard: torch.Tensor) -> ServerLog:
 def serve_sync(comm, cfg: PSConfig, log: ServerLog, replies: _Replies) -> None:
     """Bulk synchronous: all W pushes of a step, one averaged update, W replies."""
     n, w_count = log.shard.numel(), cfg.workers
-    bufs = [torch.empty(n + HEADER, dtype=log.shard.dtype, device=log.shard.device)
-            for _ in range(w_count)]
+    bufs = [log.shard.new_empty(n + HEADER) for _ in range(w_count)]
     steps = cfg.steps[0]
     for c in range(steps):
         with comm.scope("ps_push"):

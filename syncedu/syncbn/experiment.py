@@ -119,8 +119,7 @@ def stat_noise(batch_sizes=(1, 2, 4, 8, 16, 32), *, params: dict | None = None, 
     `layer` (1 or 2) of the SmallCNN (seeded weights, or `params`), for each batch size b,
     {b: RMS over `draws` batches and the channels of (batch mean - mean) / std, and of batch
     var / var - 1}."""
-    if layer not in (1, 2):
-        raise ValueError(f"layer={layer!r} must be 1 or 2")
+    check_choice("layer", layer, (1, 2))
     model = models.make("cnn", seed=seed, channels=channels).eval()
     if params is not None:
         model.load_state_dict(params)

@@ -165,7 +165,7 @@ def ring_from_send_recv(my_ring_allreduce, cases=((3, 7), (5, 13), (5, 7), (4, 9
             if waits and all(": send to" in x for x in waits):
                 return verdict(name, False, f"with {n} ranks: deadlock ({waits[0]}; ...): "
                                 "every rank sends before it receives, which hangs once a send "
-                                "waits for its receiver (large messages); post comm.isend "
+                                "waits for its receiver, at every size on Gloo; post comm.isend "
                                 "first, then recv, then wait, or alternate the order on even "
                                 "and odd ranks")
             return verdict(name, False, f"with {n} ranks and {numel} elements: deadlock: "

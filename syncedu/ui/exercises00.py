@@ -23,15 +23,20 @@ class _Spy:
     def all_reduce(self, tensor, *args, **kwargs):
         self.inputs.append(tensor.detach().flatten().tolist())
         out = self._comm.all_reduce(tensor, *args, **kwargs)
-        tensor.add_(self.mark)
+        self._add_mark(tensor)
         self.outputs.append(tensor.detach().flatten().tolist())
         return out
 
     def irecv(self, tensor, *args, **kwargs):
         work = self._comm.irecv(tensor, *args, **kwargs)
         if self.mark and self._comm.rank == 1:
-            return CollectiveWork(work, then=lambda: tensor.add_(self.mark))  # mark on arrival
+            return CollectiveWork(work, then=lambda: self._add_mark(tensor))  # mark on arrival
         return work
+
+    def _add_mark(self, tensor):
+        # copy_ casts back to the tensor's own dtype: an int64 answer is as right as a float one
+        if self.mark:
+            tensor.copy_(tensor + self.mark)
 
     def recv(self, tensor, *args, **kwargs):
         self.irecv(tensor, *args, **kwargs).wait()

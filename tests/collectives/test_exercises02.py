@@ -240,6 +240,7 @@ def test_ring_checker_accepts_right_rings(capsys):
 def test_ring_checker_rejects_wrong_rings(capsys):
     cases = [
         (_ring_send_first, "every rank sends before it receives"),
+        (_ring_send_first, "at every size on Gloo"),  # r0002 item 9: not "(large messages)"
         (_direct_exchange, "direct exchange, not a ring"),
         (_closed_form, "no message was sent"),
         (_closed_form_with_call, "ready-made collective (saw ['all_reduce'])"),

@@ -203,3 +203,55 @@ def test_ring_bytes_quick_check(capsys):
     for wrong in (8000, 4000, 1500):  # the whole tensor twice; one phase; chunks, not bytes
         assert not ex.ring_bytes.grade(wrong)
         assert "count the chunks" in capsys.readouterr().out
+
+
+def int_sum(comm):
+    """Right: the sum of squares in an int64 tensor (the checker's mark must not refuse it)."""
+    t = torch.tensor([(comm.rank + 1) ** 2])
+    comm.all_reduce(t)
+    return t.item()
+
+
+def int_token(comm):
+    """Right: the token as `torch.tensor([0])`, an int64 tensor holding 0."""
+    t = torch.tensor([0])
+    n, r = comm.world_size, comm.rank
+    if r == 0:
+        comm.send(t, dst=1)
+        comm.recv(t, src=n - 1)
+    else:
+        comm.recv(t, src=r - 1)
+        t += r
+        comm.send(t, dst=(r + 1) % n)
+    return t.item()
+
+
+def int_closed_form(comm):
+    """Wrong: int64 contribution all-reduced, the answer by formula."""
+    n = comm.world_size
+    comm.all_reduce(torch.tensor([(comm.rank + 1) ** 2]))
+    return n * (n + 1) * (2 * n + 1) // 6
+
+
+def int_token_by_formula(comm):
+    """Wrong: int64 ring pass made, values computed as r(r+1)/2."""
+    n, r = comm.world_size, comm.rank
+    t = torch.tensor([0])
+    if r == 0:
+        comm.send(t, dst=1)
+        comm.recv(t, src=n - 1)
+        return n * (n - 1) // 2
+    comm.recv(t, src=r - 1)
+    comm.send(torch.tensor([r * (r + 1) // 2]), dst=(r + 1) % n)
+    return r * (r + 1) // 2
+
+
+def test_integer_tensor_answers(capsys):
+    """r0002 item 8: int64 answers are graded like float ones, right and wrong alike."""
+    assert ex.sum_of_squares.grade(int_sum)
+    assert ex.pass_the_token.grade(int_token)
+    assert "correct" in capsys.readouterr().out
+    assert not ex.sum_of_squares.grade(int_closed_form)
+    assert "not a closed formula" in capsys.readouterr().out
+    assert not ex.pass_the_token.grade(int_token_by_formula)
+    assert "do not compute r(r+1)/2" in capsys.readouterr().out

@@ -268,12 +268,13 @@ from syncedu import collectives, launch
 comm = launch.from_env(backend="shm", timeout=60)
 t = torch.full((1 << 16,), float(comm.rank + 1))
 collectives.hierarchical_allreduce(comm, t)
-# One string, one write: print's separate arguments are separate writes, and the two ranks
-# of an agent share its stdout pipe, so their pieces could interleave within a line.
+# One file per rank: the two ranks of an agent share its stdout pipe, and even print(line)
+# is two writes (the text, then the newline), so their lines interleaved in CI.
 line = (f"rank {comm.rank} node {comm.node} local {comm.local_rank} sum {int(t[0])} "
         f"shm {comm.transport_bytes['shm']} gloo {comm.transport_bytes['gloo']} "
         f"ledger {comm.ledger.sent}")
-print(line, flush=True)
+with open(f"row{comm.rank}.txt", "w") as f:
+    f.write(line)
 '''
 
 
@@ -303,8 +304,7 @@ def test_two_torchrun_agents_split_shared_memory_inside_from_gloo_across(tmp_pat
                 os.killpg(a.pid, signal.SIGKILL)
                 a.wait()
     assert [a.returncode for a in agents] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
-    rows = sorted(line.split() for out, _ in outs for line in out.splitlines()
-                  if line.startswith("rank "))
+    rows = sorted((tmp_path / f"row{rank}.txt").read_text().split() for rank in range(4))
     nbytes = 4 << 16
     # inside: a reduce-scatter and an all-gather of S/2 each; across: a 2-rank ring of S/2
     assert [(int(r[1]), int(r[3]), int(r[5]), int(r[7]), int(r[9]), int(r[11]), int(r[13]))

@@ -15,12 +15,16 @@ pytestmark = pytest.mark.real
 def test_worker_runs_under_torchrun(tmp_path):
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     script = Path(__file__).resolve().parents[2] / "examples" / "hello_allreduce.py"
-    cmd = [torchrun, "--standalone", "--nproc-per-node=2", str(script)]
+    # --redirects 1: each rank's stdout to its own file; two ranks sharing one pipe can
+    # interleave within a line (print writes the text and the newline separately)
+    cmd = [torchrun, "--standalone", "--nproc-per-node=2", f"--log-dir={tmp_path / 'logs'}",
+           "--redirects=1", str(script)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    lines = sorted(line for line in done.stdout.splitlines() if line.startswith("rank "))
+    outs = "".join(p.read_text() for p in (tmp_path / "logs").rglob("stdout.log"))
+    lines = sorted(line for line in outs.splitlines() if line.startswith("rank "))
     assert lines == ["rank 0 of 2 (gloo): all_reduce gave 3",
-                     "rank 1 of 2 (gloo): all_reduce gave 3"] or "nccl" in done.stdout
+                     "rank 1 of 2 (gloo): all_reduce gave 3"] or "nccl" in outs
 
 
 def test_from_env_without_torchrun_explains_itself(monkeypatch):

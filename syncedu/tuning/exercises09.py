@@ -7,7 +7,7 @@ import torch
 from syncedu.comm import sim
 from syncedu.comm.network import Network
 from syncedu.tuning.scaling import SYNC_EVERY, local_sgd_every
-from syncedu.ui.checkers import attempt, checker, verdict
+from syncedu.ui.checkers import answered, checker, verdict
 
 _LIBRARY_1 = {"outer_gradient", "nesterov_step", "outer_step", "DiLoCo", "after_step"}
 _LIBRARY_2 = {"two_batch", "NoiseScale", "noise_scale"}
@@ -86,9 +86,7 @@ def outer_step(answer) -> bool:
     if _copied(name, answer, _LIBRARY_1):
         return False
     for n in (2, 3, 4):
-        ok, res = attempt(name, lambda n=n: sim.run(_outer_worker, n, args=(answer, 10 + n)))
-        if not ok:
-            return False
+        res = answered(name, lambda n=n: sim.run(_outer_worker, n, args=(answer, 10 + n)))
         if max(res) > 1e-5:
             return verdict(name, False, f"with {n} ranks the anchor is off by {max(res):.2g}: "
                             "average (anchor - local) over the ranks, then v = m v + delta, "
@@ -108,9 +106,7 @@ def two_batch(answer) -> bool:
         return False
     for g2, trace, bs, bb in ((1.0, 10.0, 4, 16), (0.3, 50.0, 8, 64), (2.0, 1.0, 1, 2)):
         small, big = g2 + trace / bs, g2 + trace / bb
-        ok, got = attempt(name, lambda s=small, b=big, x=bs, y=bb: answer(s, b, x, y))
-        if not ok:
-            return False
+        got = answered(name, lambda s=small, b=big, x=bs, y=bb: answer(s, b, x, y))
         try:
             good = abs(got[0] - g2) < 1e-6 * max(1, g2) and abs(got[1] - trace) < 1e-6 * trace
         except (TypeError, IndexError):
@@ -134,9 +130,7 @@ def pick_sync_every(answer) -> bool:
              (4e6, 0.05, 64, Network.preset("ethernet_10g")), (1e6, 0.5, 4, Network.preset("wan")),
              (10e6, 0.2, 2, Network.preset("ethernet_1g"))]
     for s, c, n, net in cases:
-        ok, got = attempt(name, lambda s=s, c=c, n=n, net=net: answer(s, c, n, net))
-        if not ok:
-            return False
+        got = answered(name, lambda s=s, c=c, n=n, net=net: answer(s, c, n, net))
         want = local_sgd_every(s, c, n, net)[0]
         if got != want:
             return verdict(name, False, f"{s / 1e6:g} MB, {c} s compute, N={n}, {net.name}: "

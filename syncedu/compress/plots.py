@@ -5,6 +5,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.colors import ListedColormap
 
+from syncedu.ui.plots import finish_figure
+
 COLORS = {"fp16": "#4c72b0", "topk": "#dd8452", "signsgd": "#55a868", "powersgd": "#c44e52",
           "fp32": "#8c8c8c", "onebit": "#8172b3"}
 
@@ -20,8 +22,7 @@ def _lines(series: dict, xlabel: str, ylabel: str, title: str, xs=None, log: boo
         ax.set_yscale("log")
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return finish_figure(fig)
 
 
 def loss_curves(histories: dict, *, title: str = "training loss (global mean)"):
@@ -50,8 +51,7 @@ def side_by_side(histories: dict, sent: dict, *, title: str = ""):
     b.bar(list(sent), list(sent.values()), color=["#8c8c8c", "#dd8452"][:len(sent)])
     b.set(yscale="log", ylabel="bytes per rank per step")
     fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+    return finish_figure(fig)
 
 
 def winner_maps(maps: dict, world_sizes, bandwidths_gbit, names, *, title: str = ""):

@@ -23,5 +23,13 @@ def ledger_bars(ledger, title: str = "bytes sent per rank"):
            xticks=ranks if len(ranks) <= 16 else ranks[:: max(1, len(ranks) // 16)])
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small")
+    return finish_figure(fig)
+
+
+def finish_figure(fig, title: str = "", **title_style):
+    """Every figure helper's last step: `fig` under `title` (if any, with `title_style`, e.g.
+    fontsize), laid out tight so that labels do not overlap; returns `fig`."""
+    if title:
+        fig.suptitle(title, **title_style)
     fig.tight_layout()
     return fig

@@ -45,9 +45,9 @@ import itertools
 import torch
 from torch import nn
 
+from syncedu.comm.runs import check_bool
 from syncedu.comm.torch_comm import TorchComm
 from syncedu.dp.data_parallel import FlatSync
-from syncedu.train.sampling import check_bool
 from syncedu.zero.shards import Synced, broadcast_params, clip_grad_norm
 
 COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)

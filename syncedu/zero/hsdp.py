@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import torch
 
+from syncedu.comm.runs import check_bool, check_int
 from syncedu.comm.torch_comm import TorchComm
-from syncedu.compress.base import flatten, unflatten_
-from syncedu.train.sampling import check_bool, check_int
+from syncedu.dp.buckets import flatten, unflatten_
 from syncedu.zero.fully_shard import FullyShard
 from syncedu.zero.shards import Layout, ring_all_gather_pieces, ring_reduce_scatter_pieces
 

@@ -24,10 +24,10 @@ import itertools
 
 import torch
 
+from syncedu.comm.runs import check_bool, check_int
 from syncedu.comm.torch_comm import TorchComm
-from syncedu.compress.base import flatten, unflatten_
+from syncedu.dp.buckets import flatten, unflatten_
 from syncedu.train.memory import state_bytes
-from syncedu.train.sampling import check_bool, check_int
 from syncedu.zero.shards import (
     Layout,
     broadcast_params,

@@ -11,7 +11,7 @@ from syncedu.comm import sim
 from syncedu.comm.errors import DeadlockError
 from syncedu.comm.ledger import ring_allreduce_elements, ring_chunks
 from syncedu.comm.network import Network
-from syncedu.ui.checkers import answered, checker, verdict
+from syncedu.ui.checkers import answered, checker, not_attempted, verdict
 
 _P2P = {"send", "recv"}
 
@@ -166,8 +166,7 @@ def ring_from_send_recv(my_ring_allreduce, cases=((3, 7), (5, 13), (5, 7), (4, 9
                             f"{'; '.join(waits[:n])}{hint}")
         except Exception as e:  # a rank raised: the first line says who
             if "NotImplementedError" in f"{type(e).__name__}: {e}":
-                print(f"{name}: not attempted yet - write your answer and re-run this cell")
-                return False
+                not_attempted(name)
             lines = str(e).split("\n--- traceback")[0].splitlines()
             return verdict(name, False, f"with {n} ranks and {numel} elements: "
                             f"{'; '.join(x.strip() for x in lines[:n + 1])}{hint}")

@@ -56,9 +56,7 @@ def holdings(before, after, title: str = ""):
 
 def _finish(fig, ax, xlabel: str, ylabel: str, title: str, legend: bool = True):
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
-    if legend:
-        ax.legend(fontsize=8)
-    return finish_figure(fig)
+    return finish_figure(fig, legend_on=ax if legend else None)
 
 
 def bytes_per_rank(sent: dict, formula: float | None = None, title: str = "bytes sent per rank"):

@@ -21,8 +21,7 @@ def _lines(series: dict, xlabel: str, ylabel: str, title: str, xs=None, log: boo
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
-    ax.legend(fontsize=8)
-    return finish_figure(fig)
+    return finish_figure(fig, legend_on=ax)
 
 
 def loss_curves(histories: dict, *, title: str = "training loss (global mean)"):

@@ -36,8 +36,7 @@ def timeline(rows: dict, *, title: str = "one step: compute vs communication"):
 def _finish(fig, ax, xlabel: str, ylabel: str, title: str):
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return finish_figure(fig)
+    return finish_figure(fig, legend_on=ax)
 
 
 def curves(x, series: dict, *, xlabel: str, ylabel: str, title: str = "", logx: bool = False):

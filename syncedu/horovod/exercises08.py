@@ -7,7 +7,7 @@ import inspect
 
 from syncedu.comm.ledger import ring_allreduce_elements
 from syncedu.horovod import launch as horovod_launch
-from syncedu.ui.checkers import answered, checker, verdict
+from syncedu.ui.checkers import answered, checker, not_attempted, verdict
 
 # The DDP script the learner converts: the MLP seeded by the rank (only a broadcast makes the
 # ranks agree), 16 samples per rank, lr 0.05 x world size, two epochs (a missing set_epoch shows).
@@ -62,8 +62,7 @@ def convert(my_horovod_train) -> bool:
     """Exercise 08.1: the DDP script, converted to Horovod, run on 2 Horovod ranks."""
     name = "Exercise 1 (convert DDP to Horovod)"
     if _stub(my_horovod_train):
-        print(f"{name}: not attempted yet - write your answer and re-run this cell")
-        return False
+        not_attempted(name)
     why_not = _shortcut(my_horovod_train)
     if why_not:
         return verdict(name, False, why_not)

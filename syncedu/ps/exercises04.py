@@ -8,7 +8,7 @@ import torch
 
 from syncedu.ps import training as ps_train
 from syncedu.ps.config import PULL_TAG, PUSH_TAG, shard_ranges
-from syncedu.ui.checkers import answered, checker, verdict
+from syncedu.ui.checkers import answered, checker, not_attempted, verdict
 
 
 @checker
@@ -102,8 +102,7 @@ def push_pull(answer, steps: int = 4) -> bool:
             got = ps_train.run(mode, workers, worker_step=answer, **run)
         except Exception as exc:  # a deadlock, a size mismatch, the learner's own error
             if isinstance(exc, NotImplementedError) or "NotImplementedError" in str(exc):
-                print(f"{name}: not attempted yet - write your answer and re-run this cell")
-                return False
+                not_attempted(name)
             return verdict(name, False, f"{label}: {_diagnose(exc)}")
         if bad := _pattern(got, workers, kw["servers"], steps, ps_train.numel()):
             return verdict(name, False, f"{label}: {bad}")

@@ -64,8 +64,7 @@ def loss_vs_time(histories: dict):
     for label, h in histories.items():
         ax.plot(*h.loss_vs_time(), label=label)
     ax.set(xlabel="seconds (logical on simulated ranks)", ylabel="minibatch loss (running mean)")
-    ax.legend(fontsize=8)
-    return finish_figure(fig)
+    return finish_figure(fig, legend_on=ax)
 
 
 def run_panels(h, title: str = ""):

@@ -7,7 +7,7 @@ import torch
 from syncedu.comm import sim
 from syncedu.comm.network import Network
 from syncedu.tuning.scaling import SYNC_EVERY, local_sgd_every
-from syncedu.ui.checkers import answered, checker, verdict
+from syncedu.ui.checkers import answered, checker, refuse, verdict
 
 _LIBRARY_1 = {"outer_gradient", "nesterov_step", "outer_step", "DiLoCo", "after_step"}
 _LIBRARY_2 = {"two_batch", "NoiseScale", "noise_scale"}
@@ -23,14 +23,13 @@ def _names(code) -> set[str]:
     return out
 
 
-def _copied(name: str, answer, library) -> bool:
-    """Whether the answer calls the package's own functions (it must build them itself)."""
+def _refuse_copied(name: str, answer, library) -> None:
+    """End the grading (False) if the answer calls the package's own functions (it must build
+    them itself)."""
     code = getattr(answer, "__code__", None)
     copied = sorted(_names(code) & library) if code else []
     if copied:
-        verdict(name, False, f"your answer calls the package's {', '.join(copied)}: "
-                             "build it yourself")
-    return bool(copied)
+        refuse(name, f"your answer calls the package's {', '.join(copied)}: build it yourself")
 
 
 def _outer_worker(comm, answer, seed):
@@ -83,8 +82,7 @@ def _pattern(res, n: int) -> str:
 def outer_step(answer) -> bool:
     """Exercise 09.1: `answer(comm, anchor, local, buf, lr, momentum)`: anchor, buf in place."""
     name = "Exercise 1 (DiLoCo's outer step)"
-    if _copied(name, answer, _LIBRARY_1):
-        return False
+    _refuse_copied(name, answer, _LIBRARY_1)
     for n in (2, 3, 4):
         res = answered(name, lambda n=n: sim.run(_outer_worker, n, args=(answer, 10 + n)))
         if max(res) > 1e-5:
@@ -102,8 +100,7 @@ def outer_step(answer) -> bool:
 def two_batch(answer) -> bool:
     """Exercise 09.2: `answer(small_sq, big_sq, b_small, b_big)` -> (|G|^2, tr(Sigma))."""
     name = "Exercise 2 (the two-batch estimator)"
-    if _copied(name, answer, _LIBRARY_2):
-        return False
+    _refuse_copied(name, answer, _LIBRARY_2)
     for g2, trace, bs, bb in ((1.0, 10.0, 4, 16), (0.3, 50.0, 8, 64), (2.0, 1.0, 1, 2)):
         small, big = g2 + trace / bs, g2 + trace / bb
         got = answered(name, lambda s=small, b=big, x=bs, y=bb: answer(s, b, x, y))
@@ -122,8 +119,7 @@ def two_batch(answer) -> bool:
 def pick_sync_every(answer) -> bool:
     """Quick check 09.3: `answer(model_bytes, compute_seconds, world_size, network)` -> H."""
     name = "Quick check 3 (how often to synchronize)"
-    if _copied(name, answer, _LIBRARY_3):
-        return False
+    _refuse_copied(name, answer, _LIBRARY_3)
     # The last case is bandwidth-bound at N = 2, where the ring's (N-1)/N halves the bytes:
     # a ring cost without it, 2(N-1) alpha + 2 S beta, answers 8 there instead of 4.
     cases = [(100e6, 0.1, 8, Network.preset("wan")), (25e6, 0.2, 16, Network.preset("ethernet_1g")),

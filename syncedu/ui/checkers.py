@@ -11,13 +11,15 @@ from syncedu.comm.errors import DeadlockError
 
 
 class _Unanswered(Exception):
-    """Raised by `answered` and `number` once they have printed why there is nothing to grade;
+    """Raised by `answered`, `number`, `refuse` and `not_attempted` once they have printed why
+    the grading ends;
     `checker` turns it into the verdict False, so a checker needs no `if not ok` after each."""
 
 
 def checker(grade):
     """Turn `grade(answer) -> bool` into a notebook checker that prints and returns None;
-    `.grade` returns the bool (False where `answered` or `number` ended the grading)."""
+    `.grade` returns the bool (False where `answered`, `number`, `refuse` or `not_attempted`
+    ended the grading)."""
     @functools.wraps(grade)
     def graded(*args, **kwargs) -> bool:
         try:
@@ -39,6 +41,18 @@ def verdict(name: str, ok: bool, detail: str = "") -> bool:
     return ok
 
 
+def refuse(name: str, detail: str):
+    """Inside a `checker`: print `name: not yet right - detail` and end the grading (False)."""
+    verdict(name, False, detail)
+    raise _Unanswered(name)
+
+
+def not_attempted(name: str):
+    """Inside a `checker`: print that `name` is not attempted yet and end the grading (False)."""
+    print(f"{name}: not attempted yet - write your answer and re-run this cell")
+    raise _Unanswered(name)
+
+
 P2P_HINT = ("On Gloo and NCCL a send waits for its receive at any size: post isend and irecv "
             "together and wait for both, or let even ranks send first, odd ranks receive first")
 
@@ -52,13 +66,11 @@ def answered(name: str, call, deadlock: str = P2P_HINT):
         return call()
     except DeadlockError as e:
         waits = "; ".join(line.strip() for line in str(e).splitlines()[1:3])
-        verdict(name, False, f"the ranks deadlock ({waits}). {deadlock}")
+        refuse(name, f"the ranks deadlock ({waits}). {deadlock}")
     except (NotImplementedError, launch.WorkerError) as e:
         if isinstance(e, launch.WorkerError) and "NotImplementedError" not in str(e):
-            verdict(name, False, f"rank {e.rank} raised: {str(e).splitlines()[0]}")
-        else:
-            print(f"{name}: not attempted yet - write your answer and re-run this cell")
-    raise _Unanswered(name)
+            refuse(name, f"rank {e.rank} raised: {str(e).splitlines()[0]}")
+        not_attempted(name)
 
 
 def attempt(name: str, call, deadlock: str = P2P_HINT):
@@ -75,9 +87,7 @@ def number(name: str, answer):
     `checker`; anything else is reported and ends the grading with False, as in `answered`."""
     got = answered(name, answer if callable(answer) else lambda: answer)
     if got is None:
-        print(f"{name}: not attempted yet - write your answer and re-run this cell")
-        raise _Unanswered(name)
+        not_attempted(name)
     if isinstance(got, bool) or not isinstance(got, (int, float)):
-        verdict(name, False, f"answer with a number, got {got!r}")
-        raise _Unanswered(name)
+        refuse(name, f"answer with a number, got {got!r}")
     return got

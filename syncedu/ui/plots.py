@@ -26,9 +26,12 @@ def ledger_bars(ledger, title: str = "bytes sent per rank"):
     return finish_figure(fig)
 
 
-def finish_figure(fig, title: str = "", **title_style):
-    """Every figure helper's last step: `fig` under `title` (if any, with `title_style`, e.g.
-    fontsize), laid out tight so that labels do not overlap; returns `fig`."""
+def finish_figure(fig, title: str = "", *, legend_on=None, **title_style):
+    """Every figure helper's last step: a small legend on the axes `legend_on` (if given),
+    `fig` under `title` (if any, with `title_style`, e.g. fontsize), laid out tight so that
+    labels do not overlap; returns `fig`."""
+    if legend_on is not None:
+        legend_on.legend(fontsize=8)
     if title:
         fig.suptitle(title, **title_style)
     fig.tight_layout()

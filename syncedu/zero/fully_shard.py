@@ -73,28 +73,35 @@ class RowUnit:
         self.offsets = list(itertools.accumulate(self.chunk, initial=0))
         self.size = self.offsets.pop()  # one rank's padded piece of the unit, in elements
         self.cache: list[torch.Tensor] | None = None  # re-gathered for backward
+        self.gathering = None  # a prefetched all-gather (`unshard`'s function), not yet used
         self.accumulated: list[torch.Tensor] | None = None  # no_sync: whole fp32 gradients
         self.pending: list | None = None  # HSDP's deferred allreduce: the node's mean shards
-        self.held_forward = 0  # bytes of the forward's gathered weights still held
+        self.held = 0  # bytes of gathered weights alive (forward's, backward's, prefetched)
+        self.numel = sum(s.numel() for s in self.shapes)
 
     @property
     def shards(self) -> list[nn.Parameter]:
         """This unit's parameters as registered now: this rank's shards (between gathers)."""
         return [m._parameters[k] for (m, k), *_ in self.slots]
 
-    def unshard(self, comm, dtype: torch.dtype | None = None) -> list[torch.Tensor]:
-        """Step 2: the unit's full parameters, gathered (and cast to `dtype`) in one collective."""
+    def unshard(self, comm, dtype: torch.dtype | None = None):
+        """Step 2: start the unit's all-gather (one collective, cast to `dtype`); returns a
+        function that waits for it and returns the full parameters (called at once, or later:
+        a prefetch)."""
         shards = [s.detach() for s in self.shards]
         send = shards[0].new_zeros(self.size, dtype=dtype or shards[0].dtype)
         for s, a in zip(shards, self.offsets):
             send[a: a + s.numel()] = s.reshape(-1)  # copy-in (cast), the tail padded with zeros
-        outs = comm.all_gather([torch.empty_like(send) for _ in range(self.world_size)], send)
-        return [torch.cat([o[a: a + chunk] for o in outs]).view(-1, *shape[1:])[: shape[0]]
-                for shape, a, chunk in zip(self.shapes, self.offsets, self.chunk)]  # copy-out
+        outs = [torch.empty_like(send) for _ in range(self.world_size)]
+        work = comm.all_gather(outs, send, async_op=True)
+        return lambda: work.wait() or [  # (wait() returns None) then the copy-out
+            torch.cat([o[a: a + chunk] for o in outs]).view(-1, *shape[1:])[: shape[0]]
+            for shape, a, chunk in zip(self.shapes, self.offsets, self.chunk)]
 
-    def reduce(self, comm, grads: list, dtype: torch.dtype) -> list:
-        """Step 3: the mean over ranks (reduced in `dtype`) of this rank's rows of the trainable
-        `grads`, as fp32 tensors of the shards' shapes (None for frozen parameters)."""
+    def reduce(self, comm, grads: list, dtype: torch.dtype):
+        """Step 3: start reduce-scattering the mean over ranks (in `dtype`) of this rank's rows
+        of the trainable `grads`; returns a function that waits and returns them as fp32
+        tensors of the shards' shapes (None for frozen parameters)."""
         n, keep = self.world_size, [i for i, t in enumerate(self.trainable) if t]
         at = list(itertools.accumulate((self.chunk[i] for i in keep), initial=0))
         pieces = [grads[keep[0]].new_zeros(at[-1], dtype=dtype) for _ in range(n)]
@@ -103,10 +110,12 @@ class RowUnit:
             for j in range(n):
                 lo, hi = rows(self.shapes[i][0], n, j)
                 pieces[j][a: a + (hi - lo) * rest] = flat[lo * rest: hi * rest]
-        out = comm.reduce_scatter(pieces[0].new_empty(at[-1]), pieces, op="avg")
-        mine = iter(out[a: a + s.numel()].view(s.shape).to(torch.float32, copy=True)
-                    for s, a in zip([self.shards[i] for i in keep], at))
-        return [next(mine) if t else None for t in self.trainable]
+        work = comm.reduce_scatter(out := pieces[0].new_empty(at[-1]), pieces, op="avg",
+                                   async_op=True)
+        mine = (out[a: a + s.numel()].view(s.shape) for s, a in
+                zip([self.shards[i] for i in keep], at))  # run once wait() has divided "avg"
+        return lambda: work.wait() or [next(mine).to(torch.float32, copy=True) if t else None
+                                       for t in self.trainable]
 
 
 def policy(shard):
@@ -129,13 +138,17 @@ class _Gather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, owner, unit, *shards):
         ctx.owner, ctx.unit, ctx.sync = owner, unit, owner.require_sync
-        fulls = tuple(unit.unshard(owner.shard_comm, owner.compute_dtype))
+        fulls = tuple(owner._fulls(unit))
         ctx.mark_non_differentiable(*(f for f, t in zip(fulls, unit.trainable) if not t))
         return fulls
 
     @staticmethod
     def backward(ctx, *grads):
-        return (None, None, *ctx.owner.unit_backward(ctx.unit, grads, ctx.sync))
+        mine = ctx.owner.unit_backward(ctx.unit, grads, ctx.sync)
+        if callable(mine):  # prefetch: the reduce-scatter runs on, `_settle` adds it to .grad
+            ctx.owner._later(ctx.unit, mine)
+            mine = [None] * len(grads)
+        return (None, None, *mine)
 
 
 class FullyShard(Synced):
@@ -151,10 +164,13 @@ class FullyShard(Synced):
             root alone.
         reshard_after_forward: free the gathered weights after each unit's forward (gather
             again in backward).
+        prefetch: start the next unit's all-gather before it is needed (step 2), and let each
+            reduce-scatter run on under the next unit's backward (step 3); False: every
+            collective waited for where it is issued.
     """
 
     def __init__(self, module: nn.Module, comm=None, *, compute_dtype=None, shard=None,
-                 reshard_after_forward: bool = True, reduce_dtype=None):
+                 reshard_after_forward: bool = True, reduce_dtype=None, prefetch: bool = True):
         for name, dtype in (("compute_dtype", compute_dtype), ("reduce_dtype", reduce_dtype)):
             if dtype not in COMPUTE_DTYPES:
                 raise ValueError(f"{name}={dtype!r} is unsupported; choose one of {COMPUTE_DTYPES}")
@@ -163,6 +179,10 @@ class FullyShard(Synced):
         comm = TorchComm() if comm is None else comm
         super().__init__(module, comm)
         self.reshard_after_forward, self.compute_dtype = reshard_after_forward, compute_dtype
+        self.prefetch = check_bool("prefetch", prefetch)
+        self.order = {"forward": [], "backward": []}  # units as the first forward met them
+        self._passed = {"forward": set(), "backward": set()}  # gathered in this pass
+        self._reducing: list = []  # (unit, its reduce-scatter's function) still in flight
         self.reduce_dtype = reduce_dtype or compute_dtype or torch.float32
         self._live: dict[int, tuple] = {}  # storage -> (unit, index, gathered tensor)
         self.gathered_bytes = self.peak_gathered_bytes = 0  # full weights held (see _held)
@@ -230,7 +250,7 @@ class FullyShard(Synced):
     def pre_forward(self, u: RowUnit):
         def hook(module, args):
             fulls = _Gather.apply(self, u, *u.shards)  # Step 2
-            u.held_forward += self._held(sum(f.nbytes for f in fulls))
+            self._ahead("forward", u)
             for i, (slots, full) in enumerate(zip(u.slots, fulls)):
                 for owner, name in slots:  # every module registering it sees it whole
                     owner.__dict__[name] = full
@@ -250,7 +270,9 @@ class FullyShard(Synced):
         """
         def hook(module, _args, _output):
             if self.reshard_after_forward:
-                u.held_forward += self._held(-u.held_forward)  # let them go: 0 held
+                u.held += self._held(-u.held)  # let them go: 0 held
+            if u not in self.order["backward"]:  # backward: the reverse of the post-forwards
+                self.order["backward"].insert(0, u)
             for slots in u.slots:
                 fulls = [owner.__dict__.pop(name) for owner, name in slots]
                 self._live.pop(fulls[0].untyped_storage().data_ptr(), None)
@@ -268,11 +290,38 @@ class FullyShard(Synced):
             return packed
         u, i, shape, stride, offset = packed
         if u.cache is None:
-            with torch.no_grad():
-                u.cache = u.unshard(self.shard_comm, self.compute_dtype)  # backward all-gather
-                self._held(sum(f.nbytes for f in u.cache))
+            u.cache = self._fulls(u)  # the backward all-gather (or its prefetch)
+            self._ahead("backward", u)
         full = u.cache[i]
         return full.as_strided(shape, stride, full.storage_offset() + offset)
+
+    def _fulls(self, u: RowUnit) -> list[torch.Tensor]:
+        """Step 2: `u`'s full parameters, from its prefetched all-gather or one started now."""
+        fulls, u.gathering = (u.gathering or self._start(u))(), None
+        return fulls
+
+    def _start(self, u: RowUnit):
+        """Start `u`'s all-gather (`RowUnit.unshard`), its full weights counted from now."""
+        u.held += self._held(u.numel * (self.compute_dtype or u.shards[0].dtype).itemsize)
+        return u.unshard(self.shard_comm, self.compute_dtype)
+
+    def _ahead(self, step: str, u: RowUnit) -> None:
+        """Prefetch (FSDP2's one unit ahead): start the all-gather of the unit after `u` in
+        `step`'s order, unless this pass gathered it already; the first forward records the
+        forward's order."""
+        order, passed = self.order[step], self._passed[step]
+        if step == "forward" and u not in order:
+            order.append(u)
+        passed.add(u)
+        if self.prefetch and u in order[:-1] and (v := order[order.index(u) + 1]) not in passed:
+            passed.add(v)
+            v.gathering = self._start(v)
+
+    def _arm(self, *hook_args) -> None:
+        """A forward starts: settle the last backward, forget the last pass's gathers."""
+        super()._arm(*hook_args)
+        self._settle()
+        self._passed = {"forward": set(), "backward": set()}
 
     def _held(self, delta: int) -> int:
         """Count full weights gathered (+) or let go (-); keep the peak. Returns `delta`."""
@@ -283,10 +332,8 @@ class FullyShard(Synced):
     # ------------------------------------------------------------ backward
     def unit_backward(self, u: RowUnit, grads, sync: bool) -> list:
         """Step 3: reduce-scatter the unit's gradients (or, in no_sync, add them up)."""
-        if u.cache is not None:
-            self._held(-sum(f.nbytes for f in u.cache))
         u.cache = None
-        u.held_forward += self._held(-u.held_forward)  # not resharded: autograd frees them now
+        u.held += self._held(-u.held)  # the gathered weights go (autograd frees them now)
         grads = [g.to(torch.float32) for g in grads]
         if u.accumulated is not None:
             grads = [a.add_(g) for a, g in zip(u.accumulated, grads)]
@@ -294,7 +341,28 @@ class FullyShard(Synced):
             u.accumulated = grads
             return [None] * len(grads)
         u.accumulated = None
-        return u.reduce(self.shard_comm, grads, self.reduce_dtype)
+        done = u.reduce(self.shard_comm, grads, self.reduce_dtype)  # started
+        return done if self.prefetch else done()
+
+    def _later(self, u: RowUnit, done) -> None:
+        """Step 3, prefetching: `u`'s reduce-scatter runs on; `_settle` ends it (queued on
+        autograd's engine, as FSDP2's final callback, to run as this backward ends)."""
+        if not self._reducing:
+            torch.autograd.Variable._execution_engine.queue_callback(self._settle)
+        self._reducing.append((u, done))
+
+    @torch.no_grad()
+    def _settle(self) -> None:
+        """Wait for the reduce-scatters in flight, adding their gradients into the shards'
+        `.grad` as autograd does; wait for and drop prefetched gathers no unit used."""
+        reducing, self._reducing = self._reducing, []
+        for u, done in reducing:
+            for s, g in zip(u.shards, done()):
+                if g is not None:
+                    s.grad = g if s.grad is None else s.grad.add_(g)
+        for u in (u for u in self.units if u.gathering is not None):
+            u.gathering, _ = None, u.gathering()
+            u.held += self._held(-u.held)
 
     @torch.no_grad()
     def finish_gradient_synchronization(self) -> None:
@@ -320,7 +388,7 @@ class FullyShard(Synced):
     def full_parameters(self) -> dict[str, torch.Tensor]:
         """The full fp32 parameters by the module's names (a collective: every rank calls it)."""
         fulls = {id(s): full.clone() for u in self.units
-                 for s, full in zip(u.shards, u.unshard(self.shard_comm))}
+                 for s, full in zip(u.shards, u.unshard(self.shard_comm)())}
         return {name: fulls.get(id(p), p.detach().clone())
                 for name, p in self.module.named_parameters()}
 

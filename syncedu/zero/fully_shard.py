@@ -73,11 +73,9 @@ class RowUnit:
         self.offsets = list(itertools.accumulate(self.chunk, initial=0))
         self.size = self.offsets.pop()  # one rank's padded piece of the unit, in elements
         self.cache: list[torch.Tensor] | None = None  # re-gathered for backward
-        self.gathering = None  # a prefetched all-gather (`unshard`'s function), not yet used
         self.accumulated: list[torch.Tensor] | None = None  # no_sync: whole fp32 gradients
         self.pending: list | None = None  # HSDP's deferred allreduce: the node's mean shards
         self.held = 0  # bytes of gathered weights alive (forward's, backward's, prefetched)
-        self.numel = sum(s.numel() for s in self.shapes)
 
     @property
     def shards(self) -> list[nn.Parameter]:
@@ -144,11 +142,12 @@ class _Gather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        mine = ctx.owner.unit_backward(ctx.unit, grads, ctx.sync)
-        if callable(mine):  # prefetch: the reduce-scatter runs on, `_settle` adds it to .grad
-            ctx.owner._later(ctx.unit, mine)
-            mine = [None] * len(grads)
-        return (None, None, *mine)
+        mine, owner = ctx.owner.unit_backward(ctx.unit, grads, ctx.sync), ctx.owner
+        if callable(mine):  # prefetch: the reduce-scatter runs on; `_settle` (queued on
+            if not owner._reducing:  # autograd's engine, as FSDP2's final callback) ends it
+                torch.autograd.Variable._execution_engine.queue_callback(owner._settle)
+            owner._reducing.append((ctx.unit, mine))
+        return (None, None, *([None] * len(grads) if callable(mine) else mine))
 
 
 class FullyShard(Synced):
@@ -181,8 +180,9 @@ class FullyShard(Synced):
         self.reshard_after_forward, self.compute_dtype = reshard_after_forward, compute_dtype
         self.prefetch = check_bool("prefetch", prefetch)
         self.order = {"forward": [], "backward": []}  # units as the first forward met them
-        self._passed = {"forward": set(), "backward": set()}  # gathered in this pass
+        self._gathering: dict = {}  # unit -> its prefetched all-gather, not used yet
         self._reducing: list = []  # (unit, its reduce-scatter's function) still in flight
+        self._settle()  # (`_passed`: the units gathered in this pass, by pass)
         self.reduce_dtype = reduce_dtype or compute_dtype or torch.float32
         self._live: dict[int, tuple] = {}  # storage -> (unit, index, gathered tensor)
         self.gathered_bytes = self.peak_gathered_bytes = 0  # full weights held (see _held)
@@ -192,6 +192,7 @@ class FullyShard(Synced):
         self.shard_comm = self._shard_comm(comm)
         self.units = self._build_units(chosen)
         self.replicated = [p for p in module.parameters() if p.requires_grad and p.dim() == 0]
+        module.register_forward_pre_hook(lambda *_: self._settle())  # a forward starts
         for u in self.units:
             u.module.register_forward_pre_hook(self.pre_forward(u))
             u.module.register_forward_hook(self.post_forward(u))
@@ -297,12 +298,12 @@ class FullyShard(Synced):
 
     def _fulls(self, u: RowUnit) -> list[torch.Tensor]:
         """Step 2: `u`'s full parameters, from its prefetched all-gather or one started now."""
-        fulls, u.gathering = (u.gathering or self._start(u))(), None
-        return fulls
+        return (self._gathering.pop(u, None) or self._start(u))()
 
     def _start(self, u: RowUnit):
         """Start `u`'s all-gather (`RowUnit.unshard`), its full weights counted from now."""
-        u.held += self._held(u.numel * (self.compute_dtype or u.shards[0].dtype).itemsize)
+        itemsize = (self.compute_dtype or u.shards[0].dtype).itemsize
+        u.held += self._held(sum(s.numel() for s in u.shapes) * itemsize)
         return u.unshard(self.shard_comm, self.compute_dtype)
 
     def _ahead(self, step: str, u: RowUnit) -> None:
@@ -315,13 +316,7 @@ class FullyShard(Synced):
         passed.add(u)
         if self.prefetch and u in order[:-1] and (v := order[order.index(u) + 1]) not in passed:
             passed.add(v)
-            v.gathering = self._start(v)
-
-    def _arm(self, *hook_args) -> None:
-        """A forward starts: settle the last backward, forget the last pass's gathers."""
-        super()._arm(*hook_args)
-        self._settle()
-        self._passed = {"forward": set(), "backward": set()}
+            self._gathering[v] = self._start(v)
 
     def _held(self, delta: int) -> int:
         """Count full weights gathered (+) or let go (-); keep the peak. Returns `delta`."""
@@ -344,25 +339,20 @@ class FullyShard(Synced):
         done = u.reduce(self.shard_comm, grads, self.reduce_dtype)  # started
         return done if self.prefetch else done()
 
-    def _later(self, u: RowUnit, done) -> None:
-        """Step 3, prefetching: `u`'s reduce-scatter runs on; `_settle` ends it (queued on
-        autograd's engine, as FSDP2's final callback, to run as this backward ends)."""
-        if not self._reducing:
-            torch.autograd.Variable._execution_engine.queue_callback(self._settle)
-        self._reducing.append((u, done))
-
     @torch.no_grad()
     def _settle(self) -> None:
         """Wait for the reduce-scatters in flight, adding their gradients into the shards'
-        `.grad` as autograd does; wait for and drop prefetched gathers no unit used."""
-        reducing, self._reducing = self._reducing, []
-        for u, done in reducing:
+        `.grad` as autograd does; wait for and drop prefetched gathers no unit used; forget
+        the pass's gathers."""
+        for u, done in self._reducing:
             for s, g in zip(u.shards, done()):
                 if g is not None:
                     s.grad = g if s.grad is None else s.grad.add_(g)
-        for u in (u for u in self.units if u.gathering is not None):
-            u.gathering, _ = None, u.gathering()
+        for u, gathering in self._gathering.items():
+            gathering()
             u.held += self._held(-u.held)
+        self._reducing, self._gathering = [], {}
+        self._passed = {"forward": set(), "backward": set()}
 
     @torch.no_grad()
     def finish_gradient_synchronization(self) -> None:

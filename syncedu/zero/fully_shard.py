@@ -119,11 +119,10 @@ class RowUnit:
 def policy(shard):
     """`shard` as a predicate on modules: None (none: the root alone), a tuple of module
     types, or a callable."""
-    if isinstance(shard, type) and issubclass(shard, nn.Module):
-        shard = (shard,)
-    if isinstance(shard, tuple) and shard and all(
-            isinstance(t, type) and issubclass(t, nn.Module) for t in shard):
-        return lambda m: isinstance(m, shard)
+    def module_type(t):
+        return isinstance(t, type) and issubclass(t, nn.Module)
+    if module_type(shard) or isinstance(shard, tuple) and shard and all(map(module_type, shard)):
+        return lambda m: isinstance(m, shard)  # (isinstance takes a type or a tuple of them)
     if shard is None or callable(shard):
         return lambda m: shard is not None and bool(shard(m))
     raise ValueError(f"shard={shard!r} is unknown; give None (the root as one unit), a tuple "
@@ -174,15 +173,14 @@ class FullyShard(Synced):
             if dtype not in COMPUTE_DTYPES:
                 raise ValueError(f"{name}={dtype!r} is unsupported; choose one of {COMPUTE_DTYPES}")
         chosen = policy(shard)
-        check_bool("reshard_after_forward", reshard_after_forward)
-        comm = TorchComm() if comm is None else comm
-        super().__init__(module, comm)
-        self.reshard_after_forward, self.compute_dtype = reshard_after_forward, compute_dtype
-        self.prefetch = check_bool("prefetch", prefetch)
+        super().__init__(module, comm := TorchComm() if comm is None else comm)
+        self.reshard_after_forward = check_bool("reshard_after_forward", reshard_after_forward)
+        self.prefetch, self.compute_dtype = check_bool("prefetch", prefetch), compute_dtype
         self.order = {"forward": [], "backward": []}  # units as the first forward met them
-        self._gathering: dict = {}  # unit -> its prefetched all-gather, not used yet
-        self._reducing: list = []  # (unit, its reduce-scatter's function) still in flight
-        self._settle()  # (`_passed`: the units gathered in this pass, by pass)
+        # Prefetched all-gathers not used yet (unit -> function), reduce-scatters in flight
+        # ((unit, function)); `_settle` also sets `_passed`: the units gathered in this pass.
+        self._gathering, self._reducing = {}, []
+        self._settle()
         self.reduce_dtype = reduce_dtype or compute_dtype or torch.float32
         self._live: dict[int, tuple] = {}  # storage -> (unit, index, gathered tensor)
         self.gathered_bytes = self.peak_gathered_bytes = 0  # full weights held (see _held)

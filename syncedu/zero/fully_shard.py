@@ -23,11 +23,18 @@ reads a child's weight without calling the child (`nn.MultiheadAttention` reads
    an autograd function whose backward is step 3; the full tensors go in the `__dict__` of
    each module registering them, found before the shards; with `reshard_after_forward` saved
    tensors become tokens, gathered again in backward. With `compute_dtype` every module's
-   floating inputs are cast to it (replicated modules' too);
+   floating inputs are cast to it (replicated modules' too). With `prefetch` (FSDP2's default
+   one unit ahead) the next unit's all-gather starts before it is needed: in forward when a
+   unit starts, in the order the first forward met the units; in backward when a unit's
+   weights are gathered again, in the reverse of the order their forwards ended (FSDP2's
+   post-forward order); each unit's gathered weights are counted from the gather's start
+   (`peak_gathered_bytes`: one unit more);
 3. backward of the unit: the full gradients cut into the same padded pieces and
    reduce-scattered (`op="avg"`) in `reduce_dtype` (None: the compute dtype, as FSDP2's
    `MixedPrecisionPolicy`) into the shards' fp32 gradients; in `no_sync()` added into whole
-   fp32 gradients instead (FSDP2's `set_requires_gradient_sync(False)`);
+   fp32 gradients instead (FSDP2's `set_requires_gradient_sync(False)`). With `prefetch` the
+   reduce-scatter runs on under the next unit's backward; as the backward ends (a callback on
+   autograd's engine, as FSDP2's) every one is waited for and added into the shards' `.grad`;
 4. `finish_gradient_synchronization()`: replicated gradients allreduced (one flat buffer:
    the same bits on every rank); every trainable parameter gets a `.grad`;
 5. `clip_grad_norm_(max_norm)`: the norm over all shards (a sum over ranks) and the
@@ -324,7 +331,8 @@ class FullyShard(Synced):
 
     # ------------------------------------------------------------ backward
     def unit_backward(self, u: RowUnit, grads, sync: bool) -> list:
-        """Step 3: reduce-scatter the unit's gradients (or, in no_sync, add them up)."""
+        """Step 3: reduce-scatter the unit's gradients (or, in no_sync, add them up): the
+        shards' gradients, or (prefetching) a function that waits, then returns them."""
         u.cache = None
         u.held += self._held(-u.held)  # the gathered weights go (autograd frees them now)
         grads = [g.to(torch.float32) for g in grads]

@@ -17,7 +17,6 @@ from syncedu.zero.fully_shard import FullyShard
 from syncedu.zero.hsdp import HybridShard
 
 
-
 class RMSNorm(nn.Module):
     def __init__(self, d):
         super().__init__()

@@ -55,6 +55,7 @@ from torch import nn
 from syncedu.comm.torch_comm import TorchComm
 from syncedu.dp.data_parallel import FlatSync
 from syncedu.train.sampling import check_bool
+from syncedu.zero.prefetch import Prefetching
 from syncedu.zero.shards import Synced, broadcast_params, clip_grad_norm
 
 COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
@@ -156,7 +157,7 @@ class _Gather(torch.autograd.Function):
         return (None, None, *([None] * len(grads) if callable(mine) else mine))
 
 
-class FullyShard(Synced):
+class FullyShard(Prefetching, Synced):
     """Shard `module`'s parameters over `comm`'s ranks (steps 1-5 of the module docstring).
 
     Args:
@@ -301,28 +302,6 @@ class FullyShard(Synced):
         full = u.cache[i]
         return full.as_strided(shape, stride, full.storage_offset() + offset)
 
-    def _fulls(self, u: RowUnit) -> list[torch.Tensor]:
-        """Step 2: `u`'s full parameters, from its prefetched all-gather or one started now."""
-        return (self._gathering.pop(u, None) or self._start(u))()
-
-    def _start(self, u: RowUnit):
-        """Start `u`'s all-gather (`RowUnit.unshard`), its full weights counted from now."""
-        itemsize = (self.compute_dtype or u.shards[0].dtype).itemsize
-        u.held += self._held(sum(s.numel() for s in u.shapes) * itemsize)
-        return u.unshard(self.shard_comm, self.compute_dtype)
-
-    def _ahead(self, step: str, u: RowUnit) -> None:
-        """Prefetch (FSDP2's one unit ahead): start the all-gather of the unit after `u` in
-        `step`'s order, unless this pass gathered it already; the first forward records the
-        forward's order."""
-        order, passed = self.order[step], self._passed[step]
-        if step == "forward" and u not in order:
-            order.append(u)
-        passed.add(u)
-        if self.prefetch and u in order[:-1] and (v := order[order.index(u) + 1]) not in passed:
-            passed.add(v)
-            self._gathering[v] = self._start(v)
-
     def _held(self, delta: int) -> int:
         """Count full weights gathered (+) or let go (-); keep the peak. Returns `delta`."""
         self.gathered_bytes += delta
@@ -344,21 +323,6 @@ class FullyShard(Synced):
         u.accumulated = None
         done = u.reduce(self.shard_comm, grads, self.reduce_dtype)  # started
         return done if self.prefetch else done()
-
-    @torch.no_grad()
-    def _settle(self) -> None:
-        """Wait for the reduce-scatters in flight, adding their gradients into the shards'
-        `.grad` as autograd does; wait for and drop prefetched gathers no unit used; forget
-        the pass's gathers."""
-        for u, done in self._reducing:
-            for s, g in zip(u.shards, done()):
-                if g is not None:
-                    s.grad = g if s.grad is None else s.grad.add_(g)
-        for u, gathering in self._gathering.items():
-            gathering()
-            u.held += self._held(-u.held)
-        self._reducing, self._gathering = [], {}
-        self._passed = {"forward": set(), "backward": set()}
 
     @torch.no_grad()
     def finish_gradient_synchronization(self) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from syncedu.comm.torch_comm import TorchComm
+from syncedu.comm.work import CollectiveWork
 from syncedu.compress.base import flatten, unflatten_
 from syncedu.train.sampling import check_bool, check_int
 from syncedu.zero.fully_shard import FullyShard
@@ -59,19 +60,22 @@ class SubComm:
         """The parent's ledger scope, labelled with this subgroup (e.g. "shard_reduce_scatter")."""
         return self.parent.scope(f"{self.label}_{name.removeprefix('ring_')}")
 
-    def all_gather(self, tensor_list: list, tensor: torch.Tensor):
-        """`tensor_list[j]` = group rank j's `tensor` (a ring; equal sizes)."""
+    def all_gather(self, tensor_list: list, tensor: torch.Tensor, async_op: bool = False):
+        """`tensor_list[j]` = group rank j's `tensor` (a ring; equal sizes); `async_op`: done
+        already, a handle with nothing to wait for (the ring's sends block)."""
         tensor_list[self.rank].copy_(tensor)
         ring_all_gather_pieces(self, tensor_list)
-        return tensor_list
+        return CollectiveWork(None) if async_op else tensor_list
 
-    def reduce_scatter(self, output: torch.Tensor, input_list: list, op: str = "sum"):
+    def reduce_scatter(self, output: torch.Tensor, input_list: list, op: str = "sum",
+                       async_op: bool = False):
         """`output` = the group's sum (op="avg": mean) of `input_list[rank]` (the ring's
-        buffers: they keep partial sums)."""
+        buffers: they keep partial sums); `async_op` as `all_gather`'s."""
         if op not in ("sum", "avg"):
             raise ValueError(f"op={op!r} is not supported here; choose 'sum' or 'avg'")
-        output.copy_(ring_reduce_scatter_pieces(self, input_list))
-        return output.div_(self.world_size) if op == "avg" else output
+        output.copy_(ring_reduce_scatter_pieces(self, input_list)).div_(
+            self.world_size if op == "avg" else 1)  # (x / 1 is x exactly)
+        return CollectiveWork(None) if async_op else output
 
     def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
         """Step 2: `tensor` averaged in place over the group, a ring allreduce (its two halves
@@ -114,6 +118,7 @@ class HybridShard(FullyShard):
 
     def unit_backward(self, u, grads, sync: bool) -> list:
         mine = super().unit_backward(u, grads, sync)  # the node's mean, or None (no_sync)
+        mine = mine() if callable(mine) else mine  # (prefetching: SubComm's is done already)
         if not sync:
             return mine
         if u.pending is not None:  # the node's means of the deferred micro-batches

@@ -38,27 +38,38 @@ def test_overlapped_dp_is_the_closed_form_of_a_per_layer_bucket_chain():
         assert got <= timeline.zero_step_time("dp", psi, layers, n, net, fwd)
 
 
-def _fully_shard_step(comm, depth, forward_seconds):
+def _fully_shard_step(comm, depth, forward_seconds, prefetch):
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(64, 64) for _ in range(depth)])
     charge = LayerCompute(model, comm, 3 * forward_seconds)  # built before sharding
-    fs = FullyShard(model, comm, shard=(nn.Linear,))
+    fs = FullyShard(model, comm, shard=(nn.Linear,), prefetch=prefetch)
     charge.attach()
     x = torch.randn(4, 64, generator=torch.Generator().manual_seed(comm.rank), requires_grad=True)
-    comm.barrier()
-    start = comm.now()
-    fs(x).square().mean().backward()
-    fs.finish_gradient_synchronization()
-    return comm.now() - start
+    seconds = []
+    for _ in range(2):  # the first forward records the order the second prefetches in
+        comm.barrier()
+        start = comm.now()
+        fs(x).square().mean().backward()
+        fs.finish_gradient_synchronization()
+        seconds.append(comm.now() - start)
+    return seconds, fs.peak_gathered_bytes
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])
-def test_simulated_fully_shard_is_the_zero3_model(n):
-    # Per-parameter shards split every layer N ways: the model's even split, as in lesson 10.
+def test_simulated_fully_shard_is_the_zero3_model_with_and_without_prefetch(n):
+    # Per-parameter shards split every layer N ways: the model's even split, as in lesson 10;
+    # prefetching, the model's max(compute, communication) per layer and one more layer held.
+    layer = 4 * (64 * 64 + 64)
     for link in (Network(latency=10e-6, bandwidth=1e10), Network(latency=1e-5, bandwidth=3e7)):
-        simulated = max(sim.run(_fully_shard_step, n, args=(4, 1e-3), network=link, output="quiet"))
-        model = timeline.zero_step_time("zero3", 4 * (64 * 64 + 64), 4, n, link, 1e-3, itemsize=4)
-        assert simulated == pytest.approx(model, rel=1e-9)
+        for prefetch, mode in ((False, "zero3"), (True, "zero3_prefetch")):
+            res = sim.run(_fully_shard_step, n, args=(4, 1e-3, prefetch), network=link,
+                          output="quiet")
+            model = timeline.zero_step_time(mode, 4 * (64 * 64 + 64), 4, n, link, 1e-3, itemsize=4)
+            assert max(r[0][1] for r in res) == pytest.approx(model, rel=1e-9)
+            assert {r[1] for r in res} == {(1 + prefetch) * layer}
+            no_order = timeline.zero_step_time("zero3", 4 * (64 * 64 + 64), 4, n, link, 1e-3,
+                                               itemsize=4)
+            assert max(r[0][0] for r in res) <= no_order * (1 + 1e-9)  # the first step: not worse
 
 
 def test_working_set_does_not_shrink_with_n_and_names_its_parameter():

@@ -26,9 +26,9 @@ reads a child's weight without calling the child (`nn.MultiheadAttention` reads
    floating inputs are cast to it (replicated modules' too). With `prefetch` (FSDP2's default
    one unit ahead) the next unit's all-gather starts before it is needed: in forward when a
    unit starts, in the order the first forward met the units; in backward when a unit's
-   weights are gathered again, in the reverse of the order their forwards ended (FSDP2's
-   post-forward order); each unit's gathered weights are counted from the gather's start
-   (`peak_gathered_bytes`: one unit more);
+   weights are gathered again, in the order the first backward gathered them (the reverse of
+   the order their forwards ended: FSDP2's post-forward order); each unit's gathered weights
+   are counted from the gather's start (`peak_gathered_bytes`: one unit more);
 3. backward of the unit: the full gradients cut into the same padded pieces and
    reduce-scattered (`op="avg"`) in `reduce_dtype` (None: the compute dtype, as FSDP2's
    `MixedPrecisionPolicy`) into the shards' fp32 gradients; in `no_sync()` added into whole
@@ -48,13 +48,14 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+from functools import partial
 
 import torch
 from torch import nn
 
+from syncedu.comm.runs import check_bool, check_choice
 from syncedu.comm.torch_comm import TorchComm
 from syncedu.dp.data_parallel import FlatSync
-from syncedu.train.sampling import check_bool
 from syncedu.zero.prefetch import Prefetching
 from syncedu.zero.shards import Synced, broadcast_params, clip_grad_norm
 
@@ -143,18 +144,13 @@ class _Gather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, owner, unit, *shards):
         ctx.owner, ctx.unit, ctx.sync = owner, unit, owner.require_sync
-        fulls = tuple(owner._fulls(unit))
+        fulls = tuple(owner._fulls(unit, "forward"))  # (and the next unit's prefetch)
         ctx.mark_non_differentiable(*(f for f, t in zip(fulls, unit.trainable) if not t))
         return fulls
 
     @staticmethod
     def backward(ctx, *grads):
-        mine, owner = ctx.owner.unit_backward(ctx.unit, grads, ctx.sync), ctx.owner
-        if callable(mine):  # prefetch: the reduce-scatter runs on; `_settle` (queued on
-            if not owner._reducing:  # autograd's engine, as FSDP2's final callback) ends it
-                torch.autograd.Variable._execution_engine.queue_callback(owner._settle)
-            owner._reducing.append((ctx.unit, mine))
-        return (None, None, *([None] * len(grads) if callable(mine) else mine))
+        return (None, None, *ctx.owner.unit_backward(ctx.unit, grads, ctx.sync))
 
 
 class FullyShard(Prefetching, Synced):
@@ -178,30 +174,29 @@ class FullyShard(Prefetching, Synced):
     def __init__(self, module: nn.Module, comm=None, *, compute_dtype=None, shard=None,
                  reshard_after_forward: bool = True, reduce_dtype=None, prefetch: bool = True):
         for name, dtype in (("compute_dtype", compute_dtype), ("reduce_dtype", reduce_dtype)):
-            if dtype not in COMPUTE_DTYPES:
-                raise ValueError(f"{name}={dtype!r} is unsupported; choose one of {COMPUTE_DTYPES}")
+            check_choice(name, dtype, COMPUTE_DTYPES)
         chosen = policy(shard)
         super().__init__(module, comm := TorchComm() if comm is None else comm)
         self.reshard_after_forward = check_bool("reshard_after_forward", reshard_after_forward)
         self.prefetch, self.compute_dtype = check_bool("prefetch", prefetch), compute_dtype
-        self.order = {"forward": [], "backward": []}  # units as the first forward met them
-        # Prefetched all-gathers not used yet (unit -> function), reduce-scatters in flight
-        # ((unit, function)); `_settle` also sets `_passed`: the units gathered in this pass.
-        self._gathering, self._reducing = {}, []
+        # Units as the first pass of each step gathered them; prefetched all-gathers not used
+        # yet (unit -> function); reduce-scatters in flight ((unit, function)); `_settle` also
+        # sets `_passed`: the units gathered in this pass.
+        self.order, self._gathering, self._reducing = {"forward": {}, "backward": {}}, {}, []
         self._settle()
         self.reduce_dtype = reduce_dtype or compute_dtype or torch.float32
-        self._live: dict[int, tuple] = {}  # storage -> (unit, index, gathered tensor)
-        self.gathered_bytes = self.peak_gathered_bytes = 0  # full weights held (see _held)
+        # storage -> (unit, index, gathered tensor); the full weights held (see _held)
+        self._live, self.gathered_bytes, self.peak_gathered_bytes = {}, 0, 0
         if not list(module.parameters()):
             raise ValueError("module has no parameters to shard")
+        self.shard_comm = self._shard_comm(comm)  # (HSDP: checks its nodes, before any traffic)
         broadcast_params(comm, list(module.parameters()))  # Step 1 (each tied one once)
-        self.shard_comm = self._shard_comm(comm)
         self.units = self._build_units(chosen)
         self.replicated = [p for p in module.parameters() if p.requires_grad and p.dim() == 0]
         module.register_forward_pre_hook(lambda *_: self._settle())  # a forward starts
         for u in self.units:
-            u.module.register_forward_pre_hook(self.pre_forward(u))
-            u.module.register_forward_hook(self.post_forward(u))
+            u.module.register_forward_pre_hook(partial(self.pre_forward, u))
+            u.module.register_forward_hook(partial(self.post_forward, u))
         for m in module.modules() if compute_dtype is not None else ():
             m.register_forward_pre_hook(self._cast_inputs, with_kwargs=True)
 
@@ -254,16 +249,15 @@ class FullyShard(Prefetching, Synced):
               if self.reshard_after_forward else contextlib.nullcontext()):
             return self.module(*args, **kwargs)
 
-    def pre_forward(self, u: RowUnit):
-        def hook(module, args):
-            fulls = _Gather.apply(self, u, *u.shards)  # Step 2
-            self._ahead("forward", u)
-            for i, (slots, full) in enumerate(zip(u.slots, fulls)):
-                for owner, name in slots:  # every module registering it sees it whole
-                    owner.__dict__[name] = full
-                if self.reshard_after_forward:
-                    self._live[full.untyped_storage().data_ptr()] = (u, i, full)
-        return hook
+    def pre_forward(self, u: RowUnit, module, args) -> None:
+        """A forward pre-hook for unit `u` (bound with `partial`): gather its full parameters
+        (Step 2), prefetch the next unit's, and show the full tensors to every module."""
+        fulls = _Gather.apply(self, u, *u.shards)  # Step 2
+        for i, (slots, full) in enumerate(zip(u.slots, fulls)):
+            for owner, name in slots:  # every module registering it sees it whole
+                owner.__dict__[name] = full
+            if self.reshard_after_forward:
+                self._live[full.untyped_storage().data_ptr()] = (u, i, full)
 
     def _cast_inputs(self, module, args, kwargs):
         """Step 2: every module's floating inputs in `compute_dtype`."""
@@ -271,19 +265,15 @@ class FullyShard(Prefetching, Synced):
             return a.to(self.compute_dtype) if torch.is_tensor(a) and a.is_floating_point() else a
         return tuple(map(cast, args)), {k: cast(v) for k, v in kwargs.items()}
 
-    def post_forward(self, u: RowUnit):
-        """A forward hook for unit `u`: drop the gathered full parameters (when
-        `reshard_after_forward`) and put the shards back.
+    def post_forward(self, u: RowUnit, module, _args, _output) -> None:
+        """A forward hook for unit `u` (bound with `partial`): drop the gathered full
+        parameters (when `reshard_after_forward`) and put the shards back.
         """
-        def hook(module, _args, _output):
-            if self.reshard_after_forward:
-                u.held += self._held(-u.held)  # let them go: 0 held
-            if u not in self.order["backward"]:  # backward: the reverse of the post-forwards
-                self.order["backward"].insert(0, u)
-            for slots in u.slots:
-                fulls = [owner.__dict__.pop(name) for owner, name in slots]
-                self._live.pop(fulls[0].untyped_storage().data_ptr(), None)
-        return hook
+        if self.reshard_after_forward:
+            u.held += self._held(-u.held)  # let them go: 0 held
+        for slots in u.slots:
+            fulls = [owner.__dict__.pop(name) for owner, name in slots]
+            self._live.pop(fulls[0].untyped_storage().data_ptr(), None)
 
     def _pack(self, t: torch.Tensor):
         hit = self._live.get(t.untyped_storage().data_ptr()) if t.numel() else None
@@ -296,9 +286,7 @@ class FullyShard(Prefetching, Synced):
         if isinstance(packed, torch.Tensor):
             return packed
         u, i, shape, stride, offset = packed
-        if u.cache is None:
-            u.cache = self._fulls(u)  # the backward all-gather (or its prefetch)
-            self._ahead("backward", u)
+        u.cache = u.cache or self._fulls(u, "backward")  # the backward all-gather (or prefetch)
         full = u.cache[i]
         return full.as_strided(shape, stride, full.storage_offset() + offset)
 
@@ -311,7 +299,7 @@ class FullyShard(Prefetching, Synced):
     # ------------------------------------------------------------ backward
     def unit_backward(self, u: RowUnit, grads, sync: bool) -> list:
         """Step 3: reduce-scatter the unit's gradients (or, in no_sync, add them up): the
-        shards' gradients, or (prefetching) a function that waits, then returns them."""
+        shards' gradients, or (prefetching) Nones, the reduce-scatter left running (`reduced`)."""
         u.cache = None
         u.held += self._held(-u.held)  # the gathered weights go (autograd frees them now)
         grads = [g.to(torch.float32) for g in grads]
@@ -321,8 +309,7 @@ class FullyShard(Prefetching, Synced):
             u.accumulated = grads
             return [None] * len(grads)
         u.accumulated = None
-        done = u.reduce(self.shard_comm, grads, self.reduce_dtype)  # started
-        return done if self.prefetch else done()
+        return self.reduced(u, u.reduce(self.shard_comm, grads, self.reduce_dtype))  # started
 
     @torch.no_grad()
     def finish_gradient_synchronization(self) -> None:

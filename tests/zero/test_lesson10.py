@@ -1,12 +1,13 @@
 """Lesson 10's helpers: the explorer's time model against DDP and a simulated FullyShard, and
-the working set at scale (review-09-10, items 1-3)."""
+the working set at scale (review-09-10, items 1-3); the DP row of the time model against
+bucketed DDP simulated (issue 43 c, review 09-10 item 6)."""
 
 import matplotlib
 import pytest
 import torch
 from torch import nn
 
-from syncedu import Network, sim
+from syncedu import Network, sim, train
 from syncedu.dp import timeline
 from syncedu.train import memory
 from syncedu.train.layer_compute import LayerCompute
@@ -36,6 +37,21 @@ def test_overlapped_dp_is_the_closed_form_of_a_per_layer_bucket_chain():
         got = timeline.zero_step_time("dp", psi, layers, n, net, fwd, overlap=True)
         assert got == pytest.approx(want, rel=1e-12)
         assert got <= timeline.zero_step_time("dp", psi, layers, n, net, fwd)
+
+
+@pytest.mark.parametrize("link", [Network(latency=1e-6, bandwidth=1e10),
+                                  Network(latency=1e-5, bandwidth=3e7)])
+def test_simulated_bucketed_ddp_is_the_dp_overlap_model(link):
+    # Lesson 10's witness of its DDP baseline: one 16,640-byte bucket per Linear(64, 64) layer,
+    # each allreduce started as its gradients are ready, against zero_step_time("dp", overlap).
+    psi = 4 * (64 * 64 + 64)  # the four layers' parameters, also one layer's fp32 bytes
+    h = train.run("bucketed", 4, steps=2, global_batch=16, lr=0.01, simulate=True, network=link,
+                  model_kwargs={"hidden": 64, "classes": 64, "depth": 3}, compute_seconds=3e-3,
+                  bucket_cap_mb=(64 * 64 + 64) * 4 / 2**20)
+    seconds = max(sum(s) for s in h.rank_step_seconds) / 2
+    model = timeline.zero_step_time("dp", psi, 4, 4, link, 1e-3, itemsize=4, overlap=True)
+    assert seconds == pytest.approx(model, rel=1e-9)
+    assert seconds <= timeline.zero_step_time("dp", psi, 4, 4, link, 1e-3, itemsize=4)
 
 
 def _fully_shard_step(comm, depth, forward_seconds, prefetch):

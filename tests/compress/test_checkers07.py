@@ -108,10 +108,15 @@ def test_powersgd_wrong_answers_are_rejected(capsys):
         n, m = s[0], math.prod(s[1:])
         return r * (n + m) if len(s) > 1 and 2 * r * (n + m) < n * m else n * m
 
+    def at_most(s, r):  # compresses on the boundary too: <= where torch's test is <
+        n, m = s[0], math.prod(s[1:])
+        return r * (n + m) if len(s) > 1 and 2 * r * (n + m) <= n * m else n * m
+
     assert _grade(ex.powersgd_elements, capsys, right)[0]
-    for wrong in (capped_always, no_condition):
+    for wrong in (capped_always, no_condition, at_most):
         ok, out = _grade(ex.powersgd_elements, capsys, wrong)
         assert not ok and "compress only if" in out
+    assert "<, not <=" in _grade(ex.powersgd_elements, capsys, at_most)[1]
 
 
 def test_topk_bytes_wrong_answers_are_rejected(capsys):

@@ -48,7 +48,8 @@ def check(claim_id: str, holds: bool, measured: str, *, modeled: bool = False) -
     if not holds:
         raise AssertionError(f"claim {claim_id}: the measurement ({measured}) no longer "
                              f"supports the verdict '{c.verdict}': fix the verdict or the lesson")
-    print(f"claim {claim_id}, \"{c.translation}\": {c.verdict.split(':')[0]}. {'Modeled' if modeled else 'Measured'}: {measured}")
+    word = "Modeled" if modeled else "Measured"
+    print(f"claim {claim_id}, \"{c.translation}\": {c.verdict.split(':')[0]}. {word}: {measured}")
 
 
 def table() -> str:

@@ -15,6 +15,7 @@ class LearnerTopK(compress.Compressor):
     ratio = 0.1
     write_back_all = True
     key_residual = True
+    sum_duplicates = True
 
     def average_(self, comm, tensors, key="bucket"):
         flat = torch.cat([t.reshape(-1) for t in tensors])
@@ -30,6 +31,9 @@ class LearnerTopK(compress.Compressor):
         comm.all_gather(vals, acc[idx].contiguous())
         comm.all_gather(idxs, idx.to(torch.int32))
         out = torch.zeros_like(acc).index_add_(0, torch.cat(idxs).long(), torch.cat(vals))
+        if not self.sum_duplicates:  # out[i] = v: an index two ranks chose keeps one value
+            out = torch.zeros_like(acc)
+            out[torch.cat(idxs).long()] = torch.cat(vals)
         out /= comm.world_size
         if self.write_back_all or comm.rank == 0:
             offset = 0
@@ -63,6 +67,10 @@ class OnlyRankZeroWrites(LearnerTopK):
 
 class ResidualPerRankOnly(LearnerTopK):
     key_residual = False
+
+
+class DuplicatesOverwritten(LearnerTopK):
+    sum_duplicates = False
 
 
 def _grade(fn, capsys, *args):
@@ -129,3 +137,8 @@ def test_topk_bytes_wrong_answers_are_rejected(capsys):
                   lambda n, d, r: 2 * (n - 1) / n * math.ceil(r * d) * 8):  # as if summable
         ok, out = _grade(ex.topk_bytes, capsys, wrong)
         assert not ok and "N-1" in out
+
+
+def test_duplicates_overwritten_are_rejected_and_the_hint_says_sum(capsys):
+    ok, out = _grade(ex.topk_compressor, capsys, DuplicatesOverwritten)
+    assert not ok and "index_add_" in out

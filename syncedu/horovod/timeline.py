@@ -117,7 +117,7 @@ def segments(spans: list[Span], names=("NEGOTIATE_ALLREDUCE", "MEMCPY_IN_FUSION_
 
 
 def fusion_buffers(sizes: list[int], backward: float, cycle: float, threshold: int,
-                   seconds=lambda nbytes: 0.0) -> list[int]:
+                   seconds=lambda nbytes: 0.0, *, starts: bool = False) -> list:
     """Step 4 (a model): the fused buffers Horovod would send for one backward.
 
     `sizes`: gradient bytes per tensor in backward's order, ready over `backward` s in
@@ -127,11 +127,14 @@ def fusion_buffers(sizes: list[int], backward: float, cycle: float, threshold: i
     allreduces inside the same loop, `seconds(nbytes)` each; the next cycle starts `cycle` s
     after this one or when its allreduces end, whichever is later (the cycle is a minimum
     period). So tensors that become ready during an allreduce fuse into the next buffer.
+    `starts=True`: `(nbytes, start)` pairs instead, `start` (s from the backward's start) when
+    the loop begins that buffer's allreduce: its pass's start, after the pass's earlier
+    buffers. A schedule must start each buffer there, not when its last byte was ready.
     """
     if not sizes or backward < 0 or cycle <= 0 or threshold < 0:
         raise ValueError("sizes must be non-empty, backward >= 0, cycle > 0 and threshold >= 0")
     ready = [backward * c / sum(sizes) for c in itertools.accumulate(sizes)]
-    out, i, t = [], 0, 0.0
+    out, at, i, t = [], [], 0, 0.0
     while i < len(sizes):
         t += cycle * max(0, math.ceil((ready[i] - t) / cycle - 1e-9))  # idle cycles: nothing ready
         first, current = len(out), 0
@@ -141,5 +144,6 @@ def fusion_buffers(sizes: list[int], backward: float, cycle: float, threshold: i
                 current = 0
             current, i = current + sizes[i], i + 1
         out.append(current)
-        t = max(t + cycle, t + sum(seconds(b) for b in out[first:]))
-    return out
+        at += itertools.accumulate((seconds(b) for b in out[first:-1]), initial=t)
+        t = max(t + cycle, at[-1] + seconds(out[-1]))
+    return list(zip(out, at)) if starts else out

@@ -37,9 +37,10 @@ CLAIMS: tuple[Claim, ...] = tuple(
     Claim(**row) for row in json.loads(Path(__file__).with_name("claims.json").read_text("utf-8")))
 
 
-def check(claim_id: str, holds: bool, measured: str) -> None:
+def check(claim_id: str, holds: bool, measured: str, *, modeled: bool = False) -> None:
     """Assert that a lesson's measurement (`holds`: the cell's own comparison, `measured`:
-    its numbers) still supports a claim's verdict, and print it."""
+    its numbers) still supports a claim's verdict, and print it; `modeled=True` labels the
+    numbers "Modeled:" (a model's output, not a measurement)."""
     by_id = {c.id: c for c in CLAIMS}
     if claim_id not in by_id:
         raise ValueError(f"claim_id must be one of {sorted(by_id)}, got {claim_id!r}")
@@ -47,7 +48,8 @@ def check(claim_id: str, holds: bool, measured: str) -> None:
     if not holds:
         raise AssertionError(f"claim {claim_id}: the measurement ({measured}) no longer "
                              f"supports the verdict '{c.verdict}': fix the verdict or the lesson")
-    print(f"claim {claim_id}, \"{c.translation}\": {c.verdict.split(':')[0]}. Measured: {measured}")
+    word = "Modeled" if modeled else "Measured"
+    print(f"claim {claim_id}, \"{c.translation}\": {c.verdict.split(':')[0]}. {word}: {measured}")
 
 
 def table() -> str:

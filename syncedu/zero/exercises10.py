@@ -10,8 +10,10 @@ kept in `state`) run the answer at N = 3 and 4 with Psi = 10 (neither divides it
 3. does a rank send or receive (the trace) more than a ring reduce-scatter plus
    all-gather, 2 (N-1) ceil(Psi/N) elements per step?
 4. exercise 3: does a rank keep momentum for more than ceil(Psi/N) elements in `state`, or
-   keep it elsewhere? Between the two steps the checker doubles every floating tensor in
-   `state` (as reloading a changed checkpoint would): the second step must use that momentum;
+   keep it elsewhere? Counted by storage: a slice of a larger tensor keeps all of that tensor
+   alive (the lesson's view-vs-storage trap), so `torch.zeros(N * numel)[lo:hi]` holds N * numel
+   elements. Between the two steps the checker doubles every floating tensor in `state` (as
+   reloading a changed checkpoint would): the second step must use that momentum;
 5. with each rank's `params` NaN outside its own shard (a ZeRO step never reads them),
    does it end with NaN (data parallelism on a copy of the gradients)?
 
@@ -57,11 +59,13 @@ def _worker(comm, answer, numel: int, steps: int, nan_outside: bool = False):
         # Step 4: every floating tensor in `state` doubled; only momentum read from there sees it
         [t.mul_(2) for t in _tensors(state) if t.is_floating_point()]
         grads = _grads(comm.rank, step, numel)  # the answer may use it as a buffer
-        if steps == 1:  # exercise 1: rank r owns sum(sizes[:r]) .. sum(sizes[:r+1]) - 1
-            answer(comm, params, grads, ring_chunks(numel, comm.world_size), LR)
-        else:
-            answer(comm, params, grads, state, LR, MOMENTUM)
-    return params.tolist(), sum(t.numel() for t in _tensors(state)), grads.tolist()
+        # Exercise 1 gets (sizes, lr): rank r owns sum(sizes[:r]) .. sum(sizes[:r+1]) - 1;
+        # exercise 3 (state, lr, momentum).
+        rest = (ring_chunks(numel, comm.world_size), LR) if steps == 1 else (state, LR, MOMENTUM)
+        answer(comm, params, grads, *rest)
+    kept = list(_tensors(state))  # and the storage they keep alive (of a view: its base's)
+    alive = {(s := t.untyped_storage()).data_ptr(): s.nbytes() // t.element_size() for t in kept}
+    return params.tolist(), (sum(t.numel() for t in kept), sum(alive.values())), grads.tolist()
 
 
 MISTAKES = {"sum": "the sum, not the mean: divide the reduced piece by N",
@@ -75,14 +79,14 @@ def _reference(n: int, numel: int, steps: int, mistake: str | None = None) -> li
     params, velocity = torch.linspace(-1.0, 1.0, numel), torch.zeros(numel)
     for step in range(steps):
         mean = sum(_grads(r, step, numel) for r in range(n)) / (1 if mistake == "sum" else n)
-        keep = MOMENTUM * (1 if mistake == "outside" else 2) if steps > 1 and mistake != "reset" else 0
+        keep = (2 - (mistake == "outside")) * MOMENTUM if steps > 1 and mistake != "reset" else 0
         velocity = keep * velocity + (1 - MOMENTUM if mistake == "ema" else 1) * mean
         params -= LR * velocity
     return params.tolist()
 
 
-def _close(got: list[float], want: list[float]) -> bool:
-    return len(got) == len(want) and all(abs(a - b) <= 1e-6 for a, b in zip(got, want))
+def _close(got: list[float], want: list[float], tol: float = 1e-6) -> bool:
+    return len(got) == len(want) and all(abs(a - b) <= tol for a, b in zip(got, want))
 
 
 def _judge(n: int, numel: int, steps: int, res, nan: bool) -> str | None:
@@ -97,15 +101,12 @@ def _judge(n: int, numel: int, steps: int, res, nan: bool) -> str | None:
             named = [m for k, m in MISTAKES.items() if _close(got, _reference(n, numel, steps, k))]
             return (f"N={n}: rank {r}'s parameters are not those of one process stepping the "
                     f"mean gradient: {named[0] if named else 'all-gather every shard?'}")
-    ops = set(res.ledger.ops)
-    total = sum(_grads(r, steps - 1, numel) for r in range(n))
-    whole = [(total / k).tolist() for k in (1, n)]  # the sum or the mean, on every rank
-    if "all_reduce" in ops or any(all(max(abs(a - b) for a, b in zip(g, w)) < 1e-5
-                                      for *_, g in res) for w in whole):
+    ops, total = set(res.ledger.ops), sum(_grads(r, steps - 1, numel) for r in range(n))
+    if "all_reduce" in ops or any(all(_close(g, (total / k).tolist(), 1e-5) for *_, g in res)
+                                  for k in (1, n)):  # the sum or the mean, on every rank
         return (f"N={n}: every rank ends with the whole summed gradient (an allreduce): that is "
                 "data parallelism, not ZeRO - reduce-scatter, update your shard, all-gather")
-    root = [op for op in ROOT_OPS if op in ops]
-    if root:
+    if root := [op for op in ROOT_OPS if op in ops]:
         return (f"N={n}: you used comm.{' / comm.'.join(root)}: that is a parameter server - "
                 "one rank sums, updates and holds everything; each rank must update only its "
                 "own ceil(Psi/N) elements")
@@ -117,10 +118,11 @@ def _judge(n: int, numel: int, steps: int, res, nan: bool) -> str | None:
             return (f"N={n}: rank {r} sent {sent} and received {received} bytes (from ranks "
                     f"{sorted(set(src[dst == r].tolist()))}); a ring reduce-scatter plus "
                     f"all-gather moves at most {bound} per rank - is one rank a root?")
-    for r, (_, held, _) in enumerate(res):
-        if held > ceil:
-            return (f"N={n}: rank {r} keeps momentum for {held} elements; its shard is at "
-                    f"most ceil(Psi/N) = {ceil}")
+    for r, (_, (held, alive), _) in enumerate(res):
+        if max(held, alive) > ceil:
+            view = f" (a view of {held} elements into a larger tensor keeps all its storage alive)"
+            return (f"N={n}: rank {r} keeps momentum for {max(held, alive)} elements"
+                    f"{view if held <= ceil else ''}; its shard is at most ceil(Psi/N) = {ceil}")
     return None
 
 

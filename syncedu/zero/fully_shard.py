@@ -23,11 +23,18 @@ reads a child's weight without calling the child (`nn.MultiheadAttention` reads
    an autograd function whose backward is step 3; the full tensors go in the `__dict__` of
    each module registering them, found before the shards; with `reshard_after_forward` saved
    tensors become tokens, gathered again in backward. With `compute_dtype` every module's
-   floating inputs are cast to it (replicated modules' too);
+   floating inputs are cast to it (replicated modules' too). With `prefetch` (FSDP2's default
+   one unit ahead) the next unit's all-gather starts before it is needed: in forward when a
+   unit starts, in the order the first forward met the units; in backward when a unit's
+   weights are gathered again, in the order the first backward gathered them (the reverse of
+   the order their forwards ended: FSDP2's post-forward order); each unit's gathered weights
+   are counted from the gather's start (`peak_gathered_bytes`: one unit more);
 3. backward of the unit: the full gradients cut into the same padded pieces and
    reduce-scattered (`op="avg"`) in `reduce_dtype` (None: the compute dtype, as FSDP2's
    `MixedPrecisionPolicy`) into the shards' fp32 gradients; in `no_sync()` added into whole
-   fp32 gradients instead (FSDP2's `set_requires_gradient_sync(False)`);
+   fp32 gradients instead (FSDP2's `set_requires_gradient_sync(False)`). With `prefetch` the
+   reduce-scatter runs on under the next unit's backward; as the backward ends (a callback on
+   autograd's engine, as FSDP2's) every one is waited for and added into the shards' `.grad`;
 4. `finish_gradient_synchronization()`: replicated gradients allreduced (one flat buffer:
    the same bits on every rank); every trainable parameter gets a `.grad`;
 5. `clip_grad_norm_(max_norm)`: the norm over all shards (a sum over ranks) and the
@@ -41,13 +48,15 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+from functools import partial
 
 import torch
 from torch import nn
 
+from syncedu.comm.runs import check_bool, check_choice
 from syncedu.comm.torch_comm import TorchComm
 from syncedu.dp.data_parallel import FlatSync
-from syncedu.train.sampling import check_bool
+from syncedu.zero.prefetch import Prefetching
 from syncedu.zero.shards import Synced, broadcast_params, clip_grad_norm
 
 COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
@@ -75,26 +84,31 @@ class RowUnit:
         self.cache: list[torch.Tensor] | None = None  # re-gathered for backward
         self.accumulated: list[torch.Tensor] | None = None  # no_sync: whole fp32 gradients
         self.pending: list | None = None  # HSDP's deferred allreduce: the node's mean shards
-        self.held_forward = 0  # bytes of the forward's gathered weights still held
+        self.held = 0  # bytes of gathered weights alive (forward's, backward's, prefetched)
 
     @property
     def shards(self) -> list[nn.Parameter]:
         """This unit's parameters as registered now: this rank's shards (between gathers)."""
         return [m._parameters[k] for (m, k), *_ in self.slots]
 
-    def unshard(self, comm, dtype: torch.dtype | None = None) -> list[torch.Tensor]:
-        """Step 2: the unit's full parameters, gathered (and cast to `dtype`) in one collective."""
+    def unshard(self, comm, dtype: torch.dtype | None = None):
+        """Step 2: start the unit's all-gather (one collective, cast to `dtype`); returns a
+        function that waits for it and returns the full parameters (called at once, or later:
+        a prefetch)."""
         shards = [s.detach() for s in self.shards]
         send = shards[0].new_zeros(self.size, dtype=dtype or shards[0].dtype)
         for s, a in zip(shards, self.offsets):
             send[a: a + s.numel()] = s.reshape(-1)  # copy-in (cast), the tail padded with zeros
-        outs = comm.all_gather([torch.empty_like(send) for _ in range(self.world_size)], send)
-        return [torch.cat([o[a: a + chunk] for o in outs]).view(-1, *shape[1:])[: shape[0]]
-                for shape, a, chunk in zip(self.shapes, self.offsets, self.chunk)]  # copy-out
+        outs = [torch.empty_like(send) for _ in range(self.world_size)]
+        work = comm.all_gather(outs, send, async_op=True)
+        return lambda: work.wait() or [  # (wait() returns None) then the copy-out
+            torch.cat([o[a: a + chunk] for o in outs]).view(-1, *shape[1:])[: shape[0]]
+            for shape, a, chunk in zip(self.shapes, self.offsets, self.chunk)]
 
-    def reduce(self, comm, grads: list, dtype: torch.dtype) -> list:
-        """Step 3: the mean over ranks (reduced in `dtype`) of this rank's rows of the trainable
-        `grads`, as fp32 tensors of the shards' shapes (None for frozen parameters)."""
+    def reduce(self, comm, grads: list, dtype: torch.dtype):
+        """Step 3: start reduce-scattering the mean over ranks (in `dtype`) of this rank's rows
+        of the trainable `grads`; returns a function that waits and returns them as fp32
+        tensors of the shards' shapes (None for frozen parameters)."""
         n, keep = self.world_size, [i for i, t in enumerate(self.trainable) if t]
         at = list(itertools.accumulate((self.chunk[i] for i in keep), initial=0))
         pieces = [grads[keep[0]].new_zeros(at[-1], dtype=dtype) for _ in range(n)]
@@ -103,20 +117,21 @@ class RowUnit:
             for j in range(n):
                 lo, hi = rows(self.shapes[i][0], n, j)
                 pieces[j][a: a + (hi - lo) * rest] = flat[lo * rest: hi * rest]
-        out = comm.reduce_scatter(pieces[0].new_empty(at[-1]), pieces, op="avg")
-        mine = iter(out[a: a + s.numel()].view(s.shape).to(torch.float32, copy=True)
-                    for s, a in zip([self.shards[i] for i in keep], at))
-        return [next(mine) if t else None for t in self.trainable]
+        work = comm.reduce_scatter(out := pieces[0].new_empty(at[-1]), pieces, op="avg",
+                                   async_op=True)
+        mine = (out[a: a + s.numel()].view(s.shape) for s, a in
+                zip([self.shards[i] for i in keep], at))  # run once wait() has divided "avg"
+        return lambda: work.wait() or [next(mine).to(torch.float32, copy=True) if t else None
+                                       for t in self.trainable]
 
 
 def policy(shard):
     """`shard` as a predicate on modules: None (none: the root alone), a tuple of module
     types, or a callable."""
-    if isinstance(shard, type) and issubclass(shard, nn.Module):
-        shard = (shard,)
-    if isinstance(shard, tuple) and shard and all(
-            isinstance(t, type) and issubclass(t, nn.Module) for t in shard):
-        return lambda m: isinstance(m, shard)
+    def module_type(t):
+        return isinstance(t, type) and issubclass(t, nn.Module)
+    if module_type(shard) or isinstance(shard, tuple) and shard and all(map(module_type, shard)):
+        return lambda m: isinstance(m, shard)  # (isinstance takes a type or a tuple of them)
     if shard is None or callable(shard):
         return lambda m: shard is not None and bool(shard(m))
     raise ValueError(f"shard={shard!r} is unknown; give None (the root as one unit), a tuple "
@@ -129,7 +144,7 @@ class _Gather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, owner, unit, *shards):
         ctx.owner, ctx.unit, ctx.sync = owner, unit, owner.require_sync
-        fulls = tuple(unit.unshard(owner.shard_comm, owner.compute_dtype))
+        fulls = tuple(owner._fulls(unit, "forward"))  # (and the next unit's prefetch)
         ctx.mark_non_differentiable(*(f for f, t in zip(fulls, unit.trainable) if not t))
         return fulls
 
@@ -138,7 +153,7 @@ class _Gather(torch.autograd.Function):
         return (None, None, *ctx.owner.unit_backward(ctx.unit, grads, ctx.sync))
 
 
-class FullyShard(Synced):
+class FullyShard(Prefetching, Synced):
     """Shard `module`'s parameters over `comm`'s ranks (steps 1-5 of the module docstring).
 
     Args:
@@ -151,30 +166,37 @@ class FullyShard(Synced):
             root alone.
         reshard_after_forward: free the gathered weights after each unit's forward (gather
             again in backward).
+        prefetch: start the next unit's all-gather before it is needed (step 2), and let each
+            reduce-scatter run on under the next unit's backward (step 3); False: every
+            collective waited for where it is issued.
     """
 
     def __init__(self, module: nn.Module, comm=None, *, compute_dtype=None, shard=None,
-                 reshard_after_forward: bool = True, reduce_dtype=None):
+                 reshard_after_forward: bool = True, reduce_dtype=None, prefetch: bool = True):
         for name, dtype in (("compute_dtype", compute_dtype), ("reduce_dtype", reduce_dtype)):
-            if dtype not in COMPUTE_DTYPES:
-                raise ValueError(f"{name}={dtype!r} is unsupported; choose one of {COMPUTE_DTYPES}")
+            check_choice(name, dtype, COMPUTE_DTYPES)
         chosen = policy(shard)
-        check_bool("reshard_after_forward", reshard_after_forward)
-        comm = TorchComm() if comm is None else comm
-        super().__init__(module, comm)
-        self.reshard_after_forward, self.compute_dtype = reshard_after_forward, compute_dtype
+        super().__init__(module, comm := TorchComm() if comm is None else comm)
+        self.reshard_after_forward = check_bool("reshard_after_forward", reshard_after_forward)
+        self.prefetch, self.compute_dtype = check_bool("prefetch", prefetch), compute_dtype
+        # Units as the first pass of each step gathered them; prefetched all-gathers not used
+        # yet (unit -> function); reduce-scatters in flight ((unit, function)); `_settle` also
+        # sets `_passed`: the units gathered in this pass.
+        self.order, self._gathering, self._reducing = {"forward": {}, "backward": {}}, {}, []
+        self._settle()
         self.reduce_dtype = reduce_dtype or compute_dtype or torch.float32
-        self._live: dict[int, tuple] = {}  # storage -> (unit, index, gathered tensor)
-        self.gathered_bytes = self.peak_gathered_bytes = 0  # full weights held (see _held)
+        # storage -> (unit, index, gathered tensor); the full weights held (see _held)
+        self._live, self.gathered_bytes, self.peak_gathered_bytes = {}, 0, 0
         if not list(module.parameters()):
             raise ValueError("module has no parameters to shard")
+        self.shard_comm = self._shard_comm(comm)  # (HSDP: checks its nodes, before any traffic)
         broadcast_params(comm, list(module.parameters()))  # Step 1 (each tied one once)
-        self.shard_comm = self._shard_comm(comm)
         self.units = self._build_units(chosen)
         self.replicated = [p for p in module.parameters() if p.requires_grad and p.dim() == 0]
+        module.register_forward_pre_hook(lambda *_: self._settle())  # a forward starts
         for u in self.units:
-            u.module.register_forward_pre_hook(self.pre_forward(u))
-            u.module.register_forward_hook(self.post_forward(u))
+            u.module.register_forward_pre_hook(partial(self.pre_forward, u))
+            u.module.register_forward_hook(partial(self.post_forward, u))
         for m in module.modules() if compute_dtype is not None else ():
             m.register_forward_pre_hook(self._cast_inputs, with_kwargs=True)
 
@@ -227,16 +249,15 @@ class FullyShard(Synced):
               if self.reshard_after_forward else contextlib.nullcontext()):
             return self.module(*args, **kwargs)
 
-    def pre_forward(self, u: RowUnit):
-        def hook(module, args):
-            fulls = _Gather.apply(self, u, *u.shards)  # Step 2
-            u.held_forward += self._held(sum(f.nbytes for f in fulls))
-            for i, (slots, full) in enumerate(zip(u.slots, fulls)):
-                for owner, name in slots:  # every module registering it sees it whole
-                    owner.__dict__[name] = full
-                if self.reshard_after_forward:
-                    self._live[full.untyped_storage().data_ptr()] = (u, i, full)
-        return hook
+    def pre_forward(self, u: RowUnit, module, args) -> None:
+        """A forward pre-hook for unit `u` (bound with `partial`): gather its full parameters
+        (Step 2), prefetch the next unit's, and show the full tensors to every module."""
+        fulls = _Gather.apply(self, u, *u.shards)  # Step 2
+        for i, (slots, full) in enumerate(zip(u.slots, fulls)):
+            for owner, name in slots:  # every module registering it sees it whole
+                owner.__dict__[name] = full
+            if self.reshard_after_forward:
+                self._live[full.untyped_storage().data_ptr()] = (u, i, full)
 
     def _cast_inputs(self, module, args, kwargs):
         """Step 2: every module's floating inputs in `compute_dtype`."""
@@ -244,17 +265,15 @@ class FullyShard(Synced):
             return a.to(self.compute_dtype) if torch.is_tensor(a) and a.is_floating_point() else a
         return tuple(map(cast, args)), {k: cast(v) for k, v in kwargs.items()}
 
-    def post_forward(self, u: RowUnit):
-        """A forward hook for unit `u`: drop the gathered full parameters (when
-        `reshard_after_forward`) and put the shards back.
+    def post_forward(self, u: RowUnit, module, _args, _output) -> None:
+        """A forward hook for unit `u` (bound with `partial`): drop the gathered full
+        parameters (when `reshard_after_forward`) and put the shards back.
         """
-        def hook(module, _args, _output):
-            if self.reshard_after_forward:
-                u.held_forward += self._held(-u.held_forward)  # let them go: 0 held
-            for slots in u.slots:
-                fulls = [owner.__dict__.pop(name) for owner, name in slots]
-                self._live.pop(fulls[0].untyped_storage().data_ptr(), None)
-        return hook
+        if self.reshard_after_forward:
+            u.held += self._held(-u.held)  # let them go: 0 held
+        for slots in u.slots:
+            fulls = [owner.__dict__.pop(name) for owner, name in slots]
+            self._live.pop(fulls[0].untyped_storage().data_ptr(), None)
 
     def _pack(self, t: torch.Tensor):
         hit = self._live.get(t.untyped_storage().data_ptr()) if t.numel() else None
@@ -267,10 +286,7 @@ class FullyShard(Synced):
         if isinstance(packed, torch.Tensor):
             return packed
         u, i, shape, stride, offset = packed
-        if u.cache is None:
-            with torch.no_grad():
-                u.cache = u.unshard(self.shard_comm, self.compute_dtype)  # backward all-gather
-                self._held(sum(f.nbytes for f in u.cache))
+        u.cache = u.cache or self._fulls(u, "backward")  # the backward all-gather (or prefetch)
         full = u.cache[i]
         return full.as_strided(shape, stride, full.storage_offset() + offset)
 
@@ -282,11 +298,10 @@ class FullyShard(Synced):
 
     # ------------------------------------------------------------ backward
     def unit_backward(self, u: RowUnit, grads, sync: bool) -> list:
-        """Step 3: reduce-scatter the unit's gradients (or, in no_sync, add them up)."""
-        if u.cache is not None:
-            self._held(-sum(f.nbytes for f in u.cache))
+        """Step 3: reduce-scatter the unit's gradients (or, in no_sync, add them up): the
+        shards' gradients, or (prefetching) Nones, the reduce-scatter left running (`reduced`)."""
         u.cache = None
-        u.held_forward += self._held(-u.held_forward)  # not resharded: autograd frees them now
+        u.held += self._held(-u.held)  # the gathered weights go (autograd frees them now)
         grads = [g.to(torch.float32) for g in grads]
         if u.accumulated is not None:
             grads = [a.add_(g) for a, g in zip(u.accumulated, grads)]
@@ -294,7 +309,7 @@ class FullyShard(Synced):
             u.accumulated = grads
             return [None] * len(grads)
         u.accumulated = None
-        return u.reduce(self.shard_comm, grads, self.reduce_dtype)
+        return self.reduced(u, u.reduce(self.shard_comm, grads, self.reduce_dtype))  # started
 
     @torch.no_grad()
     def finish_gradient_synchronization(self) -> None:
@@ -320,7 +335,7 @@ class FullyShard(Synced):
     def full_parameters(self) -> dict[str, torch.Tensor]:
         """The full fp32 parameters by the module's names (a collective: every rank calls it)."""
         fulls = {id(s): full.clone() for u in self.units
-                 for s, full in zip(u.shards, u.unshard(self.shard_comm))}
+                 for s, full in zip(u.shards, u.unshard(self.shard_comm)())}
         return {name: fulls.get(id(p), p.detach().clone())
                 for name, p in self.module.named_parameters()}
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import torch
 
+from syncedu.comm.runs import check_bool, check_choice, check_int
 from syncedu.comm.torch_comm import TorchComm
+from syncedu.comm.work import CollectiveWork
 from syncedu.compress.base import flatten, unflatten_
-from syncedu.train.sampling import check_bool, check_int
 from syncedu.zero.fully_shard import FullyShard
 from syncedu.zero.shards import Layout, ring_all_gather_pieces, ring_reduce_scatter_pieces
 
@@ -59,19 +60,21 @@ class SubComm:
         """The parent's ledger scope, labelled with this subgroup (e.g. "shard_reduce_scatter")."""
         return self.parent.scope(f"{self.label}_{name.removeprefix('ring_')}")
 
-    def all_gather(self, tensor_list: list, tensor: torch.Tensor):
-        """`tensor_list[j]` = group rank j's `tensor` (a ring; equal sizes)."""
+    def all_gather(self, tensor_list: list, tensor: torch.Tensor, async_op: bool = True):
+        """`tensor_list[j]` = group rank j's `tensor` (a ring; equal sizes). Only `RowUnit`
+        calls it, with `async_op=True`: it returns a handle with nothing to wait for, done
+        already (the ring's sends block)."""
         tensor_list[self.rank].copy_(tensor)
         ring_all_gather_pieces(self, tensor_list)
-        return tensor_list
+        return CollectiveWork(None)
 
-    def reduce_scatter(self, output: torch.Tensor, input_list: list, op: str = "sum"):
-        """`output` = the group's sum (op="avg": mean) of `input_list[rank]` (the ring's
-        buffers: they keep partial sums)."""
-        if op not in ("sum", "avg"):
-            raise ValueError(f"op={op!r} is not supported here; choose 'sum' or 'avg'")
+    def reduce_scatter(self, output, input_list: list, op: str = "sum", async_op: bool = True):
+        """`output` = the group's sum (op="avg": mean, divided by the handle's `wait()`, as an
+        asynchronous built-in's) of `input_list[rank]` (the ring's buffers: they keep partial
+        sums); a handle, as `all_gather`'s."""
+        check_choice("op", op, ("sum", "avg"))
         output.copy_(ring_reduce_scatter_pieces(self, input_list))
-        return output.div_(self.world_size) if op == "avg" else output
+        return CollectiveWork(None, lambda: output.div_(self.world_size if op == "avg" else 1))
 
     def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
         """Step 2: `tensor` averaged in place over the group, a ring allreduce (its two halves
@@ -100,7 +103,6 @@ class HybridShard(FullyShard):
                 raise ValueError("nodes=None needs comm.network to be a Network.cluster; "
                                  "give nodes= (the number of replicas)")
             nodes = comm.network.nodes
-        check_nodes(comm.world_size, nodes)
         self.nodes, self.requires_all_reduce = nodes, True
         super().__init__(module, comm, **kwargs)
 
@@ -112,10 +114,10 @@ class HybridShard(FullyShard):
         node, self.replicas = groups(comm, self.nodes)  # Step 1: this rank's node, its replicas
         return node
 
-    def unit_backward(self, u, grads, sync: bool) -> list:
-        mine = super().unit_backward(u, grads, sync)  # the node's mean, or None (no_sync)
-        if not sync:
-            return mine
+    def reduced(self, u, done) -> list:
+        """Steps 1-2 (`FullyShard.reduced`'s place, with or without prefetch): the node's mean
+        (`done`: SubComm's ring has finished), then the replicas' allreduce, or deferred."""
+        mine = done()  # Step 1: the node's mean of this rank's rows
         if u.pending is not None:  # the node's means of the deferred micro-batches
             mine = [g if g is None else g.add_(d) for g, d in zip(mine, u.pending)]
         u.pending = None if self.requires_all_reduce else mine

@@ -17,8 +17,7 @@ COLORS = {"params": "#4c72b0", "grads": "#55a868", "optimizer": "#dd8452"}
 def memory_bars(rows: dict, *, unit: float = 1.0, unit_name: str = "bytes", title: str = ""):
     """Stacked bars: `rows` maps a label (e.g. "ZeRO-2") to {"params", "grads", "optimizer"}."""
     fig, ax = plt.subplots(figsize=(7, 3.2))
-    labels = list(rows)
-    bottom = [0.0] * len(labels)
+    labels, bottom = list(rows), [0.0] * len(rows)
     for kind in memory.KINDS:
         vals = [rows[k][kind] / unit for k in labels]
         ax.bar(labels, vals, bottom=bottom, color=COLORS[kind], label=kind)
@@ -34,8 +33,7 @@ def memory_trace(traces: dict, *, title: str = "model state held during one step
     fig, ax = plt.subplots(figsize=(8, 3.2))
     for label, samples in traces.items():
         ax.plot([p + g + o for _, p, g, o in samples], marker=".", label=label)
-    ax.set(xlabel="sample (after each gather / reduction / step)", ylabel="bytes held",
-           title=title)
+    ax.set(xlabel="sample (after each gather / reduction / step)", ylabel="bytes held", title=title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -44,8 +42,7 @@ def memory_trace(traces: dict, *, title: str = "model state held during one step
 FLOPS = 100e12  # the explorer's device: 100 TFLOP/s (a round figure, not a datasheet's)
 
 
-def _view(params_b: float, world_size: int, stage: int, network: str, layers: int,
-          tokens: int):
+def _view(params_b: float, world_size: int, stage: int, network: str, layers: int, tokens: int):
     # Forward compute from the inputs: 2 Psi FLOPs per token (Kaplan et al. 2020, sec. 2.1).
     psi, net = params_b * 1e9, PRESETS[network]
     fwd, mem = 2 * psi * tokens / FLOPS, memory.bytes_per_rank(psi, world_size, stage)
@@ -72,17 +69,16 @@ def _view(params_b: float, world_size: int, stage: int, network: str, layers: in
 def zero_explorer() -> Explorer:
     """Model size (billions), ranks, stage, network, layers, tokens per rank per step (on a
     `FLOPS` device: the forward takes 2 Psi tokens / FLOPS)."""
+    slow = {"continuous_update": False}  # sliders recompute when released
     controls = {
         "params_b": w.FloatLogSlider(value=7.5, base=10, min=-1, max=3, step=0.125,
-                                     description="params (B)", continuous_update=False),
-        "world_size": w.IntSlider(value=64, min=1, max=1024, description="ranks",
-                                  continuous_update=False),
+                                     description="params (B)", **slow),
+        "world_size": w.IntSlider(value=64, min=1, max=1024, description="ranks", **slow),
         "stage": w.Dropdown(options=[0, 1, 2, 3], value=3, description="stage"),
         "network": w.Dropdown(options=sorted(PRESETS), value="infiniband_ndr",
                               description="network"),
-        "layers": w.IntSlider(value=32, min=1, max=128, description="layers",
-                              continuous_update=False),
-        "tokens": w.IntSlider(value=4096, min=256, max=65536, step=256,
-                              description="tokens/rank", continuous_update=False),
+        "layers": w.IntSlider(value=32, min=1, max=128, description="layers", **slow),
+        "tokens": w.IntSlider(value=4096, min=256, max=65536, step=256, description="tokens/rank",
+                              **slow),
     }
     return Explorer(controls, _view)

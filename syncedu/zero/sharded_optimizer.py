@@ -24,10 +24,10 @@ import itertools
 
 import torch
 
+from syncedu.comm.runs import check_bool, check_int
 from syncedu.comm.torch_comm import TorchComm
 from syncedu.compress.base import flatten, unflatten_
 from syncedu.train.memory import state_bytes
-from syncedu.train.sampling import check_bool, check_int
 from syncedu.zero.shards import (
     Layout,
     broadcast_params,
@@ -79,8 +79,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         **kwargs: `optimizer_cls`'s hyperparameters (lr, betas, weight_decay, ...).
     """
 
-    def __init__(self, params, optimizer_cls, comm=None, *, reduce_scatter: bool = False,
-                 **kwargs):
+    def __init__(self, params, optimizer_cls, comm=None, *, reduce_scatter: bool = False, **kwargs):
         if not (isinstance(optimizer_cls, type)
                 and issubclass(optimizer_cls, torch.optim.Optimizer)):
             raise ValueError(f"optimizer_cls={optimizer_cls!r} must be a torch.optim.Optimizer "
@@ -116,17 +115,15 @@ class ShardedOptimizer(torch.optim.Optimizer):
         index = {id(p): i for i, p in enumerate(self.params)}
         # (parameter index, where this rank's part starts in it, a view of that part)
         self.pieces: list[tuple[int, int, torch.Tensor]] = []
-        local = []
+        local = []  # the groups over this rank's pieces
         for g in self.param_groups:
-            mine = []
+            first = len(self.pieces)  # this group's pieces follow
             for i in (index[id(p)] for p in g["params"] if id(p) in index):  # frozen: skipped
-                a = self.offsets[i]
-                lo, hi = self.layout.ranges(a, a + self.params[i].numel())[self.comm.rank]
+                a, p = self.offsets[i], self.params[i]
+                lo, hi = self.layout.ranges(a, a + p.numel())[self.comm.rank]
                 if hi > lo:
-                    piece = self.params[i].detach().view(-1)[lo - a: hi - a]
-                    self.pieces.append((i, lo - a, piece))
-                    mine.append(piece)
-            local.append({**g, "params": mine})
+                    self.pieces.append((i, lo - a, p.detach().view(-1)[lo - a: hi - a]))
+            local.append({**g, "params": [piece for *_, piece in self.pieces[first:]]})
         if not self.pieces:  # more ranks than elements: torch refuses an empty optimizer
             local[0]["params"] = [self.params[0].new_empty(0)]
         return optimizer_cls(local, **kwargs)
@@ -206,8 +203,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
             if not (st := self.optim.state.get(piece)):
                 continue
             if lo == 0:
-                small[i] = torch.tensor([1.0] + [float(st[key]) for key in scalar],
-                                        dtype=torch.float64)
+                small[i] = small.new_tensor([1.0] + [float(st[key]) for key in scalar])
             a = self.offsets[i] + lo - start(r)
             for k, key in enumerate(elem):
                 mine[k, a: a + piece.numel()] = st[key].reshape(-1)

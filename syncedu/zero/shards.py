@@ -45,11 +45,8 @@ class Layout:
 
     def ranges(self, a: int, b: int) -> list[tuple[int, int]]:
         """Per rank j, the part (lo, hi) of the slice [a, b) that lies in shard j."""
-        out = []
-        for j, size in enumerate(self.sizes):
-            lo, hi = max(a, self.start(j)), min(b, self.start(j) + size)
-            out.append((lo, max(lo, hi)))
-        return out
+        starts = [self.start(j) for j in range(self.world_size)]
+        return [(lo := max(a, s), max(lo, min(b, s + size))) for s, size in zip(starts, self.sizes)]
 
     def within_shard(self, a: int, b: int, rank: int) -> tuple[int, int]:
         """Where rank `rank`'s part of the slice [a, b) lies inside its own shard."""
@@ -145,8 +142,7 @@ class MemoryMeter:
         """Record the model-state bytes now (tagged `where`) and keep each kind's peak."""
         now = model_state_bytes(self.owner, self.owner.opt)
         self.samples.append((where, *(now[kind] for kind in KINDS)))
-        for kind, value in now.items():
-            self.peak[kind] = max(self.peak[kind], value)
+        self.peak = {kind: max(value, now[kind]) for kind, value in self.peak.items()}
 
 
 class Unit:
@@ -180,11 +176,9 @@ class Unit:
 
 def layer_units(module: nn.Module) -> list[Unit]:
     """One unit per module owning trainable parameters, in order (tied: the first owner)."""
-    seen: set[int] = set()
-    out, a = [], 0
+    seen, out, a = set(), [], 0  # ids of the parameters placed, the units, the next offset
     for name, m in module.named_modules():
-        params = [p for p in m.parameters(recurse=False)
-                  if p.requires_grad and id(p) not in seen]
+        params = [p for p in m.parameters(recurse=False) if p.requires_grad and id(p) not in seen]
         seen.update(map(id, params))
         if params:
             out.append(Unit(name or "model", m, params, a))

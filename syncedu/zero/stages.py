@@ -20,6 +20,7 @@ reduce-scatter every micro-batch and add up the shards. `memory.peak`: the most 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
@@ -80,13 +81,12 @@ class ZeroDataParallel(Synced):
         self.units = layer_units(module)
         self.params = [p for u in self.units for p in u.params]
         self.layout = Layout(self.units[-1].b, comm.world_size)
-        self.flat_grad: torch.Tensor | None = None
         self.shard = nn.Parameter(self._shard_from(broadcast_params(comm, self.params)))
         self.opt = make_optimizer([self.shard], cfg)  # Step 3's optimizer, on the shard only
-        if self.stage == 1:  # stage 1 keeps whole gradients, views of one buffer
-            self.flat_grad = self.shard.new_zeros(self.layout.numel)
-            for u in self.units:
-                u.attach(self.flat_grad[u.a: u.b], "grad")
+        # Stage 1 keeps whole gradients, views of one buffer (stages 2-3: None)
+        self.flat_grad = self.shard.new_zeros(self.layout.numel) if self.stage == 1 else None
+        for u in self.units if self.stage == 1 else ():
+            u.attach(self.flat_grad[u.a: u.b], "grad")
         self.memory = MemoryMeter(self)
         self._hooks = self._install_hooks() if self.stage > 1 else []
         self.memory.sample("start")
@@ -105,50 +105,44 @@ class ZeroDataParallel(Synced):
 
     # ------------------------------------------------------------- hooks
     def _install_hooks(self) -> list:
+        """Each layer's hooks, each method below bound to its unit `u` with `partial`."""
         hooks = []
         for u in self.units:
             if self.stage == 3:
-                hooks.append(u.module.register_forward_pre_hook(self.pre_forward(u)))
-            hooks.append(u.module.register_forward_hook(self.post_forward(u)))
-            hooks += [p.register_post_accumulate_grad_hook(self._on_grad(u)) for p in u.params]
+                hooks.append(u.module.register_forward_pre_hook(partial(self.pre_forward, u)))
+            hooks.append(u.module.register_forward_hook(partial(self.post_forward, u)))
+            hooks += [p.register_post_accumulate_grad_hook(partial(self._on_grad, u))
+                      for p in u.params]
         return hooks
 
-    def pre_forward(self, u: Unit):
-        def hook(_module, _inputs):
-            self.gather(u)  # Step 1: the layer's whole parameters, just in time
-            self.memory.sample(f"gather {u.name}")
-        return hook
+    def pre_forward(self, u: Unit, _module, _inputs) -> None:
+        self.gather(u)  # Step 1: the layer's whole parameters, just in time
+        self.memory.sample(f"gather {u.name}")
 
-    def post_forward(self, u: Unit):
-        def hook(_module, _inputs, output):
+    def post_forward(self, u: Unit, _module, _inputs, output) -> None:
+        if self.stage == 3:
+            u.free()  # Step 1: ... and gone again (backward gathers them anew)
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            # The gradient of the layer's output arrives just before its backward runs.
+            output.register_hook(partial(self.pre_backward, u))
+
+    def pre_backward(self, u: Unit, _grad) -> None:
+        if self.stage == 3:
+            self.gather(u)  # Step 2: backward needs the weights again
+        if u.flat_grad is None:
+            u.flat_grad = self.shard.new_zeros(u.b - u.a)
+            u.attach(u.flat_grad, "grad")
+        u.ready = 0
+        self.memory.sample(f"backward {u.name}")
+
+    def _on_grad(self, u: Unit, _p) -> None:
+        u.ready += 1
+        if u.ready == len(u.params):  # Step 2: the layer's gradients are complete
+            self.memory.sample(f"grads {u.name}")
+            self.reduce(u)
             if self.stage == 3:
-                u.free()  # Step 1: ... and gone again (backward gathers them anew)
-            if isinstance(output, torch.Tensor) and output.requires_grad:
-                # The gradient of the layer's output arrives just before its backward runs.
-                output.register_hook(self.pre_backward(u))
-        return hook
-
-    def pre_backward(self, u: Unit):
-        def hook(_grad):
-            if self.stage == 3:
-                self.gather(u)  # Step 2: backward needs the weights again
-            if u.flat_grad is None:
-                u.flat_grad = self.shard.new_zeros(u.b - u.a)
-                u.attach(u.flat_grad, "grad")
-            u.ready = 0
-            self.memory.sample(f"backward {u.name}")
-        return hook
-
-    def _on_grad(self, u: Unit):
-        def hook(_p):
-            u.ready += 1
-            if u.ready == len(u.params):  # Step 2: the layer's gradients are complete
-                self.memory.sample(f"grads {u.name}")
-                self.reduce(u)
-                if self.stage == 3:
-                    u.free()
-                self.memory.sample(f"reduced {u.name}")
-        return hook
+                u.free()
+            self.memory.sample(f"reduced {u.name}")
 
     # ------------------------------------------------ one layer's traffic
     def gather(self, u: Unit) -> None:
@@ -210,8 +204,7 @@ class ZeroDataParallel(Synced):
         """The whole parameters by the module's names (stage 3 gathers them: traffic)."""
         out = {}
         for u in self.units:
-            was_free = self.stage == 3 and not u.gathered
-            if was_free:
+            if was_free := self.stage == 3 and not u.gathered:
                 self.gather(u)
             out.update({id(p): p.detach().clone() for p in u.params})
             if was_free:

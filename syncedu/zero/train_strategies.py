@@ -13,22 +13,22 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from torch import nn
 
 from syncedu.train.memory import model_state_bytes
 from syncedu.train.strategies import Parts, build, make_optimizer, register
-from syncedu.zero.stages import ZeroDataParallel
+from syncedu.zero.stages import ZeroConfig, ZeroDataParallel
 
 STAGE_OF = {"zero1": 1, "zero2": 2, "zero3": 3}
 
 
 @register(*STAGE_OF)
 def _zero(module, comm, cfg) -> Parts:  # Step 1
-    zero = ZeroDataParallel(module, comm, stage=STAGE_OF[cfg.strategy],
-                            optimizer=cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum,
-                            weight_decay=cfg.weight_decay, betas=cfg.betas, eps=cfg.eps)
+    # The config's optimizer options, each ZeroConfig field but the stage (the strategy's)
+    options = {f.name: getattr(cfg, f.name) for f in fields(ZeroConfig) if f.name != "stage"}
+    zero = ZeroDataParallel(module, comm, stage=STAGE_OF[cfg.strategy], **options)
     return Parts(zero, zero, no_sync=zero.no_sync, finish=zero.finish_gradient_synchronization,
                  close=zero.close, memory=lambda: dict(zero.memory.peak))
 

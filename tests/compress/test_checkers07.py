@@ -15,6 +15,7 @@ class LearnerTopK(compress.Compressor):
     ratio = 0.1
     write_back_all = True
     key_residual = True
+    sum_duplicates = True
 
     def average_(self, comm, tensors, key="bucket"):
         flat = torch.cat([t.reshape(-1) for t in tensors])
@@ -30,6 +31,9 @@ class LearnerTopK(compress.Compressor):
         comm.all_gather(vals, acc[idx].contiguous())
         comm.all_gather(idxs, idx.to(torch.int32))
         out = torch.zeros_like(acc).index_add_(0, torch.cat(idxs).long(), torch.cat(vals))
+        if not self.sum_duplicates:  # out[i] = v: an index two ranks chose keeps one value
+            out = torch.zeros_like(acc)
+            out[torch.cat(idxs).long()] = torch.cat(vals)
         out /= comm.world_size
         if self.write_back_all or comm.rank == 0:
             offset = 0
@@ -63,6 +67,10 @@ class OnlyRankZeroWrites(LearnerTopK):
 
 class ResidualPerRankOnly(LearnerTopK):
     key_residual = False
+
+
+class DuplicatesOverwritten(LearnerTopK):
+    sum_duplicates = False
 
 
 def _grade(fn, capsys, *args):
@@ -108,10 +116,15 @@ def test_powersgd_wrong_answers_are_rejected(capsys):
         n, m = s[0], math.prod(s[1:])
         return r * (n + m) if len(s) > 1 and 2 * r * (n + m) < n * m else n * m
 
+    def at_most(s, r):  # compresses on the boundary too: <= where torch's test is <
+        n, m = s[0], math.prod(s[1:])
+        return r * (n + m) if len(s) > 1 and 2 * r * (n + m) <= n * m else n * m
+
     assert _grade(ex.powersgd_elements, capsys, right)[0]
-    for wrong in (capped_always, no_condition):
+    for wrong in (capped_always, no_condition, at_most):
         ok, out = _grade(ex.powersgd_elements, capsys, wrong)
         assert not ok and "compress only if" in out
+    assert "<, not <=" in _grade(ex.powersgd_elements, capsys, at_most)[1]
 
 
 def test_topk_bytes_wrong_answers_are_rejected(capsys):
@@ -124,3 +137,8 @@ def test_topk_bytes_wrong_answers_are_rejected(capsys):
                   lambda n, d, r: 2 * (n - 1) / n * math.ceil(r * d) * 8):  # as if summable
         ok, out = _grade(ex.topk_bytes, capsys, wrong)
         assert not ok and "N-1" in out
+
+
+def test_duplicates_overwritten_are_rejected_and_the_hint_says_sum(capsys):
+    ok, out = _grade(ex.topk_compressor, capsys, DuplicatesOverwritten)
+    assert not ok and "index_add_" in out

@@ -63,6 +63,21 @@ def test_fusion_model_runs_the_allreduces_inside_the_loop():
     assert len(horovod_timeline.fusion_buffers(sizes, 0.04, 50e-3, 10**9)) == 1  # all in one pass
 
 
+def test_fusion_model_starts_each_buffer_at_its_pass():
+    """`starts=True`: a pass's buffers run back to back from the pass's start; the next pass
+    starts a cycle later or when they end. With a 250-byte cap and 5 ms allreduces, the first
+    pass (t = 1 ms: tensor 0 ready) holds one buffer; later passes start at the previous end."""
+    sizes = [100] * 40
+    pairs = horovod_timeline.fusion_buffers(sizes, 0.04, 1e-3, 250, lambda b: 5e-3, starts=True)
+    assert [b for b, _ in pairs] == horovod_timeline.fusion_buffers(sizes, 0.04, 1e-3, 250,
+                                                                    lambda b: 5e-3)
+    assert pairs[0] == (100, pytest.approx(1e-3))
+    gaps = [t1 - t0 for (_, t0), (_, t1) in zip(pairs, pairs[1:])]
+    assert all(g == pytest.approx(5e-3) for g in gaps)  # one collective after the other, no idle
+    late = horovod_timeline.fusion_buffers(sizes, 0.04, 50e-3, 10**9, starts=True)
+    assert late == [(4000, pytest.approx(0.05))]  # nothing is sent before the 50 ms pass
+
+
 def test_settings_env_and_errors():
     env = HorovodSettings(fusion_threshold_mb=2, cycle_time_ms=5, timeline="/tmp/t.json").env()
     assert env == {"HOROVOD_FUSION_THRESHOLD": str(2 * 2**20), "HOROVOD_CYCLE_TIME": "5"}

@@ -41,6 +41,12 @@ def test_a_measurement_that_disagrees_fails_and_names_the_claim():
         claims.check("Z1", True, "")
 
 
+def test_a_modeled_row_is_labelled_modeled(capsys):
+    claims.check("A7", True, "40 of 100 cells", modeled=True)
+    out = capsys.readouterr().out
+    assert "Modeled: 40 of 100 cells" in out and "Measured" not in out
+
+
 def test_a_bad_row_is_refused():
     with pytest.raises(ValueError, match="lesson"):
         claims.Claim("A99", "q", "t", "true", 12)

@@ -3,7 +3,8 @@ ceil(Psi/N) split on the built-ins, the uneven ring split) pass; a root-based "Z
 (built-in or point-to-point), data parallelism, unsharded momentum (also in a list), a
 missing /N, data parallelism on a copy (caught by a run with params NaN outside the shard)
 fail, each with the reason; the memory checker takes Psi/N and ceil(Psi/N) and rejects
-swapped parts."""
+swapped parts. Momentum is counted by the storage it keeps alive (review 09-10 item 9: a
+view into a larger tensor)."""
 
 import math
 
@@ -150,6 +151,29 @@ def momentum_outside_state(comm, params, grads, state, lr, m):
     ring_all_gather_pieces(comm, pieces)
 
 
+def momentum_view_of_a_larger_tensor(comm, params, grads, state, lr, m):
+    """Review 09-10 item 9: a right ZeRO-1 step whose shard momentum is a slice of a tensor
+    1000 times the model: `numel` says ceil(Psi/N), the storage it keeps alive says 10,000."""
+    layout = Layout(params.numel(), comm.world_size)
+    mean = ring_reduce_scatter_pieces(comm, layout.pieces(grads.clone())).div_(comm.world_size)
+    if "v" not in state:
+        lo = layout.start(comm.rank)
+        state["v"] = torch.zeros(1000 * params.numel())[lo: lo + mean.numel()]
+    pieces = layout.pieces(params)
+    pieces[comm.rank].sub_(lr * state["v"].mul_(m).add_(mean))
+    ring_all_gather_pieces(comm, pieces)
+
+
+def float64_momentum(comm, params, grads, state, lr, m):
+    """A right answer keeping its shard's momentum in float64 (storage counted in elements)."""
+    layout = Layout(params.numel(), comm.world_size)
+    mean = ring_reduce_scatter_pieces(comm, layout.pieces(grads.clone())).div_(comm.world_size)
+    v = state.setdefault("v", torch.zeros(mean.numel(), dtype=torch.float64))
+    pieces = layout.pieces(params)
+    pieces[comm.rank].sub_(lr * v.mul_(m).add_(mean).float())
+    ring_all_gather_pieces(comm, pieces)
+
+
 def stub(comm, params, grads, state, lr, m):
     raise NotImplementedError
 
@@ -157,7 +181,8 @@ def stub(comm, params, grads, state, lr, m):
 def test_right_answers_pass(capsys):
     assert zero1_step.grade(padded)  # ceil(Psi/N) per rank, zero padding
     assert zero1_step.grade(uneven)
-    assert capsys.readouterr().out.count("correct") == 2
+    assert zero1_step.grade(float64_momentum)
+    assert capsys.readouterr().out.count("correct") == 3
 
 
 def test_wrong_answers_fail_with_the_reason(capsys):
@@ -171,7 +196,10 @@ def test_wrong_answers_fail_with_the_reason(capsys):
                            (no_mean, "the sum, not the mean"),
                            (momentum_reset, "the momentum restarts every step"),
                            (momentum_ema, "(1 - m) g is not torch's SGD momentum"),
-                           (momentum_outside_state, "ignored the momentum in `state`")):
+                           (momentum_outside_state, "ignored the momentum in `state`"),
+                           (momentum_view_of_a_larger_tensor,
+                            "keeps momentum for 10000 elements (a view of 4 elements into a larger"
+                            " tensor keeps all its storage alive)")):
         assert not zero1_step.grade(answer), answer.__name__
         assert reason in capsys.readouterr().out, answer.__name__
 

@@ -63,9 +63,9 @@ def _reference(n, dtype=None, clip=None, norms=None):
 
 
 def _worker(comm, shard=(nn.Linear,), compute_dtype=None, reshard=True, micro=1, default=False,
-            reduce_dtype=None):
+            reduce_dtype=None, prefetch=True):
     fs = FullyShard(Net(), None if default else comm, compute_dtype=compute_dtype, shard=shard,
-                    reshard_after_forward=reshard, reduce_dtype=reduce_dtype)
+                    reshard_after_forward=reshard, reduce_dtype=reduce_dtype, prefetch=prefetch)
     opt = torch.optim.SGD(fs.module.parameters(), lr=LR)
     comm.ledger.reset()
     norm_grads, kinds = [], set()
@@ -123,7 +123,8 @@ def test_fp16_compute_matches_one_process_that_casts_the_same_way(reduce_dtype):
 def test_bytes_reshard_gathers_twice_and_no_sync_skips_reduce_scatters():
     n = 2
     units = (nn.Linear, RMSNorm)  # every layer a unit; the root holds only `scale`, replicated
-    every = sim.run(_worker, n, kwargs={"shard": units})[0][4]
+    every = sim.run(_worker, n, kwargs={"shard": units, "prefetch": False})[0][4]
+    ahead = sim.run(_worker, n, kwargs={"shard": units})[0][4]
     kept = sim.run(_worker, n, kwargs={"shard": units, "reshard": False})[0][4]
     assert set(every) == {"all_gather", "reduce_scatter", "all_reduce"}
     assert every["all_reduce"] == STEPS * 4  # rank 0 sends the scalar's 4 bytes a step
@@ -131,6 +132,11 @@ def test_bytes_reshard_gathers_twice_and_no_sync_skips_reduce_scatters():
     # gathers again only the units autograd saved a weight of: norm and fc2 (15), not fc1
     # (its input needs no gradient, so its weight is not needed: FSDP would gather it too).
     assert every["all_gather"] * 36 == every["reduce_scatter"] * (36 + 15)
+    # Prefetching moves no extra bytes: backward prefetches in the order the first backward
+    # gathered the units, which never holds fc1 (FSDP2, prefetching by the post-forward
+    # order, would gather fc1 in backward too: 2 x the reduce-scatter here).
+    assert ahead["all_gather"] == every["all_gather"] < 2 * every["reduce_scatter"]
+    assert ahead["reduce_scatter"] == every["reduce_scatter"]
     assert kept["all_gather"] == kept["reduce_scatter"]
     accum = sim.run(_worker, n, kwargs={"micro": 2})
     _close(accum[0][0], _reference(n), 1e-6)
@@ -140,8 +146,9 @@ def test_bytes_reshard_gathers_twice_and_no_sync_skips_reduce_scatters():
 
 
 def test_resharding_holds_one_unit_of_full_weights_at_a_time():
-    def worker(comm, reshard):
-        fs = FullyShard(Net(), comm, shard=(nn.Linear, RMSNorm), reshard_after_forward=reshard)
+    def worker(comm, reshard, prefetch=False):
+        fs = FullyShard(Net(), comm, shard=(nn.Linear, RMSNorm), reshard_after_forward=reshard,
+                        prefetch=prefetch)
         for _ in range(2):
             F.cross_entropy(fs(_batch(0, comm.rank)[0]), _batch(0, comm.rank)[1]).backward()
             fs.finish_gradient_synchronization()
@@ -149,6 +156,8 @@ def test_resharding_holds_one_unit_of_full_weights_at_a_time():
     kept, resharded = (sim.run(worker, 2, args=(r,))[0] for r in (False, True))
     full = 4 * (sum(p.numel() for p in Net().parameters()) - 1)  # 4 * 58 (the scale: not sharded)
     assert kept[0] == full and resharded[0] == 4 * (5 * 6 + 5)  # all vs the largest, fc1
+    ahead = sim.run(worker, 2, args=(True, True))[0]  # + the next unit: fc1 and the norm's 5
+    assert ahead[0] == 4 * (5 * 6 + 5 + 5) and ahead[1] == 0
     assert kept[1] == resharded[1] == 0  # nothing held between steps
     assert resharded[2] == 4 * (3 * 6 + 3 + 3 + 2 * 5 + 2 + 1) < full  # rank 0's shards, scale
 

@@ -2,7 +2,9 @@
 
 Open `gossip.py` (one gossip round on ring, torus and exponential graphs, the mixing matrix,
 its second eigenvalue, push-sum), `streaming.py` (streaming DiLoCo, on lesson 09's DiLoCo),
-then `train_strategies.py` (registers "dpsgd" and "streaming_diloco" with `train.run`) and
+`adpsgd.py` (AD-PSGD: asynchronous pairwise averaging with an active/passive split, on
+simulated ranks with stragglers), then `train_strategies.py` (registers "dpsgd" and
+"streaming_diloco" with `train.run`) and
 `torchft_check.py` (ours against torchft's `DiLoCo` with fragments, on real ranks); the
 notebook's checkers are in `exercises12.py`.
 """

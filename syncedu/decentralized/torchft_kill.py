@@ -13,7 +13,9 @@ machinery (faults/tft_procs.py; its servers bound to 127.0.0.1 by faults/torchft
 3. the survivors' next fragment sync calls `start_quorum()`: the dead replica's heartbeat
    stops, after `heartbeat_ms` the lighthouse drops it and forms a quorum of the survivors
    (not a fast quorum: the previous one had three); the manager reconfigures Gloo on two
-   ranks and averages the pseudo-gradients over them;
+   ranks and averages the pseudo-gradients over them. The lighthouse's join timeout is the
+   run's `timeout` (0.2.0's default, a fraction of a second here, would also drop the dead
+   one, or a live replica late to its first quorum): only the heartbeat decides;
 4. the launcher counts who is alive by itself: the forker reaps each replica and writes its
    exit code (-9 for the SIGKILLed one).
 
@@ -92,10 +94,10 @@ def run(replicas: int = 3, dead: int = 2, after: int = 8, *, heartbeat_ms: int =
     if not (3 <= replicas <= 4 and 0 <= dead < replicas and after % period == 0 < after < 24):
         raise ValueError(f"replicas={replicas}, dead={dead}, after={after}: want 3 or 4 "
                          f"replicas, dead one of them, after a multiple of {period} in 1..23")
-    out, forker = Path(tempfile.mkdtemp(prefix="torchft_kill_")), None
+    out, forker, wait_ms = Path(tempfile.mkdtemp(prefix="torchft_kill_")), None, int(timeout * 1e3)
     with _stderr_to(out / "lighthouse.log"):
-        house = LighthouseServer(bind="127.0.0.1:0", min_replicas=replicas - 1,
-                                 heartbeat_timeout_ms=heartbeat_ms)
+        house = LighthouseServer(bind="127.0.0.1:0", min_replicas=replicas - 1,  # Steps 1, 3
+                                 heartbeat_timeout_ms=heartbeat_ms, join_timeout_ms=wait_ms)
         try:
             address = "http://127.0.0.1:" + house.address().rsplit(":", 1)[1]
             specs = [[i, address, str(out), spec, replicas, dead, after, timeout]

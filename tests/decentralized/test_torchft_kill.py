@@ -33,9 +33,23 @@ def test_kill_shrinks_the_quorum_and_survivors_match_ours(dead, after):
         assert r["final"][i]["participants"] == [3] * after + [len(alive)] * (24 - after)
         assert _diff(r["final"][i]["params"], r["ours"][i]) < TOL  # the witness
         assert _diff(r["final"][i]["params"], r["control"][i]) > 1e-3  # the dead counted: off
-    mine = {p.pid for p in psutil.process_iter(["cmdline"])
-            if "syncedu.decentralized.torchft_kill" in " ".join(p.info["cmdline"] or [])}
-    assert not mine  # no orphans
+    assert not _orphans()
+
+
+def _orphans() -> list[int]:
+    return [p.pid for p in psutil.process_iter(["cmdline"])
+            if "syncedu.decentralized.torchft_kill" in " ".join(p.info["cmdline"] or [])]
+
+
+@pytest.mark.skipif(available() is not None, reason="torchft is not importable here")
+def test_a_dead_replica_never_dropped_times_out_without_orphans():
+    """Negative control: a heartbeat timeout longer than the run's, so the lighthouse keeps
+    waiting for the dead replica: the run must raise in time and leave no process behind."""
+    from syncedu.decentralized import torchft_kill
+
+    with pytest.raises(TimeoutError, match="every replica's end"):
+        torchft_kill.run(heartbeat_ms=60_000, timeout=5)
+    assert not _orphans()
 
 
 def test_dropping_changes_nothing_before_the_kill():

@@ -45,8 +45,8 @@ from ddp_program import Config
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
+from syncedu.comm.runs import check_int
 from syncedu.train import data, models
-from syncedu.train.sampling import check_int
 
 
 def worker(cfg: Config, crash_rank: int = 1, crash_epoch: int = 1) -> None:

@@ -24,6 +24,7 @@ from syncedu.collectives.ring_pipelined import (
     ring_pipelined_allreduce,
     ring_segments,
 )
+from syncedu.comm.runs import check_choice
 
 __all__ = ["ALGORITHMS", "DTYPES", "SEGMENT_BYTES", "allreduce", "halving_doubling_allreduce",
            "hierarchical_allreduce", "naive_allreduce", "recursive_doubling_allreduce",
@@ -42,8 +43,7 @@ def allreduce(comm, tensor: torch.Tensor, algorithm: str = "ring", op: str = "su
               ) -> torch.Tensor:
     """Sum (op="sum") or average (op="avg") `tensor` over all ranks in place with
     `ALGORITHMS[algorithm]`; returns it. A non-contiguous tensor goes through a copy."""
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm={algorithm!r} is unknown; choose one of {list(ALGORITHMS)}")
+    check_choice("algorithm", algorithm, list(ALGORITHMS))
     if op not in ("sum", "avg"):
         raise ValueError(f"op={op!r} is not supported; choose 'sum' or 'avg'")
     work = tensor.contiguous() if isinstance(tensor, torch.Tensor) else tensor  # else TypeError

@@ -12,7 +12,7 @@ from syncedu.comm.ledger import ring_chunks
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _flat(tensor: torch.Tensor) -> torch.Tensor:
+def flat_view(tensor: torch.Tensor) -> torch.Tensor:
     """A flat view of `tensor`, outside autograd, that receives write straight into."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
@@ -42,7 +42,7 @@ def naive_allreduce(comm, tensor: torch.Tensor, root: int = 0) -> torch.Tensor:
     2. `root` adds them up in rank order (so the result is the same every run).
     3. `root` sends the sum to every other rank: (N-1) S bytes through one port.
     """
-    flat = _flat(tensor)
+    flat = flat_view(tensor)
     n, r = comm.world_size, comm.rank
     with comm.scope("naive_allreduce"):
         if n > 1 and r != root:
@@ -99,7 +99,7 @@ def ring_allreduce(comm, tensor: torch.Tensor) -> torch.Tensor:
     3. All-gather, N-1 steps: pass the finished chunks around the same ring.
     Each rank sends 2(N-1)/N * S bytes in 2(N-1) messages.
     """
-    flat, ring = _flat(tensor), list(range(comm.world_size))
+    flat, ring = flat_view(tensor), list(range(comm.world_size))
     with comm.scope("ring_allreduce"):
         chunks = _pieces(flat, comm.world_size)  # Step 1
         ring_reduce_scatter_chunks(comm, chunks, ring)  # Step 2
@@ -109,7 +109,7 @@ def ring_allreduce(comm, tensor: torch.Tensor) -> torch.Tensor:
 
 def ring_reduce_scatter(comm, tensor: torch.Tensor) -> torch.Tensor:
     """Steps 1-2 of the ring in place; returns chunk `comm.rank`, now the sum over ranks."""
-    chunks = _pieces(_flat(tensor), comm.world_size)
+    chunks = _pieces(flat_view(tensor), comm.world_size)
     with comm.scope("ring_reduce_scatter"):
         ring_reduce_scatter_chunks(comm, chunks, list(range(comm.world_size)))
     return chunks[comm.rank]
@@ -117,7 +117,7 @@ def ring_reduce_scatter(comm, tensor: torch.Tensor) -> torch.Tensor:
 
 def ring_all_gather(comm, tensor: torch.Tensor) -> torch.Tensor:
     """Steps 1 and 3 of the ring in place: rank r brings chunk r, all end with all."""
-    chunks = _pieces(_flat(tensor), comm.world_size)
+    chunks = _pieces(flat_view(tensor), comm.world_size)
     with comm.scope("ring_all_gather"):
         ring_all_gather_chunks(comm, chunks, list(range(comm.world_size)))
     return tensor
@@ -132,7 +132,7 @@ def tree_allreduce(comm, tensor: torch.Tensor) -> torch.Tensor:
     2. Broadcast back: receive the sum from the parent, send it on to
        r + mask for mask = low/2, ..., 1. ceil(log2 N) whole-tensor rounds each way.
     """
-    flat = _flat(tensor)
+    flat = flat_view(tensor)
     n, r = comm.world_size, comm.rank
     with comm.scope("tree_allreduce"):
         low = r & -r if r else 1 << (n - 1).bit_length()
@@ -187,7 +187,7 @@ def halving_doubling_allreduce(comm, tensor: torch.Tensor,
     On node-major ranks, far-first sends the largest halves between nodes; near-first
     keeps them inside and sends only S/L and less across (Goyal et al.'s layout).
     """
-    flat, n = _flat(tensor), comm.world_size
+    flat, n = flat_view(tensor), comm.world_size
     if order not in ("far_first", "near_first"):
         raise ValueError(f"order={order!r} must be 'far_first' or 'near_first'")
 
@@ -220,7 +220,7 @@ def recursive_doubling_allreduce(comm, tensor: torch.Tensor) -> torch.Tensor:
        log2 p rounds, few latencies but S bytes each: for short messages.
     3. Unfold (`folded`).
     """
-    flat, n = _flat(tensor), comm.world_size
+    flat, n = flat_view(tensor), comm.world_size
 
     def doubling(p: int, me: int) -> None:
         got = torch.empty_like(flat)
@@ -254,7 +254,7 @@ def hierarchical_allreduce(comm, tensor: torch.Tensor) -> torch.Tensor:
        ranks with the same local rank): 2(M-1) latencies on M nodes, not 2(N-1).
     3. Ring all-gather inside the node: every rank ends with every shard.
     """
-    flat, n = _flat(tensor), comm.world_size
+    flat, n = flat_view(tensor), comm.world_size
     first, size, full = _node_of(comm)
     shards, local = _pieces(flat, full), comm.rank - first
     inside = [*shards[: size - 1], flat[sum(s.numel() for s in shards[: size - 1]):]]

@@ -1,91 +1,24 @@
-"""The alpha-beta(-gamma) cost model at work: the formulas of `syncedu/comm/alphabeta.py` as
-coefficients of time = a alpha + b beta + c gamma (`terms`; Thakur, Rabenseifner & Gropp,
-IJHPCA 2005), the winner per size, and `calibrate`."""
+"""The alpha-beta(-gamma) cost model at work, for the lessons: the formulas themselves have one
+home, `syncedu/comm/alphabeta.py`, which the simulator's tests and the emulator read too, and
+which this module hands on unchanged (`allreduce_time`, `collective_time`, `terms`: time =
+a alpha + b beta + c gamma, Thakur, Rabenseifner & Gropp, IJHPCA 2005; `busbw`); here: what
+the lessons build on them (the winner per size, the parameter server's round, `calibrate`)."""
 
 from __future__ import annotations
 
-import math
 import statistics
 
 import torch
 
-from syncedu.collectives import ALGORITHMS, SEGMENT_BYTES, ring_segments
+from syncedu.collectives import ALGORITHMS
 from syncedu.comm import alphabeta
+
+# The formulas, handed on as they are: `cost.allreduce_time` is `alphabeta.allreduce_time`.
+from syncedu.comm.alphabeta import allreduce_time, busbw, collective_time, terms  # noqa: F401
 from syncedu.comm.network import Network
 
+# The collectives a lesson times and checks against the simulator (the barrier sends no data).
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
-
-
-def _check(nbytes, world_size, algorithm: str = "ring") -> None:
-    alphabeta.check(nbytes, world_size)
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm={algorithm!r} is unknown; choose one of {list(ALGORITHMS)}")
-
-
-def _check_network(network, world_size: int) -> None:
-    """A `Network` for `world_size` ranks: a preset's name or a cluster of another size (timed
-    silently as its own size before) is refused, as `sim.run` refuses it."""
-    if not isinstance(network, Network):
-        hint = repr(network) if isinstance(network, str) else "'ethernet_10g'"
-        raise ValueError(f"network must be a syncedu.Network, e.g. Network.preset({hint}); "
-                         f"got {network!r}")
-    if network.is_cluster:  # (a flat network's slowdown list is the runs' business)
-        network.check_world_size(world_size)
-
-
-def _segments(algorithm, nbytes, n, itemsize, segment_bytes) -> int:
-    """G, the segments per chunk: the pipelined ring's (`ring_segments`); 1 for the rest."""
-    if algorithm != "ring_pipelined":
-        return 1
-    return ring_segments(int(nbytes // itemsize), n, itemsize, segment_bytes)
-
-
-def terms(algorithm: str, nbytes: float, world_size: int, *, itemsize: int = 4,
-          segment_bytes: int | None = SEGMENT_BYTES) -> tuple[float, float, float]:
-    """(a, b, c) with time = a*alpha + b*beta + c*gamma, flat network (alphabeta.py's table)."""
-    _check(nbytes, world_size, algorithm)
-    n, s = world_size, float(nbytes)
-    if n == 1:
-        return 0.0, 0.0, 0.0
-    if algorithm == "naive":
-        return 2 * (n - 1), 2 * (n - 1) * s, (n - 1) * s
-    if algorithm in ("ring", "ring_pipelined", "hierarchical"):  # one node: a ring
-        g = _segments(algorithm, nbytes, n, itemsize, segment_bytes)
-        return 2 * (n - 1) * g, 2 * (n - 1) * s / n, (n - 1) / n * s
-    if algorithm == "tree":
-        k = math.ceil(math.log2(n))
-        return 2 * k, 2 * k * s, k * s
-    p = 1 << (n.bit_length() - 1)
-    fold = 2 if n != p else 0
-    if algorithm == "recursive_doubling":
-        k = math.log2(p)
-        return k + fold, k * s + fold * s, k * s + fold / 2 * s
-    return (2 * math.log2(p) + fold, 2 * (p - 1) / p * s + fold * s,
-            (p - 1) / p * s + fold / 2 * s)
-
-
-def allreduce_time(algorithm: str, nbytes: float, world_size: int, network: Network, *,
-                   gamma: float = 0.0, itemsize: int = 4,
-                   segment_bytes: int | None = SEGMENT_BYTES) -> float:
-    """Predicted seconds of an allreduce of `nbytes` per rank on `network` (flat or cluster);
-    `gamma`: seconds per byte reduced (0: arithmetic is free, as in the simulator)."""
-    _check(nbytes, world_size, algorithm)
-    _check_network(network, world_size)
-    g = _segments(algorithm, nbytes, world_size, itemsize, segment_bytes)
-    seconds = alphabeta.allreduce_time(algorithm, nbytes, world_size, network, segments=g)
-    if gamma:
-        seconds += terms(algorithm, nbytes, world_size, itemsize=itemsize)[2] * gamma
-    return seconds
-
-
-def collective_time(op: str, nbytes: float, world_size: int, network: Network, *,
-                    itemsize: int = 4) -> float:
-    """Seconds of a built-in collective as `Comm` charges and the simulator times it
-    (`alphabeta.collective_time`; `nbytes`: the whole tensor of `itemsize`-byte elements)."""
-    if op not in COLLECTIVES:
-        raise ValueError(f"op={op!r} is unknown; choose one of {COLLECTIVES}")
-    _check_network(network, world_size)
-    return alphabeta.collective_time(op, nbytes, world_size, network, itemsize=itemsize)
 
 
 def ps_time(nbytes: float, workers: int, network: Network, servers: int = 1) -> float:
@@ -94,7 +27,7 @@ def ps_time(nbytes: float, workers: int, network: Network, servers: int = 1) -> 
     Each of W workers sends S/K bytes to each of K servers and gets as much back; the
     busier port sets the pace: 2 * max(W (alpha + S/K beta), K alpha + S beta).
     """
-    _check(nbytes, workers)
+    alphabeta.check(nbytes, workers)
     if servers < 1:
         raise ValueError(f"servers={servers!r} must be >= 1")
     a, beta = network.latency, 1 / network.bandwidth
@@ -106,9 +39,6 @@ def ps_time(nbytes: float, workers: int, network: Network, servers: int = 1) -> 
 def algbw(nbytes: float, seconds: float) -> float:
     """Algorithm bandwidth S / t in bytes per second (nccl-tests)."""
     return nbytes / seconds
-
-
-busbw = alphabeta.busbw  # (op, nbytes, seconds, N): algbw times the op's factor (nccl-tests)
 
 
 def best_algorithm(nbytes: float, world_size: int, network: Network,

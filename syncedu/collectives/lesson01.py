@@ -12,6 +12,7 @@ import torch
 
 from syncedu.collectives import plots
 from syncedu.comm import sim
+from syncedu.comm.runs import check_choice
 from syncedu.ui.widgets import Explorer
 
 OPS = ("send_recv", "broadcast", "reduce", "all_reduce", "reduce_scatter", "all_gather")
@@ -50,8 +51,7 @@ def _masks(comm, op: str):
 
 def holdings_of(op: str, run) -> tuple[list, list]:
     """Run collective `op` with `run(worker, args=...)` (e.g. `pool.run`); (before, after)."""
-    if op not in OPS:
-        raise ValueError(f"op={op!r} is unknown; choose one of {OPS}")
+    check_choice("op", op, OPS)
     res = run(_masks, args=(op,))
     return [b for b, _ in res], [a for _, a in res]
 

@@ -12,6 +12,7 @@ import torch
 from syncedu.collectives import ALGORITHMS, cost, plots
 from syncedu.comm import sim
 from syncedu.comm.network import PRESETS, Network
+from syncedu.comm.runs import check_choice
 from syncedu.ui.widgets import Explorer
 
 SIZES = [2 ** k for k in range(3, 31)]  # 8 B .. 1 GiB
@@ -39,8 +40,7 @@ def network(choice: str, world_size: int) -> Network:
 def simulate(name: str, world_size: int, choice: str, nbytes: int, progress=None):
     """The `RunResult` of one `name` allreduce of `nbytes` of float32 ones per rank, on
     simulated ranks of network `choice` (`progress`: `sim.run`'s tqdm bar of messages)."""
-    if name not in ALGORITHMS:
-        raise ValueError(f"name={name!r} is unknown; choose one of {list(ALGORITHMS)}")
+    check_choice("name", name, list(ALGORITHMS))
     if nbytes < 4 or nbytes % 4:
         raise ValueError(f"nbytes={nbytes!r} must be a positive multiple of 4 (float32)")
     return sim.run(lambda c: ALGORITHMS[name](c, torch.ones(nbytes // 4)), world_size,

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from syncedu.comm.runs import check_choice
+
 ALGORITHMS = ("ring", "tree")
 PROTOCOLS = ("LL", "LL128", "Simple")
 ARCHS = ("volta", "ampere", "hopper", "blackwell")  # NCCL's compute-capability index
@@ -183,6 +185,5 @@ def _check(algorithm: str, protocol: str) -> None:
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm={algorithm!r} must be one of {ALGORITHMS} (NVLS, CollNet "
                          "and PAT are out of scope: see the module docstring)")
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol={protocol!r} must be one of {PROTOCOLS}")
+    check_choice("protocol", protocol, PROTOCOLS)
 

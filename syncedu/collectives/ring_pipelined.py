@@ -16,27 +16,15 @@ segment g of step s-1 has arrived and been added: 2(N-1)G latencies, reduction h
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from syncedu.collectives.algorithms import _flat
+from syncedu.collectives.algorithms import flat_view
+
+# How the pipeline cuts a chunk is the cost model's G, so both read one rule.
+from syncedu.comm.alphabeta import SEGMENT_BYTES, ring_segments
 from syncedu.comm.ledger import ring_chunks
 
-SEGMENT_BYTES = 4 << 20  # default pipeline segment: 4 MiB (see ring_segments)
 WINDOW = 8  # receives posted ahead per rank (and segment buffers it allocates)
-
-
-def ring_segments(numel: int, world_size: int, element_size: int,
-                  segment_bytes: int | None = SEGMENT_BYTES) -> int:
-    """Segments G per ring chunk (1: no pipelining): the largest chunk, ceil(numel / N)
-    elements, cut into pieces of at most `segment_bytes` (None: never cut)."""
-    if segment_bytes is None:
-        return 1
-    if not isinstance(segment_bytes, int) or segment_bytes < 1:
-        raise ValueError(f"segment_bytes={segment_bytes!r} must be an int >= 1 or None")
-    biggest = -(-numel // world_size) * element_size
-    return max(1, math.ceil(biggest / segment_bytes))
 
 
 class _Pipeline:
@@ -96,7 +84,7 @@ def ring_pipelined_allreduce(comm, tensor: torch.Tensor, *,
     """Ring allreduce (sum) in place, pipelined in segments of `segment_bytes`; returns
     `tensor`. Rank r sends what the plain ring sends: every chunk but r in the
     reduce-scatter, every chunk but r+1 in the all-gather."""
-    flat = _flat(tensor)
+    flat = flat_view(tensor)
     with comm.scope("ring_pipelined_allreduce"):
         if comm.world_size > 1:
             _Pipeline(comm, flat, segment_bytes).run()

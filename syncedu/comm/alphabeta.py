@@ -29,12 +29,16 @@ from __future__ import annotations
 
 import math
 
+from .network import Network
+from .runs import check_choice, check_int
+
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n,  # nccl-tests: busbw = algbw * factor(N)
               "reduce_scatter": lambda n: (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
               "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0}
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "barrier")
 ALLREDUCE = ("naive", "ring", "ring_pipelined", "tree", "halving_doubling",
              "recursive_doubling", "hierarchical")
+SEGMENT_BYTES = 4 << 20  # default pipeline segment: 4 MiB (see ring_segments)
 
 
 def _links(network):
@@ -46,12 +50,35 @@ def _links(network):
 
 
 def check(nbytes, world_size) -> None:
-    """The formulas' two inputs, checked once for them and `collectives.cost`: a ValueError
-    naming the parameter (a text such as "1MB" included)."""
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size={world_size!r} must be an int >= 1")
+    """The formulas' two inputs, checked once at their entry (`allreduce_time`,
+    `collective_time`, `terms`, which `collectives.cost` hands on): a ValueError naming the
+    parameter (a text such as "1MB" included)."""
+    check_int("world_size", world_size)
     if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not nbytes >= 0:
         raise ValueError(f"nbytes={nbytes!r} must be a number of bytes >= 0")
+
+
+def check_network(network, world_size: int) -> None:
+    """A `Network` for `world_size` ranks: None, a preset's name or a cluster of another size
+    (timed silently as its own size before) is refused, as `sim.run` refuses it."""
+    if not isinstance(network, Network):
+        hint = repr(network) if isinstance(network, str) else "'ethernet_10g'"
+        raise ValueError(f"network must be a syncedu.Network, e.g. Network.preset({hint}); "
+                         f"got {network!r}")
+    if network.is_cluster:  # (a flat network's slowdown list is the runs' business)
+        network.check_world_size(world_size)
+
+
+def ring_segments(numel: int, world_size: int, element_size: int,
+                  segment_bytes: int | None = SEGMENT_BYTES) -> int:
+    """Segments G per ring chunk (1: no pipelining): the largest chunk, ceil(numel / N)
+    elements, cut into pieces of at most `segment_bytes` (None: never cut)."""
+    if segment_bytes is None:
+        return 1
+    if not isinstance(segment_bytes, int) or segment_bytes < 1:
+        raise ValueError(f"segment_bytes={segment_bytes!r} must be an int >= 1 or None")
+    biggest = -(-numel // world_size) * element_size
+    return max(1, math.ceil(biggest / segment_bytes))
 
 
 def ring_time(nbytes: float, n: int, network, segments: int = 1) -> float:
@@ -128,39 +155,79 @@ def hierarchical_time(nbytes: float, n: int, network) -> float:
     return inside + across
 
 
-def allreduce_time(algorithm: str, nbytes: float, world_size: int, network,
-                   segments: int = 1) -> float:
-    """Seconds of `algorithm` (see the table above) for `nbytes` per rank on `network`."""
+def _segments(algorithm: str, nbytes: float, n: int, itemsize: int, segment_bytes) -> int:
+    """G, the segments per chunk: the pipelined ring's (`ring_segments`); 1 for the rest."""
+    if algorithm != "ring_pipelined":
+        return 1
+    return ring_segments(int(nbytes // itemsize), n, itemsize, segment_bytes)
+
+
+def terms(algorithm: str, nbytes: float, world_size: int, *, itemsize: int = 4,
+          segment_bytes: int | None = SEGMENT_BYTES) -> tuple[float, float, float]:
+    """(a, b, c) with time = a*alpha + b*beta + c*gamma, flat network (the table above);
+    c: the bytes each rank reduces (Thakur et al. 2005's gamma term)."""
     check(nbytes, world_size)
+    check_choice("algorithm", algorithm, list(ALLREDUCE))
+    n, s = world_size, float(nbytes)
+    if n == 1:
+        return 0.0, 0.0, 0.0
+    if algorithm == "naive":
+        return 2 * (n - 1), 2 * (n - 1) * s, (n - 1) * s
+    if algorithm in ("ring", "ring_pipelined", "hierarchical"):  # one node: a ring
+        g = _segments(algorithm, nbytes, n, itemsize, segment_bytes)
+        return 2 * (n - 1) * g, 2 * (n - 1) * s / n, (n - 1) / n * s
+    if algorithm == "tree":
+        k = math.ceil(math.log2(n))
+        return 2 * k, 2 * k * s, k * s
+    p = 1 << (n.bit_length() - 1)
+    fold = 2 if n != p else 0
+    if algorithm == "recursive_doubling":
+        k = math.log2(p)
+        return k + fold, k * s + fold * s, k * s + fold / 2 * s
+    return (2 * math.log2(p) + fold, 2 * (p - 1) / p * s + fold * s,
+            (p - 1) / p * s + fold / 2 * s)
+
+
+def allreduce_time(algorithm: str, nbytes: float, world_size: int, network: Network, *,
+                   gamma: float = 0.0, itemsize: int = 4,
+                   segment_bytes: int | None = SEGMENT_BYTES) -> float:
+    """Seconds of `algorithm` (see the table above) for `nbytes` per rank on `network` (flat
+    or cluster); `gamma`: seconds per byte reduced (0: arithmetic is free, as in the
+    simulator); `itemsize`, `segment_bytes`: the pipelined ring's G (`ring_segments`)."""
+    check(nbytes, world_size)
+    check_network(network, world_size)
+    check_choice("algorithm", algorithm, list(ALLREDUCE))
     n = world_size
     if n == 1:
         return 0.0
-    if algorithm in ("ring", "ring_pipelined"):
-        return ring_time(nbytes, n, network, segments)
     formulas = {"naive": naive_time, "tree": tree_time, "halving_doubling": halving_doubling_time,
                 "recursive_doubling": recursive_doubling_time, "hierarchical": hierarchical_time}
-    if algorithm not in formulas:
-        raise ValueError(f"algorithm={algorithm!r} is unknown; choose one of {list(ALLREDUCE)}")
-    return formulas[algorithm](nbytes, n, network)
+    if algorithm in formulas:
+        seconds = formulas[algorithm](nbytes, n, network)
+    else:  # the rings
+        seconds = ring_time(nbytes, n, network, _segments(algorithm, nbytes, n, itemsize,
+                                                          segment_bytes))
+    return seconds + (terms(algorithm, nbytes, n, itemsize=itemsize)[2] * gamma if gamma else 0.0)
 
 
-def collective_time(kind: str, nbytes: float, world_size: int, network, *,
+def collective_time(op: str, nbytes: float, world_size: int, network: Network, *,
                     itemsize: int = 4) -> float:
-    """Seconds of a built-in collective as `Comm` charges it; `nbytes`: the whole tensor of
-    `itemsize`-byte elements (a ring step is set by its largest chunk: ceil(S / itemsize / N)
-    elements, as `ring_chunks` cuts them; 8,970 floats on 4 ranks: 2,243 elements, 8,972 B)."""
+    """Seconds of a built-in collective as `Comm` charges it and the simulator times it;
+    `nbytes`: the whole tensor of `itemsize`-byte elements (a ring step is set by its largest
+    chunk: ceil(S / itemsize / N) elements, as `ring_chunks` cuts them; 8,970 floats on 4
+    ranks: 2,243 elements, 8,972 B)."""
     check(nbytes, world_size)
+    check_network(network, world_size)
+    check_choice("op", op, COLLECTIVES)
     n = world_size
-    if kind not in COLLECTIVES:
-        raise ValueError(f"kind={kind!r} is not a known collective; choose one of {COLLECTIVES}")
     if n == 1:
         return 0.0
     chunk = -(-math.ceil(nbytes / itemsize) // n) * itemsize
-    if kind == "all_reduce":
+    if op == "all_reduce":
         return ring_time(chunk * n, n, network)
-    if kind in ("reduce_scatter", "all_gather"):
+    if op in ("reduce_scatter", "all_gather"):
         return ring_time(chunk * n, n, network) / 2
-    if kind in ("broadcast", "reduce"):
+    if op in ("broadcast", "reduce"):
         return chain_time(nbytes, n, network)
     intra, inter, _, nodes, _ = _links(network)  # barrier: ceil(log2 N) empty messages
     return math.ceil(math.log2(n)) * max(intra.latency, inter.latency if nodes > 1 else 0.0)
@@ -168,6 +235,5 @@ def collective_time(kind: str, nbytes: float, world_size: int, network, *,
 
 def busbw(kind: str, nbytes: float, seconds: float, world_size: int) -> float:
     """Bus bandwidth: algbw S / t times the op's factor, e.g. 2(N-1)/N for all_reduce."""
-    if kind not in BUS_FACTOR:
-        raise ValueError(f"op={kind!r} is unknown; choose one of {list(BUS_FACTOR)}")
+    check_choice("op", kind, list(BUS_FACTOR))
     return nbytes / seconds * BUS_FACTOR[kind](world_size)

@@ -20,8 +20,6 @@ from . import alphabeta
 from .network import Network
 from .work import ThreadWork, Work
 
-ring_seconds = alphabeta.collective_time  # modeled seconds of a built-in (dp's name)
-
 
 class Emulator:
     """Delays one rank's messages and collectives as `network` says."""

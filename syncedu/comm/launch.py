@@ -41,7 +41,7 @@ from .errors import TimeoutError, WorkerError
 from .ledger import Ledger
 from .network import Network
 from .procs import Ranks, default_threads
-from .runs import RunResult, check_call, check_ranks, check_timeout
+from .runs import RunResult, check_call, check_choice, check_ranks, check_timeout
 from .trace import Trace
 
 __all__ = ["run", "Pool", "from_env", "free_port", "resolve_backend", "WorkerError", "TimeoutError",
@@ -61,8 +61,7 @@ def free_port() -> int:
 
 def resolve_backend(backend: str, world_size: int) -> str:
     """"auto" -> NCCL when every rank can have its own GPU, else Gloo (CPU)."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r} is unknown; choose one of {BACKENDS}")
+    check_choice("backend", backend, BACKENDS)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     nccl = torch.distributed.is_nccl_available()
     if backend == "nccl" and (gpus < world_size or not nccl):

@@ -1,4 +1,8 @@
-"""What `launch` and `sim` runs share: `RunResult` and argument checks (`ValueError`s alike)."""
+"""What `launch` and `sim` runs share: `RunResult` and argument checks (`ValueError`s alike).
+
+The `check_*` validators every public entry of the package uses live here, beside the
+engine's own checks: each returns the value it accepts or raises a `ValueError` that names
+the parameter and what is allowed."""
 
 from __future__ import annotations
 
@@ -45,8 +49,7 @@ def check_ranks(world_size, limit: int, network, timeout, output, hint: str = ""
     if network is not None:
         network.check_world_size(world_size)
     check_timeout(timeout)
-    if output not in OUTPUT_MODES:
-        raise ValueError(f"output={output!r} must be one of {OUTPUT_MODES}")
+    check_choice("output", output, OUTPUT_MODES)
 
 
 def check_timeout(timeout) -> None:
@@ -63,3 +66,31 @@ def check_progress(progress) -> None:
             or callable(getattr(progress, "update", None))):
         raise ValueError(f"progress={progress!r} must be None or False (no bar), True (a tqdm "
                          "bar of messages) or an object with .update(n), such as a tqdm bar")
+
+
+def check_int(name: str, value, low: int = 1) -> int:
+    """`value`, or a ValueError naming `name` unless it is an int >= `low`."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name}={value!r} must be an int >= {low}")
+    return value
+
+
+def check_number(name: str, value, low: float = 0) -> float:
+    """`value`, or a ValueError naming `name` unless it is a real number (not a bool) >= `low`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= low:
+        raise ValueError(f"{name}={value!r} must be a number >= {low}")
+    return value
+
+
+def check_bool(name: str, value) -> bool:
+    """`value`, or a ValueError naming `name` unless it is True or False."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}={value!r} must be True or False")
+    return value
+
+
+def check_choice(name: str, value, allowed):
+    """`value`, or a ValueError naming `name` unless it is one of `allowed` (as shown)."""
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is unknown; choose one of {allowed}")
+    return value

@@ -18,6 +18,8 @@ import time
 import greenlet
 import torch
 
+from .runs import check_choice
+
 SCHEDULERS = ("auto", "thread", "greenlet")
 THREAD_LIMIT = 64  # "auto" uses threads up to this many ranks
 _AUTOCAST_DEVICES = ("cpu", "cuda")
@@ -199,8 +201,7 @@ class GreenletScheduler:
 
 def make(scheduler: str, n: int):
     """The scheduler for `n` ranks: "thread", "greenlet" or "auto" (threads up to 64 ranks)."""
-    if scheduler not in SCHEDULERS:
-        raise ValueError(f"scheduler={scheduler!r} must be one of {SCHEDULERS}")
+    check_choice("scheduler", scheduler, SCHEDULERS)
     if scheduler == "thread" or (scheduler == "auto" and n <= THREAD_LIMIT):
         return ThreadScheduler(n)
     return GreenletScheduler(n)

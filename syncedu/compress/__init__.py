@@ -7,7 +7,7 @@ names here is what `compression="name"` means everywhere (train/compression.py).
 
 from __future__ import annotations
 
-from syncedu.compress.base import Compressor, flatten, unflatten_
+from syncedu.compress.base import Compressor
 from syncedu.compress.cast import BF16, FP16, Cast, backend_refuses
 from syncedu.compress.powersgd import PowerSGD
 from syncedu.compress.sign import CompressedAllreduce, SignSGD
@@ -18,4 +18,4 @@ COMPRESSORS.update(fp16=FP16, bf16=BF16, topk=TopK, signsgd=SignSGD, powersgd=Po
                    onebit=CompressedAllreduce)
 
 __all__ = ["BF16", "COMPRESSORS", "CompressedAllreduce", "FP16", "Cast", "Compressor", "PowerSGD", "SignSGD", "TopK",
-           "backend_refuses", "flatten", "resolve", "unflatten_"]
+           "backend_refuses", "resolve"]

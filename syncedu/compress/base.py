@@ -13,18 +13,9 @@ from typing import ClassVar
 
 import torch
 
-from syncedu.train.sampling import check_bool
-
-
-def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """One flat copy of `tensors` (a bucket), in order."""
-    return torch.cat([t.reshape(-1) for t in tensors])
-
-
-def unflatten_(tensors: list[torch.Tensor], flat: torch.Tensor) -> None:
-    """Copy `flat` back into `tensors` (in place), the inverse of `flatten`."""
-    for t, part in zip(tensors, flat.split([t.numel() for t in tensors])):
-        t.copy_(part.view_as(t))
+from syncedu.comm.runs import check_bool
+from syncedu.dp.buckets import flatten, unflatten_  # noqa: F401  (zero/ imports them from here)
+from syncedu.train.compression import GradientCompressor
 
 
 def check_flags(obj, *names: str) -> None:
@@ -34,22 +25,13 @@ def check_flags(obj, *names: str) -> None:
 
 
 @dataclass(frozen=True)
-class Compressor:
-    """Base of every compressor: per-rank state, the DDP hook; subclasses implement `average_`."""
+class Compressor(GradientCompressor):
+    """Base of every compressor: the protocol's defaults (train/compression.py), per-rank state,
+    the DDP hook; subclasses implement `average_`."""
 
     name: ClassVar[str] = "compressor"
     # (key, rank) -> whatever the compressor keeps between steps; never module level.
     _state: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    def average_(self, comm, tensors: list[torch.Tensor], key: str = "bucket") -> None:
-        """Average `tensors` over every rank of `comm` in place, compressed on the wire.
-
-        `key` names the bucket (a compressor with state, such as error feedback, keeps it per key).
-        """
-        raise NotImplementedError
-
-    def check(self, comm) -> None:
-        """Raise before any traffic if this compressor cannot run on `comm`'s backend."""
 
     def state(self, comm, key: str, make):
         """This rank's state for bucket `key`, created by `make()` the first time."""

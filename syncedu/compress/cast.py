@@ -19,7 +19,8 @@ from typing import ClassVar
 
 import torch
 
-from syncedu.compress.base import Compressor, check_flags, flatten, unflatten_
+from syncedu.compress.base import Compressor, check_flags
+from syncedu.dp.buckets import flatten, unflatten_
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from syncedu.comm.runs import check_int
 from syncedu.compress import BF16, FP16, Compressor
 from syncedu.dp.ddp_hook import charge_ring_allreduce
 from syncedu.train import data, models
-from syncedu.train.sampling import check_int
 
 
 def recording_allreduce(calls: list):

@@ -24,8 +24,9 @@ from typing import ClassVar
 
 import torch
 
-from syncedu.compress.base import Compressor, check_flags, flatten, unflatten_
-from syncedu.train.sampling import check_int
+from syncedu.comm.runs import check_int
+from syncedu.compress.base import Compressor, check_flags
+from syncedu.dp.buckets import flatten, unflatten_
 
 
 @dataclass(frozen=True)

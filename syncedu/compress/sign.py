@@ -19,7 +19,8 @@ from typing import ClassVar
 
 import torch
 
-from syncedu.compress.base import Compressor, check_flags, flatten, unflatten_
+from syncedu.compress.base import Compressor, check_flags
+from syncedu.dp.buckets import flatten, unflatten_
 
 _BITS = torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=torch.uint8)
 

@@ -39,7 +39,7 @@ import torch
 
 from syncedu.comm import sim
 from syncedu.decentralized import torchft_check as check
-from syncedu.faults.tft_procs import _start_replicas, _stderr_to, _wait, _write, fork_main
+from syncedu.faults.tft_procs import _stderr_to, fork_main, start_replicas, wait_until, write_json
 
 
 class Dropping:
@@ -69,8 +69,8 @@ def replica(index: int, lighthouse: str, folder: str, spec: dict, replicas: int,
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the forker's stdout carries only the pids
 
     def hook(manager):
-        _write(out / f"ready_{index}", True)  # Step 1
-        _wait(lambda: all((out / f"ready_{i}").exists() for i in range(replicas)),
+        write_json(out / f"ready_{index}", True)  # Step 1
+        wait_until(lambda: all((out / f"ready_{i}").exists() for i in range(replicas)),
               time.time() + timeout, "every replica's manager")
 
         def after_step():
@@ -102,9 +102,10 @@ def run(replicas: int = 3, dead: int = 2, after: int = 8, *, heartbeat_ms: int =
             address = "http://127.0.0.1:" + house.address().rsplit(":", 1)[1]
             specs = [[i, address, str(out), spec, replicas, dead, after, timeout]
                      for i in range(replicas)]
-            forker, pids = _start_replicas(specs, out, module=__name__)
-            _wait(lambda: forker.poll() is not None, time.time() + timeout,  # Step 4: the forker
-                  "every replica's end")  # reaps every replica (exit codes), then ends
+            forker, pids = start_replicas(specs, out, module=__name__)
+            # Step 4: the forker reaps every replica (their exit codes), then ends
+            wait_until(lambda: forker.poll() is not None, time.time() + timeout,
+                       "every replica's end")
         finally:
             if forker is not None:
                 if forker.poll() is None:
@@ -119,5 +120,5 @@ def run(replicas: int = 3, dead: int = 2, after: int = 8, *, heartbeat_ms: int =
                for name, shrink in (("ours", True), ("control", False))}}
 
 
-if __name__ == "__main__":  # the replicas' forker, started by tft_procs._start_replicas
+if __name__ == "__main__":  # the replicas' forker, started by tft_procs.start_replicas
     fork_main(replica, json.loads(sys.argv[2]))

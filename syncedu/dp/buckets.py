@@ -22,6 +22,18 @@ from syncedu.comm.base import Work
 MB = 1024 * 1024
 
 
+def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """One flat copy of `tensors` (a bucket), in order: lesson 03's flat buffer, which
+    `FlatSync`, the compressors, ZeRO and local SGD all fill the same way."""
+    return torch.cat([t.reshape(-1) for t in tensors])
+
+
+def unflatten_(tensors: list[torch.Tensor], flat: torch.Tensor) -> None:
+    """Copy `flat` back into `tensors` (in place), the inverse of `flatten`."""
+    for t, part in zip(tensors, flat.split([t.numel() for t in tensors])):
+        t.copy_(part.view_as(t))
+
+
 @dataclass
 class Bucket:
     """Parameters whose gradients travel together in one flat buffer."""

@@ -20,7 +20,7 @@ import time
 import torch
 from torch import nn
 
-from syncedu.dp.buckets import MB, Bucket, build_buckets, trainable_parameters
+from syncedu.dp.buckets import MB, Bucket, build_buckets, flatten, trainable_parameters, unflatten_
 from syncedu.train.compression import resolve
 
 
@@ -70,10 +70,9 @@ class FlatSync(GradSync):
     def finish(self) -> None:
         """Concatenate every gradient, one allreduce, copy each slice back into its `.grad`."""
         grads = [_grad(p) for p in self.params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
+        flat = flatten(grads)
         self._all_reduce(flat)
-        for g, part in zip(grads, flat.split([g.numel() for g in grads])):
-            g.copy_(part.view_as(g))
+        unflatten_(grads, flat)
 
 
 class BucketedSync(GradSync):

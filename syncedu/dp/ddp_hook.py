@@ -21,9 +21,8 @@ import time
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from syncedu.comm.emulation import ring_seconds
+from syncedu.comm.alphabeta import collective_time
 from syncedu.comm.ledger import ring_allreduce_charge
-from syncedu.train.compression import resolve
 
 
 def charge_ring_allreduce(comm, numel: int, element_size: int) -> None:
@@ -46,8 +45,8 @@ class CountingHookState:
             return 0.0
         with self.lock:
             begin = max(start, self.link_free)
-            self.link_free = begin + ring_seconds("all_reduce", nbytes, self.comm.world_size,
-                                                  self.comm.network)
+            self.link_free = begin + collective_time("all_reduce", nbytes, self.comm.world_size,
+                                                     self.comm.network)
             return self.link_free
 
 
@@ -81,11 +80,12 @@ def compressed_hook(state: CountingHookState, bucket):
     return inner(inner_state, bucket).then(done)
 
 
-def wrap_ddp(module, comm, bucket_cap_mb: float = 25.0, hook: bool = True, compression=None,
+def wrap_ddp(module, comm, bucket_cap_mb: float = 25.0, hook: bool = True, compressor=None,
              broadcast_buffers: bool = True):
     """DDP around `module` on the comm's group, with the counting hook; returns (ddp, events).
     `hook=False` leaves DDP's own allreduce (faster by a Python call per bucket, but its
-    traffic then reaches neither the ledger nor the timeline)."""
+    traffic then reaches neither the ledger nor the timeline); `compressor`: a resolved one
+    (`TrainConfig.compressor`, this rank's copy), whose own DDP hook then averages."""
     device_ids = [comm.device.index] if comm.device.type == "cuda" else None
     # Why DDP's first step is one bucket: without find_unused_parameters (or with
     # static_graph) it puts every gradient in a single bucket at first, then rebuilds the
@@ -99,7 +99,6 @@ def wrap_ddp(module, comm, bucket_cap_mb: float = 25.0, hook: bool = True, compr
     ddp = DistributedDataParallel(module, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb,
                                   process_group=getattr(comm, "group", None),
                                   broadcast_buffers=broadcast_buffers)
-    compressor = resolve(compression)
     state = CountingHookState(comm, None if compressor is None else compressor.ddp_hook(comm))
     if compressor is not None:
         ddp.register_comm_hook(state, compressed_hook)

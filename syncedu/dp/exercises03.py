@@ -34,8 +34,8 @@ class CheckerNet(nn.Module):
         self.frozen.requires_grad_(False)
         self.b = nn.Linear(9, 9)
         self.d = nn.Linear(9, 9, bias=False) if reordered else None  # 81: its own size
+        self.rare = nn.Linear(9, 9) if rare else None  # before c: not last in the flat buffer
         self.c = nn.Linear(9, 10)
-        self.rare = nn.Linear(9, 9) if rare else None
 
     def forward(self, x, rank: int = 0):
         """A net with a frozen layer and a weight used twice (and, if built with them, `d` run
@@ -101,6 +101,9 @@ def _grads_mistake(pairs, n: int, net: dict) -> str | None:
     if all(matches_whole_batch([pair], 1, net) for pair in pairs[:1]):
         return ("p.grad still holds each rank's own gradient: wait for every handle, then "
                 "copy each averaged slice back into p.grad")
+    if any(not torch.equal(g, h) for g, h in zip(pairs[0][0], pairs[-1][0]) if None not in (g, h)):
+        return ("the ranks ended with different gradients: their flat buffers were laid out "
+                "differently (grad-None parameters moved?): one order on every rank, zeros")
     return "not the average over all ranks, or a frozen parameter got a .grad: leave it None"
 
 

@@ -18,6 +18,8 @@ LR = 0.5
 STEPS = 2  # two calls: a forgotten zero_grad shows in the second
 LUMPED = ("the K forwards ran before one backward (of their summed losses?): all K graphs and "
           "their activations stay alive, no memory saved; backward each micro-batch first")
+ONE_PASS = ("{} forwards and backwards in {} steps of K={}: one pass over the concatenated "
+            "micro-batches is no accumulation (no memory saved); one pass per micro-batch")
 
 
 def _micro_batches(rank: int, k: int, per_micro: int, step: int = 0):
@@ -110,6 +112,9 @@ def _traffic_mistake(res, one: list[int], k: int, n: int) -> str | None:
 def _params_mistake(res, n: int, k: int, per_micro: int) -> str | None:
     got = [r[0] for r in res]
     if any(not torch.allclose(g, got[0], atol=1e-6) for g in got[1:]):
+        if any(quiet for _, quiet in res[0][2][2 * k - 1::2 * k]):  # a step's last backward
+            return ("the micro-batch outside no_sync() must be the last: the gradients of the "
+                    "backwards after the synchronized one stayed on their rank")
         return ("the ranks ended with different parameters: call "
                 "model.finish_gradient_synchronization() after the last backward, before "
                 "optimizer.step() (our wrapper leaves the averaged gradients in .grad then)")
@@ -144,6 +149,7 @@ def accumulate(train_step, world_sizes=(2, 3), k: int = 3, per_micro: int = 3) -
                             f"steps, not one step on the large batch)")
         kinds = [kind for kind, _ in res[0][2]]  # forwards and backwards, in order
         if why := ((kinds != ["forward", "backward"] * (len(kinds) // 2) and LUMPED)
+                   or (len(kinds) != 2 * k * STEPS and ONE_PASS.format(len(kinds) // 2, STEPS, k))
                    or _traffic_mistake(res, _one_sync_bytes(n), k, n)
                    or _params_mistake(res, n, k, per_micro)):
             return verdict(name, False, f"with {n} ranks: {why}")

@@ -1,7 +1,8 @@
 """Step-time models, in one place: one training step on the alpha-beta model.
 
-The collectives' seconds come from one formula file, `comm/alphabeta.py` (directly, or
-through `collectives.cost`); this file composes them into steps, for four lessons:
+The collectives' seconds come from the formulas' one home, `comm/alphabeta.py` (which
+`collectives.cost` hands on to the lessons); this file composes them into steps, for four
+lessons:
 
 - lesson 03, buckets overlapped with the backward (`schedule`, `step_time`);
 - lesson 05, K micro-batches per allreduce (`accumulation_time`);
@@ -27,9 +28,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from syncedu.collectives.cost import allreduce_time, collective_time
+from syncedu.comm.alphabeta import allreduce_time, collective_time
 from syncedu.comm.network import Network
-from syncedu.train.sampling import check_int
+from syncedu.comm.runs import check_choice, check_int, check_number
 
 # Backward costs about twice the forward (two matrix products per layer instead of one).
 BACKWARD_SHARE = 2 / 3
@@ -140,8 +141,7 @@ def overlap_step_time(model_bytes: float, compute_seconds: float, world_size: in
     3. with buckets, `schedule`: a bucket is ready when the backward has produced its
        bytes (over its last `overlap` share) and buckets go one at a time, so tiny buckets
        are latency-bound and one huge bucket cannot overlap (Li et al., VLDB 2020)."""
-    if not model_bytes >= 0:
-        raise ValueError(f"model_bytes={model_bytes!r} must be >= 0")
+    check_number("model_bytes", model_bytes, 0)
     if not compute_seconds > 0:
         raise ValueError(f"compute_seconds={compute_seconds!r} must be > 0")
     check_int("world_size", world_size)
@@ -176,8 +176,7 @@ def zero_step_time(mode: str, psi: float, layers: int, world_size: int, network,
        (ZeRO-1/2) starts when its gradients are ready and the previous one is done; ZeRO-1/2
        then all-gather the updated parameters, which nothing hides.
     """
-    if mode not in ZERO_MODES:
-        raise ValueError(f"mode={mode!r} is unknown; choose one of {ZERO_MODES}")
+    check_choice("mode", mode, ZERO_MODES)
     f, size, n = forward_seconds / check_int("layers", layers), psi * itemsize, world_size
     if n == 1:
         return 3 * forward_seconds

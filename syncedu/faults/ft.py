@@ -30,8 +30,8 @@ from torch.nn.utils import parameters_to_vector as flat
 from torch.nn.utils import vector_to_parameters
 
 from syncedu import data, launch, models, sim
-from syncedu.comm import Ledger, Trace
-from syncedu.train.sampling import check_int, check_number
+from syncedu.comm.runs import check_int, check_number
+from syncedu.train.harness import Result
 
 TAG_STATUS, TAG_QUORUM, TAG_STATE, TAG_GRAD, TAG_MEAN = 11, 12, 13, 14, 15
 
@@ -216,8 +216,8 @@ def _worker(comm, cfg: FTConfig):
     return _lighthouse(comm, cfg) if comm.rank == 0 else _replica(comm, cfg)
 
 
-@dataclass(frozen=True)
-class FTResult:
+@dataclass
+class FTResult(Result):
     """The quorums (members per iteration); per replica {"alive", "step", "params", "log":
     [(iteration, members, committed)]}; the ledger (row r: rank r, replica r - 1), the trace
     and the seconds (logical if simulated)."""
@@ -225,12 +225,9 @@ class FTResult:
     config: FTConfig
     quorums: list[list[int]]
     replicas: list[dict]
-    ledger: Ledger
-    trace: Trace
-    seconds: float
 
 
-def run(world_size: int = 4, *, failures=(), network=None, simulate: bool = True,
+def run(world_size: int = 4, *, failures=(), network=None, simulate: bool = False,
         **options) -> FTResult:
     """Per-step fault tolerance from scratch: the lighthouse (rank 0), replica i on rank i + 1.
 
@@ -241,7 +238,8 @@ def run(world_size: int = 4, *, failures=(), network=None, simulate: bool = True
         failures: `Failure(replica, at, down)` records: replica `replica` dies in iteration
             `at`'s exchange and is down for `down` iterations (default: none).
         network: a `Network` for the messages (default None).
-        simulate: simulated ranks on a logical clock (default True).
+        simulate: simulated ranks on a logical clock (default False: real processes, as
+            every run function of the course defaults).
         **options: `FTConfig` fields: `iterations` (10), `lr` (0.1), `batch` (8), `seed` (0),
             `heartbeat_timeout` (logical seconds before a silent replica is dropped, 2.0),
             `step_seconds` (modeled compute per iteration, 0.05).
@@ -250,7 +248,8 @@ def run(world_size: int = 4, *, failures=(), network=None, simulate: bool = True
     cfg = FTConfig(replicas=world_size - 1, failures=failures, **options)
     res = (sim.run if simulate else launch.run)(_worker, world_size, args=(cfg,),
                                                 network=network)
-    return FTResult(cfg, res[0], list(res[1:]), res.ledger, res.trace, res.seconds)
+    return FTResult(cfg, res[0], list(res[1:]), ledger=res.ledger, trace=res.trace,
+                    seconds=res.seconds)
 
 
 def committed_steps(log) -> list[tuple[int, tuple[int, ...]]]:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 
-def _write(path: Path, value) -> None:
+def write_json(path: Path, value) -> None:
     """Write JSON atomically (a reader never sees half a file)."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(value))
@@ -35,15 +35,17 @@ def listening(pids) -> list[str]:
     return sorted(found)
 
 
-def _wait(predicate, deadline: float, what: str) -> None:
+def wait_until(predicate, deadline: float, what: str) -> None:
+    """Poll `predicate` every 20 ms until it holds; a TimeoutError naming `what` after
+    `deadline` (a `time.time()` value), so no wait of the drill can hang."""
     while not predicate():
         if time.time() > deadline:
             raise TimeoutError(f"torchft run: {what} did not happen in time")
         time.sleep(0.02)
 
 
-def _start_replicas(specs: list, out: Path, module: str = "syncedu.faults.torchft_run"
-                     ) -> tuple[subprocess.Popen, list[int]]:
+def start_replicas(specs: list, out: Path, module: str = "syncedu.faults.torchft_run"
+                   ) -> tuple[subprocess.Popen, list[int]]:
     """The forker (`fork_main`, run by `module`'s main block) on `specs` (its replica
     function's arguments, the folder third); one `killpg` reaches it and its replicas."""
     # The forker runs torchft_run as its main module: it imports this file, not the reverse.
@@ -79,7 +81,7 @@ def fork_main(replica_main, specs: list) -> None:
     print(json.dumps(pids), flush=True)
     for _ in pids:  # in the order they end
         pid, status = os.wait()
-        _write(Path(specs[0][2]) / f"exit_{pid}", os.waitstatus_to_exitcode(status))
+        write_json(Path(specs[0][2]) / f"exit_{pid}", os.waitstatus_to_exitcode(status))
     sys.stdout.flush()
     os._exit(0)  # nothing to tear down: skip seconds of interpreter shutdown
 

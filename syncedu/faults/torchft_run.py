@@ -34,8 +34,10 @@ from pathlib import Path
 import torch
 
 from syncedu.comm.ledger import Ledger, RankLedger, ring_allreduce_charge
+from syncedu.train.harness import Result
 
-from .tft_procs import _start_replicas, _stderr_to, _wait, _write, listening
+# _stderr_to keeps its name while decentralized/torchft_check.py imports it so (for the lead).
+from .tft_procs import _stderr_to, listening, start_replicas, wait_until, write_json
 
 
 @dataclass(frozen=True)
@@ -161,14 +163,14 @@ def replica_main(index: int, lighthouse: str, folder: str, cfg: TorchftConfig, k
     os.dup2(log_fd, 2)  # torchft's own logs go to a file, not the notebook
     import torchft  # noqa: F401  (the slow part of a start, done before the wait)
     if standby:
-        _wait(lambda: (out / "go").exists(), time.time() + cfg.deadline, "the go file")
+        wait_until(lambda: (out / "go").exists(), time.time() + cfg.deadline, "the go file")
     manager, model, opt, _keep = _setup(index, lighthouse, cfg)
     log, start = [], time.time()
 
     def dies_now(step: int, participants: int) -> bool:
         together = sum(e["participants"] == 2 for e in log)
         if kill and participants == 2 and together >= cfg.kill_after:
-            _write(out / "killed", {"time": time.time(), "step": step})
+            write_json(out / "killed", {"time": time.time(), "step": step})
             return True
         return False
 
@@ -177,7 +179,7 @@ def replica_main(index: int, lighthouse: str, folder: str, cfg: TorchftConfig, k
         if stop is not None and manager.current_step() >= stop:
             break
         log.append(replica_step(manager, model, opt, index, dies_now))
-        _write(out / f"progress_{index}_{os.getpid()}", log)  # the whole log: a kill loses none
+        write_json(out / f"progress_{index}_{os.getpid()}", log)  # the whole log: a kill loses none
         time.sleep(cfg.pace)
     torch.save({"log": log, "params": model.state_dict(), "step": manager.current_step()},
                out / f"final_{index}_{os.getpid()}.pt")
@@ -204,8 +206,8 @@ def _ledger(logs: list[tuple[int, list[dict]]]) -> Ledger:
     return Ledger(ranks)
 
 
-@dataclass(frozen=True)
-class TorchftResult:
+@dataclass
+class TorchftResult(Result):
     """What listened, the kill ({"time", "step", "log"}) and its exit code, the survivor's and the
     restarted replica's {"log", "params", "step"}, the ledger (`_ledger`), wall-clock seconds."""
 
@@ -215,8 +217,6 @@ class TorchftResult:
     killed: dict
     survivor: dict
     restarted: dict
-    ledger: Ledger
-    seconds: float
 
 
 def run(world_size: int = 2, *, network=None, simulate: bool = False, folder: str | None = None,
@@ -240,19 +240,19 @@ def run(world_size: int = 2, *, network=None, simulate: bool = False, folder: st
         try:
             port = lighthouse.address().rsplit(":", 1)[1]
             spec = [f"http://127.0.0.1:{port}", str(out), asdict(cfg)]
-            forker, (first, doomed, reborn) = _start_replicas(
+            forker, (first, doomed, reborn) = start_replicas(
                 [[0, *spec, False, False], [1, *spec, True, False], [1, *spec, False, True]], out)
-            _wait(lambda: _progress(out, 0, first) and _progress(out, 1, doomed), deadline,
+            wait_until(lambda: _progress(out, 0, first) and _progress(out, 1, doomed), deadline,
                   "both replicas training")
             result["listening"] = sorted(
                 set(listening([os.getpid(), first, doomed, reborn])) - ours)
-            _wait(lambda: (out / f"exit_{doomed}").exists(), deadline, "the kill")  # Step 2
+            wait_until(lambda: (out / f"exit_{doomed}").exists(), deadline, "the kill")  # Step 2
             result["exitcode"] = json.loads((out / f"exit_{doomed}").read_text())
-            _wait(lambda: (e := _progress(out, 0, first)) and e["participants"] == 1
+            wait_until(lambda: (e := _progress(out, 0, first)) and e["participants"] == 1
                   and e["committed"], deadline, "a step without the dead one")  # Step 3
-            _write(out / "go", True)  # Step 4: the standby replaces the killed replica
-            _wait(lambda: _progress(out, 1, reborn), deadline, "the restarted replica's step")
-            _write(out / "stop", _progress(out, 1, reborn)["step"] + cfg.extra_steps)  # Step 5
+            write_json(out / "go", True)  # Step 4: the standby replaces the killed replica
+            wait_until(lambda: _progress(out, 1, reborn), deadline, "the restarted replica's step")
+            write_json(out / "stop", _progress(out, 1, reborn)["step"] + cfg.extra_steps)  # Step 5
             forker.wait(max(0.0, deadline - time.time()))
             result["survivor"] = torch.load(out / f"final_0_{first}.pt")
             result["restarted"] = torch.load(out / f"final_1_{reborn}.pt")
@@ -292,7 +292,7 @@ def verdicts(result: TorchftResult) -> dict:
     }
 
 
-if __name__ == "__main__":  # the replicas' forker, started by tft_procs._start_replicas
+if __name__ == "__main__":  # the replicas' forker, started by tft_procs.start_replicas
     import sys
 
     from .tft_procs import fork_main

@@ -29,7 +29,8 @@ import threading
 import time
 from pathlib import Path
 
-from syncedu.train.sampling import check_int
+from syncedu.comm.ledger import Ledger, RankLedger
+from syncedu.comm.runs import RunResult, check_int
 
 __all__ = ["available", "run", "horovod_log", "HorovodRunError", "FAILED_STAMP"]
 
@@ -144,10 +145,13 @@ def _deadline(timeout: float, ours):
         thread.join()
 
 
-def run(fn, world_size: int = 2, *, args: tuple = (), kwargs: dict | None = None,
+def run(fn, world_size: int = 2, args: tuple = (), kwargs: dict | None = None, *,
         env: dict | None = None, timeout: float = 120.0, start_timeout: float = 60.0,
-        quiet: bool = False, output: list | None = None) -> list:
-    """`horovod.run(fn, ...)` on `world_size` local Gloo ranks; returns the ranks' values.
+        quiet: bool = False, output: list | None = None) -> RunResult:
+    """`horovod.run(fn, ...)` on `world_size` local Gloo ranks; a `RunResult`, as `launch.run`
+    returns: the ranks' values (`fn(*args, **kwargs)` on each: Horovod's ranks get no `comm`),
+    `.seconds` (wall-clock of the whole job, start-up included) and `.ledger` (one empty row
+    per rank: Horovod moves its bytes in C++; `train.run("horovod")` charges them itself).
 
     `quiet=True` keeps the ranks' output out of the caller's streams; either way it is
     `.output` on the error raised, and appended to `output` if that is a list.
@@ -168,9 +172,12 @@ def run(fn, world_size: int = 2, *, args: tuple = (), kwargs: dict | None = None
               contextlib.redirect_stderr(out if quiet else _Tee(out, sys.stderr)),
               _deadline(timeout, ours[signal.SIGTERM]) as fired):
             try:
-                return horovod.run(_with_env, args=(fn, env, tuple(args), dict(kwargs or {})),
-                                   num_proc=world_size, use_gloo=True, start_timeout=start_timeout,
-                                   network_interfaces=["lo"])
+                start = time.perf_counter()
+                values = horovod.run(_with_env, args=(fn, env, tuple(args), dict(kwargs or {})),
+                                     num_proc=world_size, use_gloo=True,
+                                     start_timeout=start_timeout, network_interfaces=["lo"])
+                return RunResult(values, Ledger([RankLedger(r) for r in range(world_size)]),
+                                 time.perf_counter() - start)
             except RuntimeError as e:
                 if not fired:
                     raise HorovodRunError(str(e).strip(), out.getvalue()) from None

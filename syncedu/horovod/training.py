@@ -27,7 +27,7 @@ from syncedu.comm.ledger import RankLedger
 from syncedu.dp.ddp_hook import charge_ring_allreduce
 from syncedu.horovod import launch as horovod_launch
 from syncedu.train import train_rank
-from syncedu.train.harness import _history
+from syncedu.train.harness import History
 from syncedu.train.strategies import Parts, make_optimizer, register, register_launcher
 
 __all__ = ["HorovodSettings", "HorovodComm", "run_ranks", "run_jobs"]
@@ -129,7 +129,7 @@ def _horovod(module, comm, cfg) -> Parts:
     """The factory `train_strategies.build` calls inside a Horovod rank (Steps 2-4)."""
     import horovod.torch as hvd
 
-    if cfg.compression not in (None, "fp16"):
+    if cfg.compressor is not None and cfg.compressor.name != "fp16":  # resolved by TrainConfig
         raise ValueError(f"compression={cfg.compression!r}: Horovod's built-ins here are "
                          "None (Compression.none) and 'fp16' (Compression.fp16)")
     opt = make_optimizer(module.parameters(), cfg)
@@ -138,7 +138,7 @@ def _horovod(module, comm, cfg) -> Parts:
         hvd.broadcast_optimizer_state(opt, root_rank=0)
     dist = hvd.DistributedOptimizer(  # Step 3
         opt, named_parameters=module.named_parameters(),
-        compression=hvd.Compression.fp16 if cfg.compression == "fp16" else hvd.Compression.none,
+        compression=hvd.Compression.none if cfg.compressor is None else hvd.Compression.fp16,
         backward_passes_per_step=cfg.accumulation, op=hvd.Average)
     counter = _FusedLedger(comm, dist)
     plain_zero_grad = dist.zero_grad
@@ -238,7 +238,7 @@ def run_jobs(jobs, *, timeout: float = 600.0, log: list | None = None) -> list:
         res = horovod_launch.run(_rank, world_size, args=(group,), env=env,
                                  timeout=timeout, quiet=True, output=log)
         out += [[per_rank[i] for per_rank in res] if callable(cfg)
-                else _history(cfg, [per_rank[i] for per_rank in res])
+                else History.from_ranks(cfg, [per_rank[i] for per_rank in res])
                 for i, (cfg, _) in enumerate(group)]
     return out
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from syncedu.train.sampling import check_int
+from syncedu.comm.runs import check_choice, check_int
 
 MODES = ("sync", "async", "ssp")
 PUSH_TAG, PULL_TAG = 41, 42  # message tags: gradients in, parameters out
@@ -48,8 +48,7 @@ class PSConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode={self.mode!r} is unknown; choose one of {MODES}")
+        check_choice("mode", self.mode, MODES)
         for name, low in (("workers", 1), ("servers", 1), ("staleness", 0), ("seed", -2**62)):
             check_int(name, getattr(self, name), low)
         if self.staleness and self.mode != "ssp":

@@ -20,23 +20,20 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from syncedu.comm.ledger import Ledger
 from syncedu.comm.network import Network
 from syncedu.ps.config import PSConfig, shard_ranges
 from syncedu.ps.server import Applied, ServerLog, serve
 from syncedu.ps.worker import WorkerLog, run_worker
 from syncedu.train import data, models, runner, sampling
+from syncedu.train.harness import Result
 
 
 @dataclass
-class PSHistory:
-    """What `ps.run` returns (times are logical seconds with `simulate=True`)."""
+class PSHistory(Result):
+    """What `ps.run` returns (times are logical seconds with `simulate=True`); `loss`: per
+    step c, the mean of the workers' minibatch losses at their step c; `trace`: every message."""
 
     config: PSConfig
-    loss: list[float]  # per step c: mean of the workers' minibatch losses at their step c
-    params: dict[str, torch.Tensor]
-    ledger: Ledger
-    seconds: float
     pushed: int
     applied: int
     staleness: list[int]  # per applied gradient, in server 0's order: SSP's clock gap (steps)
@@ -44,12 +41,7 @@ class PSHistory:
     events: list[Applied] = field(repr=False)  # server 0's applied gradients, in order
     final_loss: float = float("nan")  # the final parameters on the whole data set
     accuracy: float = float("nan")
-    trace: object = field(default=None, repr=False)  # the run's `comm.trace.Trace` (every message)
     delay: list[int] = field(default_factory=list)  # per applied gradient: updates it missed
-
-    def max_param_diff(self, other) -> float:
-        """Largest absolute difference to another run's history or `params` dict."""
-        return runner.max_param_diff(self, other)
 
     def staleness_histogram(self) -> dict[int, int]:
         """{staleness: how many applied gradients had it}, in increasing staleness."""

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
-from syncedu.comm.ledger import Ledger
+from syncedu.comm.runs import check_choice, check_int
 from syncedu.train import data, harness, models
-from syncedu.train.sampling import check_int
+from syncedu.train.harness import Result
 
 STRATEGY = {"plain": "naive", "syncbn": "syncbn", "single": "single"}  # mode -> train.run's
 MODES = tuple(STRATEGY)
@@ -50,8 +50,7 @@ class BNConfig:
     dtype: str = "float64"
 
     def __post_init__(self):
-        if self.mode not in MODES:
-            raise ValueError(f"mode={self.mode!r} must be one of {MODES}")
+        check_choice("mode", self.mode, MODES)
         for name in ("world_size", "per_rank_batch", "steps", "channels", "test_size"):
             check_int(name, getattr(self, name), 1)
 
@@ -61,17 +60,14 @@ class BNConfig:
         return self.world_size * self.per_rank_batch
 
 
-@dataclass(frozen=True)
-class BNResult:
+@dataclass
+class BNResult(Result):
     """What a run gives: global mean loss per step, and per rank its test accuracy (eval mode)
-    and running statistics {layer: (running_mean, running_var)}."""
+    and running statistics {layer: (running_mean, running_var)}; `params`: rank 0's final
+    parameters and buffers (a state_dict); `seconds`: logical on simulated ranks."""
 
-    loss: list[float]
     accuracy: list[float]
     running: list[dict]
-    params: dict               # rank 0's final parameters and buffers (a state_dict)
-    ledger: Ledger
-    seconds: float             # the run's seconds (logical on simulated ranks)
 
     def spread(self, typical: bool = False) -> dict[str, float]:
         """How far apart two ranks' running statistics lie, channel by channel over every
@@ -86,11 +82,11 @@ class BNResult:
         return {"mean": pick(torch.cat(means)).item(), "var": pick(torch.cat(varis)).item()}
 
 
-def run(mode: str = "syncbn", world_size: int = 4, *, network=None, simulate: bool = True,
+def run(mode: str = "syncbn", world_size: int = 4, *, network=None, simulate: bool = False,
         pool=None, **options) -> BNResult:
-    """Steps 1-4: mode `mode` on `world_size` ranks through `train.run`, simulated (or real:
-    `simulate=False`, `pool=`); `options` are `BNConfig`'s other fields (`per_rank_batch`,
-    `steps`, `seed`, `broadcast_buffers`, ...)."""
+    """Steps 1-4: mode `mode` on `world_size` ranks through `train.run`, real (`pool=`) or
+    simulated (`simulate=True`; False by default, as in every run function); `options` are
+    `BNConfig`'s other fields (`per_rank_batch`, `steps`, `seed`, `broadcast_buffers`, ...)."""
     cfg = BNConfig(mode=mode, world_size=world_size, **options)
     if mode == "single" and (network is not None or pool is not None):
         raise ValueError(f"mode='single' is one process, here: network={network!r} and "
@@ -105,11 +101,11 @@ def run(mode: str = "syncbn", world_size: int = 4, *, network=None, simulate: bo
     layers = [k[:-len(".running_var")] for k in h.rank_buffers[0] if k.endswith(".running_var")]
     running = [{name: (b[f"{name}.running_mean"], b[f"{name}.running_var"]) for name in layers}
                for b in h.rank_buffers]
-    return BNResult(h.loss, h.rank_accuracy, running, {**h.params, **h.rank_buffers[0]},
-                    h.ledger, h.seconds)
+    return BNResult(h.rank_accuracy, running, loss=h.loss, params={**h.params, **h.rank_buffers[0]},
+                    ledger=h.ledger, seconds=h.seconds)
 
 
-def compare(world_size: int = 4, *, network=None, simulate: bool = True, **options
+def compare(world_size: int = 4, *, network=None, simulate: bool = False, **options
             ) -> dict[str, BNResult]:
     """The three modes side by side, same data and initial weights: {mode: result}."""
     return {mode: run(mode, world_size, network=None if mode == "single" else network,

@@ -43,7 +43,8 @@ class SmallBatchExplorer(Dashboard):
         """
         try:
             self.results = results or bx.compare(per_rank_batch=self.batch.value,
-                                                 world_size=self.ranks.value, steps=self.steps)
+                                                 world_size=self.ranks.value, steps=self.steps,
+                                                 simulate=True)
             self.text = summary(self.results)
         except Exception as e:  # show the failure in the widget, never lose it
             self.results, self.text = None, f"error: {e}"

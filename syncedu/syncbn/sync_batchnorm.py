@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from syncedu.comm.base import Comm
-from syncedu.train.sampling import check_int
+from syncedu.comm.runs import check_int
 
 FORWARD_OP, BACKWARD_OP, CHECK_OP = "syncbn_forward", "syncbn_backward", "syncbn_check"
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from syncedu.comm.runs import check_bool, check_choice, check_int
 from syncedu.train import strategies
 from syncedu.train.compression import resolve
 from syncedu.train.optimizers import check_optimizer_options
-from syncedu.train.sampling import check_bool, check_int
 
 # Accumulation mistakes: "sync_every" (no `no_sync`), "partial_no_sync" (`no_sync` around
 # `backward()` only: the forward already decided to sync), "unscaled_loss" (not divided by K).
@@ -51,15 +51,15 @@ class TrainConfig:
     topology: str = "ring"  # dpsgd: the gossip graph (decentralized/gossip.py)
     inner_steps: int = 8  # streaming_diloco: H inner steps between two syncs of a fragment
     fragments: int = 1  # streaming_diloco: F fragments (1: DiLoCo)
-    compression: object = None  # None, "fp16", "bf16", a name or an object (resolved per rank)
+    compression: object = None  # None, "fp16", "bf16", a name or a compressor (as given)
     weight_decay: float = 0.0
     betas: tuple = (0.9, 0.999)  # adam / adamw only
     eps: float = 1e-8  # adam / adamw only
+    # `compression` resolved once (train/compression.py); each rank's strategy copies it.
+    compressor: object = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        if self.strategy not in strategies.FACTORIES:  # the registry: what topics registered
-            raise ValueError(f"strategy={self.strategy!r} is unknown; choose one of "
-                             f"{strategies.names()}")
+        check_choice("strategy", self.strategy, strategies.names())  # what topics registered
         check_int("world_size", self.world_size, 1)
         if self.strategy == "single" and self.world_size != 1:
             raise ValueError(f"strategy='single' is the one-process reference: world_size must "
@@ -80,8 +80,7 @@ class TrainConfig:
     def _check_options(self) -> None:
         for name, allowed in (("mistake", MISTAKES), ("dataset", DATASETS), ("model", MODELS),
                               ("dtype", DTYPES)):
-            if (value := getattr(self, name)) not in allowed:
-                raise ValueError(f"{name}={value!r} is unknown; choose one of {allowed}")
+            check_choice(name, getattr(self, name), allowed)
         if isinstance(self.model_kwargs, dict):  # accept a dict, store it hashable
             object.__setattr__(self, "model_kwargs", tuple(sorted(self.model_kwargs.items())))
         size = 1797 if self.dataset == "digits" else self.synthetic_size
@@ -101,14 +100,16 @@ class TrainConfig:
             if getattr(self, name) != default and self.strategy != "local_sgd":
                 raise ValueError(f"{name}={getattr(self, name)} applies to strategy='local_sgd' "
                                  f"only; the other strategies synchronize every step")
-        compressor = resolve(self.compression)  # raises ValueError naming what is allowed
-        allowed = getattr(compressor, "strategies",  # a DDP hook: ("ddp",)
-                          strategies.names(strategies.COMPRESSIBLE))
+        # Resolved once, here (a ValueError naming what is allowed); `compression` stays as given.
+        compressor = resolve(self.compression)
+        object.__setattr__(self, "compressor", compressor)
+        allowed = (strategies.names(strategies.COMPRESSIBLE) if compressor is None
+                   else compressor.strategies)  # torch's PowerSGD: ("ddp",)
         if self.compression is not None and self.strategy not in allowed:
             raise ValueError(f"compression={self.compression!r} needs a strategy that sends "
                              f"gradients through it, one of {allowed}; got "
                              f"strategy={self.strategy!r}")
-        if hasattr(compressor, "check_config"):
+        if compressor is not None:
             compressor.check_config(self)  # its own rules (torch's PowerSGD: one DDP bucket)
         if self.strategy in strategies.CHECKS:
             strategies.CHECKS[self.strategy](self)  # the topic's own rules

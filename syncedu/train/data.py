@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import TensorDataset
 
-from syncedu.train.sampling import check_int
+from syncedu.comm.runs import check_int, check_number
 
 
 def digits(images: bool = False) -> TensorDataset:
@@ -45,8 +45,7 @@ def synthetic(n: int = 1024, features: int = 16, classes: int = 4, *, noise: flo
     for name, value, low in (("n", n, 1), ("features", features, 1), ("classes", classes, 2)):
         if not isinstance(value, int) or value < low:
             raise ValueError(f"{name}={value!r} must be an int >= {low}")
-    if noise < 0:
-        raise ValueError(f"noise={noise} must be >= 0")
+    check_number("noise", noise, 0)
     g = torch.Generator().manual_seed(seed)
     centres = torch.randn(classes, features, generator=g) * 2.0
     y = torch.randint(0, classes, (n,), generator=g)

@@ -22,19 +22,38 @@ from syncedu.comm.ledger import Ledger
 from syncedu.train import runner, strategies, train_rank
 from syncedu.train.config import MISTAKES, TrainConfig
 
-__all__ = ["run", "History", "TrainConfig", "STRATEGIES", "MISTAKES"]
+__all__ = ["run", "Result", "History", "TrainConfig", "STRATEGIES", "MISTAKES"]
 STRATEGIES = strategies.FACTORIES  # every name train.run accepts: the topics' registry
 
 
+@dataclass(kw_only=True)
+class Result:
+    """What every run function of the course returns, at least; `History` (`train.run`),
+    `PSHistory` (`ps.run`), `TuningRun`, `BNResult`, `FTResult` and `TorchftResult` extend it.
+
+    `loss`: the global mean loss per step; `params`: the final parameters by name; `ledger`:
+    the run's traffic; `trace`: every message (simulated ranks; None where a run keeps
+    none); `seconds`: the run's time, logical on simulated ranks, else wall-clock.
+    """
+
+    loss: list[float] = field(default_factory=list)
+    params: dict[str, torch.Tensor] = field(default_factory=dict)
+    ledger: Ledger | None = None
+    trace: object = field(default=None, repr=False)
+    seconds: float = 0.0
+
+    def max_param_diff(self, other) -> float:
+        """Largest absolute difference to `other`'s final parameters (a result or a dict)."""
+        return runner.max_param_diff(self, other)
+
+
 @dataclass
-class History:
+class History(Result):
     """What a training run returns (`train_seconds`: the slowest rank's, from a common
-    barrier; `comm_wait_seconds`: exposed communication)."""
+    barrier; `seconds`: logical if simulated, else `train_seconds`; `comm_wait_seconds`:
+    exposed communication)."""
 
     config: TrainConfig
-    loss: list[float]
-    params: dict[str, torch.Tensor]
-    ledger: Ledger
     train_seconds: float
     compute_seconds: float
     comm_wait_seconds: float
@@ -63,19 +82,36 @@ class History:
         return self.rank_step_seconds[0]
 
     @property
-    def seconds(self) -> float:
-        """The run's time: logical seconds if simulated, else `train_seconds`."""
-        return self.train_seconds if self.sim_seconds is None else self.sim_seconds
-
-    @property
     def grad_bytes(self) -> int:
         """Gradient bytes rank 0 sent (the "all_reduce" op of the ledger)."""
         op = self.ledger.ops.get("all_reduce")
         return op.sent[0] if op is not None else 0
 
-    def max_param_diff(self, other) -> float:
-        """Largest absolute difference to `other`'s final parameters (a history or a dict)."""
-        return runner.max_param_diff(self, other)
+    @classmethod
+    def from_ranks(cls, cfg: TrainConfig, values: list[train_rank.RankResult]) -> History:
+        """Step 4: merge the ranks' results; the parameters must agree bit for bit (also the
+        Horovod launcher's, whose ranks `horovod.run` starts)."""
+        first = values[0].params
+        for r, v in enumerate(values[1:], start=1):
+            bad = [k for k in first if not torch.equal(first[k], v.params[k])]
+            if bad:
+                raise RuntimeError(f"rank {r}'s parameters {bad} differ from rank 0's: the "
+                                   f"ranks diverged (strategy={cfg.strategy!r})")
+        n = len(values)
+        loss = [sum(v.loss[i] for v in values) / n for i in range(cfg.steps)]
+        elapsed, sim_seconds = max(v.elapsed for v in values), values[0].sim_seconds
+        return cls(config=cfg, loss=loss, params=first, ledger=Ledger([v.ledger for v in values]),
+                   train_seconds=elapsed, seconds=elapsed if sim_seconds is None else sim_seconds,
+                   compute_seconds=sum(v.compute for v in values) / n,
+                   comm_wait_seconds=sum(v.wait for v in values) / n,
+                   comm_busy_seconds=sum(v.busy for v in values) / n,
+                   accuracy=values[0].accuracy,
+                   final_loss=values[0].final_loss, extra=values[0].extra,
+                   rank_step_seconds=[v.steps for v in values],
+                   rank_accuracy=[v.accuracy for v in values],
+                   rank_buffers=[v.buffers for v in values],
+                   timeline=values[0].timeline, sim_seconds=sim_seconds,
+                   model_state_bytes=[v.model_state for v in values])
 
 
 def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumulation: int = 1,
@@ -112,16 +148,16 @@ def run(strategy: str, world_size: int, *, steps: int, global_batch: int, accumu
         raise ValueError(f"strategy={strategy!r} needs torch.distributed: it cannot be "
                          f"simulated (use simulate=False)")
     if strategy in strategies.LAUNCHERS:  # it starts its own ranks (Horovod: horovod.run)
-        return _history(cfg, strategies.LAUNCHERS[strategy](cfg, pool=pool, network=network,
-                                                            timeout=timeout))
+        launcher = strategies.LAUNCHERS[strategy]
+        return History.from_ranks(cfg, launcher(cfg, pool=pool, network=network, timeout=timeout))
     progress = steps >= 100 and sys.stderr.isatty() if progress is None else progress
     # Step 2: "single" in this process, the others where the runner puts them.
     with runner.Placement(world_size, pool=pool, network=network, simulate=simulate,
                       local=strategy == "single", timeout=timeout,
                       job=f"strategy={strategy!r}") as ranks:
         if progress and ranks.kind in ("pool", "fresh"):
-            return _history(cfg, _run_chunks(ranks, cfg))
-        return _history(cfg, list(ranks.run(train_rank.train_all, (cfg,))))
+            return History.from_ranks(cfg, _run_chunks(ranks, cfg))
+        return History.from_ranks(cfg, list(ranks.run(train_rank.train_all, (cfg,))))
 
 
 def _run_chunks(ranks: runner.Placement, cfg: TrainConfig) -> list:
@@ -140,27 +176,3 @@ def _run_chunks(ranks: runner.Placement, cfg: TrainConfig) -> list:
         return list(ranks.run(train_rank.train_end, (token,)))
     finally:
         ranks.run(train_rank.train_drop, (token,))
-
-
-def _history(cfg: TrainConfig, values: list[train_rank.RankResult]) -> History:
-    """Step 4: merge the ranks' results; the parameters must agree bit for bit."""
-    first = values[0].params
-    for r, v in enumerate(values[1:], start=1):
-        bad = [k for k in first if not torch.equal(first[k], v.params[k])]
-        if bad:
-            raise RuntimeError(f"rank {r}'s parameters {bad} differ from rank 0's: the "
-                               f"ranks diverged (strategy={cfg.strategy!r})")
-    n = len(values)
-    loss = [sum(v.loss[i] for v in values) / n for i in range(cfg.steps)]
-    return History(config=cfg, loss=loss, params=first, ledger=Ledger([v.ledger for v in values]),
-                   train_seconds=max(v.elapsed for v in values),
-                   compute_seconds=sum(v.compute for v in values) / n,
-                   comm_wait_seconds=sum(v.wait for v in values) / n,
-                   comm_busy_seconds=sum(v.busy for v in values) / n,
-                   accuracy=values[0].accuracy,
-                   final_loss=values[0].final_loss, extra=values[0].extra,
-                   rank_step_seconds=[v.steps for v in values],
-                   rank_accuracy=[v.accuracy for v in values],
-                   rank_buffers=[v.buffers for v in values],
-                   timeline=values[0].timeline, sim_seconds=values[0].sim_seconds,
-                   model_state_bytes=[v.model_state for v in values])

@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from syncedu.comm.runs import check_number
+
 FORWARD_SHARE = 1 / 3  # Step 1
 
 
@@ -26,8 +28,7 @@ class LayerCompute:
     """Charge `seconds` of modeled compute per forward+backward of `module` to `comm`."""
 
     def __init__(self, module: nn.Module, comm, seconds: float):
-        if not seconds >= 0:
-            raise ValueError(f"seconds={seconds!r} must be >= 0")
+        check_number("seconds", seconds, 0)
         self.comm = comm
         layers = [m for m in module.modules()
                   if any(p.requires_grad for p in m.parameters(recurse=False))]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from syncedu.train.sampling import check_int
+from syncedu.comm.runs import check_int, check_number
 
 GB = 1e9  # the paper's GB: 7.5e9 parameters x 16 bytes = 120 GB
 MIXED_ADAM = {"params": 2, "grads": 2, "optimizer": 12}  # bytes per parameter, K = 12
@@ -83,8 +83,7 @@ def bytes_per_rank(psi: float, n: int, stage: int, per_param: dict | None = None
         raise ValueError(f"stage={stage!r} is unknown; choose one of {STAGES} (0: plain DP)")
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n={n!r} must be an int >= 1")
-    if not psi >= 0:
-        raise ValueError(f"psi={psi!r} must be >= 0")
+    check_number("psi", psi, 0)
     b = per_param or MIXED_ADAM
     sharded = {"optimizer": stage >= 1, "grads": stage >= 2, "params": stage >= 3}
     out = {k: psi * b[k] / (n if sharded[k] else 1) for k in KINDS}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from syncedu.train.sampling import check_number
+from syncedu.comm.runs import check_choice, check_number
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 DEFAULT_BETAS, DEFAULT_EPS = (0.9, 0.999), 1e-8
@@ -22,8 +22,7 @@ def _number(value) -> bool:
 def check_optimizer_options(cfg) -> None:
     """Check `cfg`'s optimizer, lr, momentum, weight_decay, betas and eps (a list of betas
     becomes a tuple)."""
-    if cfg.optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer={cfg.optimizer!r} is unknown; choose one of {OPTIMIZERS}")
+    check_choice("optimizer", cfg.optimizer, OPTIMIZERS)
     if not cfg.lr > 0:
         raise ValueError(f"lr={cfg.lr!r} must be > 0")
     if not 0 <= cfg.momentum < 1 or (cfg.momentum and cfg.optimizer != "sgd"):

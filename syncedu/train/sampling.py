@@ -18,26 +18,8 @@ from collections.abc import Iterator
 
 import torch
 
-
-def check_int(name: str, value, low: int = 1) -> int:
-    """`value`, or a ValueError naming `name` unless it is an int >= `low`."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name}={value!r} must be an int >= {low}")
-    return value
-
-
-def check_number(name: str, value, low: float = 0) -> float:
-    """`value`, or a ValueError naming `name` unless it is a real number (not a bool) >= `low`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= low:
-        raise ValueError(f"{name}={value!r} must be a number >= {low}")
-    return value
-
-
-def check_bool(name: str, value) -> bool:
-    """`value`, or a ValueError naming `name` unless it is True or False."""
-    if not isinstance(value, bool):
-        raise ValueError(f"{name}={value!r} must be True or False")
-    return value
+# check_bool and check_number too: zero/ and decentralized/ still import them from here.
+from syncedu.comm.runs import check_bool, check_int, check_number  # noqa: F401
 
 
 def steps_per_epoch(n: int, global_batch: int) -> int:

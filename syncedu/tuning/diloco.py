@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from syncedu.train.sampling import check_int
+from syncedu.comm.runs import check_choice, check_int, check_number
 from syncedu.tuning.local_sgd import broadcast_state, copy_flat
 
 _WIRE = (torch.float32, torch.float16, torch.bfloat16)
@@ -48,12 +48,10 @@ class DiLoCoConfig:
         for name in ("inner_lr", "outer_lr"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be > 0")
-        if not self.weight_decay >= 0:
-            raise ValueError(f"weight_decay={self.weight_decay!r} must be >= 0")
+        check_number("weight_decay", self.weight_decay, 0)
         if not 0 <= self.outer_momentum < 1:
             raise ValueError(f"outer_momentum={self.outer_momentum!r} must be in [0, 1)")
-        if self.wire_dtype not in _WIRE:
-            raise ValueError(f"wire_dtype={self.wire_dtype!r} must be one of {_WIRE}")
+        check_choice("wire_dtype", self.wire_dtype, _WIRE)
 
 
 def outer_gradient(comm, anchor: torch.Tensor, local: torch.Tensor,

@@ -53,17 +53,29 @@ def _outer_worker(comm, answer, seed):
 
 
 def _pattern(res, n: int) -> str:
-    """'' if the answer's traffic is one allreduce of one model per step, else what it did."""
+    """'' if every rank's traffic is one allreduce of one model per step, else what it did.
+
+    Every rank is judged, from the trace and the ledger: no rooted collective, and each rank
+    sends and receives about one ring allreduce of the model per step (a ring's chunks differ
+    by at most one element). A root that collects the changes and sends the mean back (a
+    parameter server, by `send`/`recv` or `reduce`) is what the exercise rules out.
+    """
     ops = set(res.trace.op.tolist())
-    sent = res.ledger.sent[0]
     one_model = 3 * 2 * (n - 1) * 4 * 10 // n  # three ring allreduces of 10 fp32 per rank
-    gathers = ops & {"all_gather", "gather", "all_gather_object", "broadcast", "scatter"}
-    if gathers:  # point-to-point sends are fine (a ring built by hand): the bytes decide
-        return (f"with {n} ranks your step used {sorted(gathers)}: gathering every rank's "
-                "parameters sends N models; one allreduce of (anchor - local) is enough")
-    if sent > 1.5 * one_model:
-        return (f"with {n} ranks rank 0 sent {sent} bytes in 3 steps, {sent / one_model:.1f}x "
-                "one allreduce of the model per step: send the change once")
+    rooted = ops & {"all_gather", "gather", "all_gather_object", "broadcast", "scatter", "reduce"}
+    if rooted:  # point-to-point sends are fine (a ring built by hand): the bytes decide
+        return (f"with {n} ranks your step used {sorted(rooted)}: gathering or reducing at a "
+                "root sends N models through it; one allreduce of (anchor - local) is enough")
+    for what, per_rank in (("sent", res.ledger.sent), ("received", res.ledger.received)):
+        r, low = max(range(n), key=per_rank.__getitem__), min(per_rank)
+        if per_rank[r] > 1.25 * low:
+            return (f"with {n} ranks rank {r} {what} {per_rank[r]} bytes in 3 steps, another rank "
+                    f"only {low}: a root that collects the changes and sends the mean back is a "
+                    "parameter server; in one allreduce every rank sends and receives the same")
+        if per_rank[r] > 1.25 * one_model:
+            return (f"with {n} ranks rank {r} {what} {per_rank[r]} bytes in 3 steps, "
+                    f"{per_rank[r] / one_model:.1f}x one allreduce of the model per step: "
+                    "send the change once")
     return ""
 
 

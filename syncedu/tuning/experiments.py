@@ -1,15 +1,16 @@
 """Lesson 09's experiments: DiLoCo against synchronous AdamW, the noise scale, the batch sweep.
 
-Each trains `train.run`'s MLP on its data, through `train.run`'s loop, on simulated ranks
-by default or on real ones (`simulate=False`; the one-process batch sweep in this process):
+Each trains `train.run`'s MLP on its data, through `train.run`'s loop, on real ranks by
+default, as every run function, or simulated ones (`simulate=True`; the one-process batch
+sweep in this process):
 
 1. `run_diloco`: "sync" is the "flat" strategy with AdamW, "local" is "local_sgd" with
    AdamW (`start_local_at`: post-local SGD), "diloco" is DiLoCo's outer step every
    `inner_steps` (this topic's strategies, train_strategies.py);
 2. `run_noise_scale`: the "noise_scale" strategy, B_simple per step;
 3. a `TuningRun` of the history: losses, logical time at the end of each step, traffic;
-4. `steps_at`: the "single" strategy in float64 with 5 warm-up steps (or none), the loss read
-   afterwards.
+4. `steps_at`: the "single" strategy in float64 with 5 warm-up steps (or more, or none),
+   stopped once it diverges or reaches the target.
 """
 
 from __future__ import annotations
@@ -17,34 +18,33 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-import torch
-
-from syncedu.train import harness
+from syncedu.comm.runs import check_choice
+from syncedu.train import harness, runner, train_rank
+from syncedu.train.config import TrainConfig
+from syncedu.train.harness import Result
 from syncedu.tuning.diloco import DiLoCoConfig
 
 METHODS = ("sync", "diloco", "local")
 
 
 @dataclass
-class TuningRun:
-    """What `run_diloco` and `run_noise_scale` return (Step 3)."""
+class TuningRun(Result):
+    """What `run_diloco` and `run_noise_scale` return (Step 3): `loss`, the mean over ranks
+    of the local loss per step; `ledger` and `seconds`, the training's (set-up excluded;
+    logical when simulated)."""
 
-    loss: list[float]  # mean over ranks of the local loss, per step
     times: list[float]  # seconds at the end of each step (rank 0, set-up excluded; logical
     # when simulated)
     final_loss: float  # loss of the final (common) parameters on all the data
     accuracy: float
-    ledger: object  # the training traffic (set-up excluded)
-    seconds: float  # seconds of the training (set-up excluded; logical when simulated)
-    params: dict[str, torch.Tensor] = field(repr=False)
     noise: list[float] = field(default_factory=list)  # B_simple per step (noise-scale runs)
 
     @classmethod
     def of(cls, history) -> TuningRun:
         """A `TuningRun` from a `train.run` history (cumulative step seconds, noise estimates)."""
-        return cls(history.loss, list(itertools.accumulate(history.step_seconds)),
-                   history.final_loss, history.accuracy, history.ledger, history.seconds,
-                   history.params, history.extra.get("noise", []))
+        return cls(list(itertools.accumulate(history.step_seconds)), history.final_loss,
+                   history.accuracy, history.extra.get("noise", []), loss=history.loss,
+                   params=history.params, ledger=history.ledger, seconds=history.seconds)
 
     @property
     def bytes_sent(self) -> int:
@@ -63,12 +63,11 @@ def steps_to(loss, target: float) -> int:
 
 
 def run_diloco(method: str, world_size: int, *, steps: int, global_batch: int, seed: int = 0,
-               network=None, simulate: bool = True, pool=None, compute_seconds: float = 0.0,
+               network=None, simulate: bool = False, pool=None, compute_seconds: float = 0.0,
                config: DiLoCoConfig | None = None, start_local_at: int = 0) -> TuningRun:
-    """Train with `method` ("sync", "diloco" or "local") on `world_size` ranks (simulated, or
-    real with `simulate=False`: then `times` are wall-clock seconds)."""
-    if method not in METHODS:
-        raise ValueError(f"method={method!r} is unknown; choose one of {METHODS}")
+    """Train with `method` ("sync", "diloco" or "local") on `world_size` ranks (real, then
+    `times` are wall-clock seconds, or simulated with `simulate=True`, as everywhere)."""
+    check_choice("method", method, METHODS)
     config = config or DiLoCoConfig(inner_steps=10, inner_lr=3e-3, weight_decay=0.0)
     strategy, options = {"sync": ("flat", {}),  # Step 1
                          "local": ("local_sgd", {"sync_every": config.inner_steps,
@@ -81,7 +80,7 @@ def run_diloco(method: str, world_size: int, *, steps: int, global_batch: int, s
 
 
 def run_noise_scale(world_size: int, *, steps: int, global_batch: int, lr: float = 0.1,
-                    network=None, simulate: bool = True, pool=None) -> TuningRun:
+                    network=None, simulate: bool = False, pool=None) -> TuningRun:
     """Data-parallel SGD, estimating B_simple at every step (Step 2); ranks as `run_diloco`."""
     return TuningRun.of(harness.run("noise_scale", world_size, steps=steps,
                                     global_batch=global_batch, lr=lr, network=network,
@@ -96,21 +95,38 @@ def steps_at(batch: int, lr: float, *, target: float, max_steps: int = 400,
     """Steps of plain SGD (one process) until the 5-step mean loss reaches `target` (Step 4).
 
     `warmup_steps` of linear warm-up (Goyal et al. 2017); 0: never within `max_steps`, or
-    diverged. The run trains its whole cap: the rates that lose here stall (their loss stays
-    finite) more often than they diverge, so stopping at divergence would save little, and
-    stopping in a run needs a hook the harness does not have (lesson 09 measures both).
+    diverged (a loss of 10 or more, or nan). The run stops as soon as it diverges or reaches
+    the target (`run_to_target`).
     Trained in float64, because at lr 0.8 and batch 512 float32's last-bit differences
     between CPUs (the vector width sets a matrix multiply's summation order) grew into
     another step count (56 steps on one machine, 62 on another).
     """
-    loss = harness.run("single", 1, steps=max_steps, global_batch=batch, lr=lr,
-                       warmup_steps=warmup_steps, dtype="float64").loss
-    for step, value in enumerate(loss):
-        if not value < 10:  # diverged (or nan): this rate loses
-            return 0
-        if step >= 4 and sum(loss[step - 4: step + 1]) / 5 <= target:
-            return step + 1
-    return 0
+    return run_to_target(batch, lr, target=target, max_steps=max_steps,
+                         warmup_steps=warmup_steps)[0]
+
+
+def run_to_target(batch: int, lr: float, *, target: float, max_steps: int = 400,
+                  warmup_steps: int = 5) -> tuple[int, list[float]]:
+    """`steps_at`'s run: (its steps, 0 if none; the loss of every step it took).
+
+    It is `train.run("single", ...)`'s own per-rank session, stepped one step at a time
+    (the same batches, rates and losses: tests/tuning checks it against the whole run),
+    so that it can stop once the loss reaches 10 (diverged) or the 5-step mean `target`.
+    """
+    cfg = TrainConfig(strategy="single", world_size=1, steps=max_steps, global_batch=batch,
+                      lr=lr, warmup_steps=warmup_steps, dtype="float64")
+    return runner.run(_steps_until, 1, args=(cfg, target), local=True)[0]
+
+
+def _steps_until(comm, cfg, target: float) -> tuple[int, list[float]]:
+    session = train_rank.Session(comm, cfg)
+    for step in range(cfg.steps):
+        session.run(step, step + 1)
+        if not session.loss[-1] < 10:  # diverged (or nan): this rate loses
+            return 0, session.loss
+        if step >= 4 and sum(session.loss[-5:]) / 5 <= target:
+            return step + 1, session.loss
+    return 0, session.loss
 
 
 def tuned_batch_sweep(batches, *, target: float, lrs=LR_GRID,

@@ -34,7 +34,7 @@ class SyncExplorer(Explorer):
         """DiLoCo with H inner steps on `network`: time to the target loss and bytes sent."""
         cfg = DiLoCoConfig(inner_steps=h, inner_lr=3e-3, weight_decay=0.0)
         r = tuning.run_diloco("local", self.workers, config=cfg,
-                              network=Network.preset(network), **self.kw)
+                              network=Network.preset(network), simulate=True, **self.kw)
         return (f"H={h} on {network}: time to loss {self.target}: "
                 f"{r.time_to(self.target):.2f} logical s; total {r.seconds:.2f} s; "
                 f"{r.bytes_sent / 1e6:.2f} MB sent per rank; final loss {r.final_loss:.3f}"), None

@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from syncedu.compress.base import unflatten_
-from syncedu.train.sampling import check_int
+from syncedu.comm.runs import check_int
+from syncedu.dp.buckets import unflatten_
 
 
 def broadcast_state(comm, module: nn.Module) -> None:

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 
 from syncedu.comm import launch, sim
 from syncedu.comm.network import PRESETS
+from syncedu.comm.runs import check_choice
 
 
 def show_text(out: w.Output, text: str) -> None:
@@ -118,8 +119,7 @@ class NetworkExplorer(Explorer):
 
     def __init__(self, fn, describe, *, preset: str = "ethernet_10g", world_size: int = 64,
                  world_sizes=(2, 4, 8, 16, 32, 64, 128, 256)):
-        if preset not in PRESETS:
-            raise ValueError(f"preset={preset!r} must be one of {sorted(PRESETS)}")
+        check_choice("preset", preset, sorted(PRESETS))
         if world_size not in world_sizes:
             raise ValueError(f"world_size={world_size} must be one of {list(world_sizes)}")
         self.menu = w.Dropdown(options=list(PRESETS), value=preset, description="network")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from syncedu import Network, launch, sim
-from syncedu.comm.emulation import ring_seconds
+from syncedu.comm.alphabeta import collective_time
 
 pytestmark = pytest.mark.real
 
@@ -63,17 +63,17 @@ def test_collective_waits_for_the_ring_time(slow_pool):
 
     res = pool.run(allreduce)
     assert all(v == 2.0 for _, v in res)
-    assert min(s for s, _ in res) >= 0.9 * ring_seconds("all_reduce", 1_000_000, 2, net)
+    assert min(s for s, _ in res) >= 0.9 * collective_time("all_reduce", 1_000_000, 2, net)
 
 
-def test_ring_seconds_formulas():
+def test_collective_time_formulas():
     net = Network(latency=1e-3, bandwidth=1e6)
-    assert ring_seconds("all_reduce", 4000, 4, net) == pytest.approx(6 * (1e-3 + 1000 / 1e6))
-    assert ring_seconds("broadcast", 4000, 4, net) == pytest.approx(3 * (1e-3 + 4000 / 1e6))
-    assert ring_seconds("barrier", 0, 4, net) == pytest.approx(2e-3)
-    assert ring_seconds("all_reduce", 4000, 1, net) == 0.0
-    with pytest.raises(ValueError, match="kind"):
-        ring_seconds("all_to_all", 1, 2, net)
+    assert collective_time("all_reduce", 4000, 4, net) == pytest.approx(6 * (1e-3 + 1000 / 1e6))
+    assert collective_time("broadcast", 4000, 4, net) == pytest.approx(3 * (1e-3 + 4000 / 1e6))
+    assert collective_time("barrier", 0, 4, net) == pytest.approx(2e-3)
+    assert collective_time("all_reduce", 4000, 1, net) == 0.0
+    with pytest.raises(ValueError, match="op="):
+        collective_time("all_to_all", 1, 2, net)
 
 
 def _mixed(comm):
@@ -205,7 +205,7 @@ def test_collectives_in_flight_together_queue_on_the_link():
     # One link per rank: three 1 MB allreduces started together end after three ring times,
     # not one (before the fix they overlapped on the wire: 1.0x, where the simulator gives 3x).
     net = Network(latency=0.01, bandwidth=10e6)
-    one = ring_seconds("all_reduce", 1_000_000, 2, net)
+    one = collective_time("all_reduce", 1_000_000, 2, net)
     res = launch.run(_three_at_once, 2, network=net, output="quiet")
     assert all(ok for _, ok in res)
     assert 2.9 * one <= min(s for s, _ in res) < 3 * one + 2.0, ([s for s, _ in res], one)

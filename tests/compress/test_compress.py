@@ -313,7 +313,7 @@ def _torch_powersgd_steps(comm, bucket_cap_mb):
 
     from syncedu.dp.ddp_hook import wrap_ddp
     from syncedu.train import models
-    ddp, _ = wrap_ddp(models.make("mlp", seed=0), comm, bucket_cap_mb, compression=TorchPowerSGD())
+    ddp, _ = wrap_ddp(models.make("mlp", seed=0), comm, bucket_cap_mb, compressor=TorchPowerSGD())
     g = torch.Generator().manual_seed(comm.rank)
     done = 0
     for _ in range(4):  # DDP rebuilds its buckets after step 0; PowerSGD starts at step 2

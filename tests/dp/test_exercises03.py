@@ -130,6 +130,8 @@ def _flat(mode="right"):
     def flat_sync(comm, params):
         live = {"frozen": params, "skip_none": [p for p in params if p.grad is not None]}.get(
             mode, [p for p in params if p.requires_grad])  # right: zeros for an unused layer
+        if mode == "none_last":  # review r0306 #6: grad-less layers moved to the buffer's end
+            live = [p for p in live if p.grad is not None] + [p for p in live if p.grad is None]
         for p in live:
             p.grad = torch.zeros_like(p) if p.grad is None and mode != "frozen" else p.grad
         if mode == "zero_frozen":  # review 03-06 #7: zeros written into the frozen layer
@@ -164,6 +166,7 @@ def _flat(mode="right"):
     # review 03-06 #4: a layer only rank 1 runs has p.grad None on the other ranks
     ("skip_none", "must send zeros"),
     ("zero_frozen", "a frozen parameter got a .grad"),
+    ("none_last", "flat buffers were laid out differently"),
 ])
 def test_flat_checker(mode, words, capsys):
     assert ex.flat_sync.grade(_flat())

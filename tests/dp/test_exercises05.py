@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 
 import pytest
+import torch
 import torch.nn.functional as F
 
 from syncedu.dp import exercises05 as ex
@@ -25,11 +26,15 @@ def _accumulation(mode="right"):
             losses = [F.cross_entropy(model(x), y) / k for x, y in micro]
             sum(losses).backward()
             micro = []
+        if mode == "one_pass":  # review r0306 #5: one forward/backward over all micro-batches
+            x, y = (torch.cat(t) for t in zip(*micro))
+            F.cross_entropy(model(x), y).backward()
+            micro = []
         for j, (x, y) in enumerate(micro):
             if mode == "zero_inside":
                 optimizer.zero_grad()
             scale = 1 if mode == "unscaled" else k
-            quiet = j < k - 1 and mode != "every"
+            quiet = (j > 0 if mode == "first_outside" else j < k - 1) and mode != "every"
             if mode == "partial":
                 loss = F.cross_entropy(model(x), y) / scale
                 with model.no_sync() if quiet else contextlib.nullcontext():
@@ -63,6 +68,8 @@ def test_right_answers_pass(mode, capsys):
     ("no_zero", "first step's gradient was still in .grad"),
     ("no_finish", "ranks ended with different parameters"),
     ("lumped", "all K graphs and their activations stay alive"),
+    ("one_pass", "is no accumulation"),
+    ("first_outside", "the micro-batch outside no_sync() must be the last"),  # review r0306 #14
 ])
 def test_wrong_answers_are_named(mode, words, capsys):
     assert not ex.accumulate.grade(_accumulation(mode)), mode

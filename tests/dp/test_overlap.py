@@ -12,7 +12,7 @@ import statistics
 import pytest
 
 from syncedu import Network, launch, train
-from syncedu.comm.emulation import ring_seconds
+from syncedu.comm.alphabeta import collective_time
 
 # 4 hidden layers of 256x256 (~263 kB of gradients each), one bucket per layer.
 JOB = dict(steps=6, global_batch=48, lr=0.1, seed=1, model_kwargs={"hidden": 256, "depth": 4},
@@ -38,7 +38,7 @@ EMULATED = dict(network=Network(latency=2e-3, bandwidth=1.5e7), compute_seconds=
 @pytest.mark.parametrize("where", [SIMULATED, EMULATED])
 def test_job_is_sized_as_claimed(where):
     net, compute = where["network"], where["compute_seconds"]
-    ratio = ring_seconds("all_reduce", LAYER_BYTES, 2, net) / _layer_backward(compute)
+    ratio = collective_time("all_reduce", LAYER_BYTES, 2, net) / _layer_backward(compute)
     assert 0.5 < ratio < 2  # one bucket's allreduce ~ one layer's backward
 
 

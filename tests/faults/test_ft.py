@@ -16,7 +16,7 @@ def _equal(a, b):
 
 
 def test_failed_steps_are_discarded_and_the_rest_equals_training_without_them():
-    res = ft.run(4, **RUN)
+    res = ft.run(4, simulate=True, **RUN)
     assert res.config == CFG
     leader = res.replicas[0]
     verdicts = [ok for _, _, ok in leader["log"]]
@@ -29,14 +29,14 @@ def test_failed_steps_are_discarded_and_the_rest_equals_training_without_them():
 
 
 def test_deterministic_and_heartbeat_on_the_logical_clock():
-    a, b = ft.run(4, **RUN), ft.run(4, **RUN)
+    a, b = ft.run(4, simulate=True, **RUN), ft.run(4, simulate=True, **RUN)
     assert a.seconds == b.seconds
     assert a.seconds == pytest.approx(10 * CFG.step_seconds + CFG.heartbeat_timeout)
     assert _equal(a.replicas[0]["params"], b.replicas[0]["params"])
 
 
 def test_without_recovery_the_restarted_replica_would_differ():
-    res = ft.run(4, **RUN)
+    res = ft.run(4, simulate=True, **RUN)
     wrong = ft.reference(CFG, ft.committed_steps(res.replicas[0]["log"])[:-1])
     assert not _equal(res.replicas[1]["params"], wrong)
 
@@ -46,7 +46,7 @@ def test_real_processes_exchange_what_the_simulated_ranks_exchange():
     """The same protocol on 4 real processes (Gloo): the same quorums, commits, bytes and
     final parameters as on simulated ranks; the heartbeat timeout is slept for real."""
     quick = dict(RUN, heartbeat_timeout=0.5, step_seconds=0.01)  # slept for real: keep it short
-    real, simulated = ft.run(4, simulate=False, **quick), ft.run(4, **quick)
+    real, simulated = ft.run(4, **quick), ft.run(4, simulate=True, **quick)
     assert real.quorums == simulated.quorums
     assert [r["log"] for r in real.replicas] == [r["log"] for r in simulated.replicas]
     assert real.ledger.sent == simulated.ledger.sent

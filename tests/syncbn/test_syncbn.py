@@ -287,7 +287,7 @@ def test_experiment_on_real_ranks_sends_what_the_simulated_run_counts(pool3):
 
     cfg = dict(steps=4, channels=4, test_size=100)
     real = bx.run("syncbn", 3, simulate=False, pool=pool3, **cfg)
-    simulated = bx.run("syncbn", 3, **cfg)
+    simulated = bx.run("syncbn", 3, simulate=True, **cfg)
     assert real.ledger.sent == simulated.ledger.sent
     assert real.ledger.ops["syncbn_forward"].calls == simulated.ledger.ops["syncbn_forward"].calls
     assert real.loss == pytest.approx(simulated.loss, rel=1e-5) and real.seconds > 0
@@ -297,7 +297,8 @@ def test_experiment_on_real_ranks_sends_what_the_simulated_run_counts(pool3):
 def test_experiment_syncbn_equals_one_process_and_plain_ranks_disagree():
     from syncedu.syncbn import experiment as bx
 
-    out = bx.compare(per_rank_batch=2, world_size=3, steps=12, channels=4, test_size=100)
+    out = bx.compare(per_rank_batch=2, world_size=3, steps=12, channels=4, test_size=100,
+                     simulate=True)
     sync, single, plain = out["syncbn"], out["single"], out["plain"]
     for k, v in single.params.items():
         torch.testing.assert_close(sync.params[k], v, atol=1e-4, rtol=1e-4)

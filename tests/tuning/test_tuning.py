@@ -73,7 +73,7 @@ def test_diloco_config_names_the_bad_parameter(field, value):
 
 
 def test_diloco_sends_one_model_per_round_and_fp16_halves_it():
-    kw = dict(steps=10, global_batch=32)
+    kw = dict(steps=10, global_batch=32, simulate=True)
     sync = tuning.run_diloco("sync", 2, **kw)
     cfg = diloco.DiLoCoConfig(inner_steps=5, inner_lr=3e-3, weight_decay=0.0)
     loco = tuning.run_diloco("diloco", 2, config=cfg, **kw)
@@ -88,7 +88,7 @@ def test_diloco_sends_one_model_per_round_and_fp16_halves_it():
 
 def test_diloco_on_a_wan_is_faster_in_logical_time():
     wan = Network.preset("wan")
-    kw = dict(steps=20, global_batch=32, network=wan, compute_seconds=0.01)
+    kw = dict(steps=20, global_batch=32, network=wan, compute_seconds=0.01, simulate=True)
     sync = tuning.run_diloco("sync", 2, **kw)
     loco = tuning.run_diloco("diloco", 2, **kw)
     assert loco.seconds < sync.seconds / 3
@@ -140,7 +140,7 @@ def test_noise_scale_estimates_the_true_critical_batch():
 
 
 def test_noise_scale_run_reports_one_estimate_per_step():
-    run = tuning.run_noise_scale(2, steps=30, global_batch=32)
+    run = tuning.run_noise_scale(2, steps=30, global_batch=32, simulate=True)
     assert len(run.noise) == 30
     assert sum(math.isfinite(v) for v in run.noise) >= 20  # nan while the |G|^2 average is <= 0
     assert run.loss[-1] < run.loss[0]
@@ -243,7 +243,7 @@ def test_lesson09_checkers_accept_the_reference_and_reject_wrong_answers(capsys)
 
 def test_local_and_post_local_methods():
     cfg = diloco.DiLoCoConfig(inner_steps=4, inner_lr=3e-3, weight_decay=0.0)
-    kw = dict(steps=16, global_batch=32, config=cfg)
+    kw = dict(steps=16, global_batch=32, config=cfg, simulate=True)
     local = tuning.run_diloco("local", 2, **kw)
     post = tuning.run_diloco("local", 2, start_local_at=8, **kw)
     sync = tuning.run_diloco("sync", 2, **kw)
@@ -353,6 +353,45 @@ def test_outer_step_checker_rejects_a_point_to_point_gather(capsys):
     assert "one allreduce of the model per step" in capsys.readouterr().out
 
 
+def _parameter_server(root, use_reduce):
+    """A learner's outer step through a root: it collects every change, sends the mean back."""
+    def answer(comm, anchor, local, buf, lr, m):
+        n, me = comm.world_size, comm.rank
+        d, peers = anchor - local, [r for r in range(comm.world_size) if r != root]
+        if use_reduce:
+            comm.reduce(d, dst=root)
+        elif me == root:
+            for src in peers:
+                d += comm.recv(torch.empty_like(d), src)
+        else:
+            comm.send(d, root)
+        if me == root:
+            d /= n
+            for dst in peers:
+                comm.send(d, dst)
+        else:
+            comm.recv(d, root)
+        _nesterov(anchor, buf, d, lr, m)
+    return answer
+
+
+@pytest.mark.parametrize("root, use_reduce, says", [
+    (-1, False, "with 3 ranks rank 2 sent 240 bytes"),  # the last rank: rank 0 looked right
+    (0, False, "with 3 ranks rank 0 sent 240 bytes"),  # 1.5x one model passed a strict '>'
+    (-1, True, "with 2 ranks your step used ['reduce']")])  # comm.reduce, then sends
+def test_outer_step_checker_rejects_a_parameter_server(capsys, root, use_reduce, says):
+    # Review r0910 item 8: only rank 0's bytes were read, and `reduce` was not banned.
+    from syncedu.tuning import exercises09 as ex
+
+    def answer(comm, *args):
+        return _parameter_server(root % comm.world_size, use_reduce)(comm, *args)
+
+    assert not ex.outer_step.grade(answer)
+    out = capsys.readouterr().out
+    assert says in out
+    assert ("parameter server" if not use_reduce else "reducing at a root") in out
+
+
 def test_two_batch_checker_rejects_plausible_mistakes(capsys):
     from syncedu.tuning import exercises09 as ex
 
@@ -432,7 +471,7 @@ def test_diloco_and_noise_scale_run_on_real_ranks_too():
     with launch.Pool(2, output="quiet") as pool:
         real = tuning.run_diloco("diloco", 2, simulate=False, pool=pool, **kw)
         noise = tuning.run_noise_scale(2, steps=5, global_batch=32, simulate=False, pool=pool)
-    simulated = tuning.run_diloco("diloco", 2, **kw)
+    simulated = tuning.run_diloco("diloco", 2, simulate=True, **kw)
     assert real.bytes_sent == simulated.bytes_sent > 0
     assert all(torch.allclose(real.params[k], simulated.params[k], atol=1e-6) for k in real.params)
     assert len(noise.noise) == 5 and len(noise.times) == 5
@@ -474,3 +513,16 @@ def test_steps_at_reads_the_target_step_with_or_without_warm_up():
     assert tuning.steps_at(512, 0.4, target=0.5, max_steps=100) == want
     assert tuning.steps_at(512, 6.4, target=0.5, warmup_steps=0) == 0  # diverges
     assert tuning.steps_at(512, 0.4, target=0.5, max_steps=want - 1) == 0
+
+
+def test_run_to_target_stops_once_the_run_diverges_or_reaches_the_target():
+    # Issue 43: the sweep trained every rate its whole cap, also after a divergence.
+    from syncedu.train import harness
+
+    whole = harness.run("single", 1, steps=40, global_batch=512, lr=6.4, warmup_steps=0,
+                        dtype="float64").loss
+    blown = next(s + 1 for s, v in enumerate(whole) if not v < 10)
+    steps, loss = tuning.run_to_target(512, 6.4, target=0.5, max_steps=40, warmup_steps=0)
+    assert steps == 0 and loss == whole[:blown]  # the same losses, stopped at the blow-up
+    steps, loss = tuning.run_to_target(512, 0.4, target=0.5, max_steps=100)
+    assert steps == len(loss) and sum(loss[-5:]) / 5 <= 0.5 < sum(loss[-6:-1]) / 5

@@ -68,8 +68,9 @@ def ours(comm, spec: dict) -> dict:
     return _train(model, inner, comm.rank, spec["steps"], algo.after_step)
 
 
-def theirs(comm, spec: dict, lighthouse: str, folder: str) -> dict:
-    """One torchft replica group (this rank alone) on the same job; its final parameters."""
+def theirs(comm, spec: dict, lighthouse: str, folder: str, hook=None) -> dict:
+    """One torchft replica group (this rank alone) on the same job; its final parameters.
+    `hook(manager)`, if given, returns what runs after each inner step (torchft_kill.py)."""
     replica = comm.rank
     log = os.open(os.path.join(folder, f"rank_{comm.rank}.log"), os.O_WRONLY | os.O_CREAT)
     os.dup2(log, 2)  # torchft's own logs to a file, not the notebook
@@ -99,7 +100,8 @@ def theirs(comm, spec: dict, lighthouse: str, folder: str) -> dict:
         with DiLoCo(manager, frags, inner, [outer(m.parameters()) for m in frags], sync_every=spec["inner_steps"],
                     fragment_sync_delay=spec["delay"],
                     fragment_update_alpha=spec["alpha"]):
-            return _train(model, inner, replica, spec["steps"], lambda: None)
+            return _train(model, inner, replica, spec["steps"],
+                          hook(manager) if hook else lambda: None)
     finally:
         manager.shutdown(wait=False)
 

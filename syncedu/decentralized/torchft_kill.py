@@ -19,11 +19,12 @@ machinery (faults/tft_procs.py; its servers bound to 127.0.0.1 by faults/torchft
 4. the launcher counts who is alive by itself: the forker reaps each replica and writes its
    exit code (-9 for the SIGKILLed one).
 
-The witness is ours (streaming.py) on 3 simulated ranks through `Dropping`: after the
-kill's syncs the dead rank sends zeros and the survivors divide by 2. Not bit for bit: 3
-replicas sum in another order, and torchft sums then divides by 3 where ours divides then
-sums (torchft_check matches bits at 2). The negative control is ours still dividing by 3
-(the dead replica counted as a zero vote). Rejoining and healing is lesson 11's (not here).
+The witness is not here but in lesson 12's cell and tests/decentralized/test_torchft_kill.py,
+where it is shown: ours (streaming.py) on 3 simulated ranks whose dead rank sends zeros after
+the same syncs while the others divide by 2. Not bit for bit: 3 replicas sum in another
+order, and torchft sums then divides by 3 where ours divides then sums (torchft_check matches
+bits at 2). The negative control is ours still dividing by 3 (the dead replica counted as a
+zero vote). Rejoining and healing is lesson 11's (not here).
 """
 
 import json
@@ -37,32 +38,12 @@ from types import SimpleNamespace
 
 import torch
 
-from syncedu.comm import sim
 from syncedu.decentralized import torchft_check as check
-from syncedu.faults.tft_procs import _stderr_to, fork_main, start_replicas, wait_until, write_json
+from syncedu.faults.tft_procs import fork_main, start_replicas, wait_until, write_json
 
 
-class Dropping:
-    """A comm whose dead rank sends zeros after its first `syncs` allreduces, while the others
-    divide by one fewer (`shrink=False`: still by all, the negative control)."""
-
-    def __init__(self, comm, dead: int, syncs: int, shrink: bool = True):
-        self.comm, self.dead, self.syncs, self.shrink = comm, dead, syncs, shrink
-        self.world_size = comm.world_size  # what StreamingDiLoCo.start divides by
-
-    def __getattr__(self, name):
-        return getattr(self.comm, name)
-
-    def all_reduce(self, t, async_op: bool = False):
-        if self.syncs <= 0 and self.comm.rank == self.dead:
-            t.zero_()
-        self.syncs -= 1
-        self.world_size = self.comm.world_size - (self.shrink and self.syncs <= 0)
-        return self.comm.all_reduce(t, async_op=async_op)
-
-
-def replica(index: int, lighthouse: str, folder: str, spec: dict, replicas: int, dead: int,
-            after: int, timeout: float) -> None:
+def replica(index: int, lighthouse: str, folder: str, replicas: int, dead: int, after: int,
+            timeout: float) -> None:
     """One torchft replica group (torchft_check.theirs) logging the manager's participant
     count after each inner step; replica `dead` SIGKILLs itself after `after` inner steps."""
     out, log = Path(folder), []
@@ -71,7 +52,7 @@ def replica(index: int, lighthouse: str, folder: str, spec: dict, replicas: int,
     def hook(manager):
         write_json(out / f"ready_{index}", True)  # Step 1
         wait_until(lambda: all((out / f"ready_{i}").exists() for i in range(replicas)),
-              time.time() + timeout, "every replica's manager")
+                   time.time() + timeout, "every replica's manager")
 
         def after_step():
             log.append(manager.num_participants())
@@ -79,45 +60,34 @@ def replica(index: int, lighthouse: str, folder: str, spec: dict, replicas: int,
                 os.kill(os.getpid(), signal.SIGKILL)
         return after_step
 
-    params = check.theirs(SimpleNamespace(rank=index), spec, lighthouse, folder, hook)
+    params = check.theirs(SimpleNamespace(rank=index), check.JOB, lighthouse, folder, hook)
     torch.save({"params": params, "participants": log}, out / f"final_{index}.pt")
     os._exit(0)
 
 
 def run(replicas: int = 3, dead: int = 2, after: int = 8, *, heartbeat_ms: int = 500,
         timeout: float = 60.0) -> dict:
-    """Steps 1-4 and the witness: {"exit": code per replica, "final": per survivor
-    {"params", "participants"}, "ours" / "control": per rank's parameters}."""
-    from torchft._torchft import LighthouseServer
-
-    period, spec = check.JOB["inner_steps"] // check.JOB["fragments"], check.JOB
+    """Steps 1-4: {"exit": the exit code of each replica, "final": per survivor
+    {"params": its final parameters, "participants": the quorum's size after each step}}."""
+    period = check.JOB["inner_steps"] // check.JOB["fragments"]
     if not (3 <= replicas <= 4 and 0 <= dead < replicas and after % period == 0 < after < 24):
         raise ValueError(f"replicas={replicas}, dead={dead}, after={after}: want 3 or 4 "
                          f"replicas, dead one of them, after a multiple of {period} in 1..23")
-    out, forker, wait_ms = Path(tempfile.mkdtemp(prefix="torchft_kill_")), None, int(timeout * 1e3)
-    with _stderr_to(out / "lighthouse.log"):
-        house = LighthouseServer(bind="127.0.0.1:0", min_replicas=replicas - 1,  # Steps 1, 3
-                                 heartbeat_timeout_ms=heartbeat_ms, join_timeout_ms=wait_ms)
-        try:
-            address = "http://127.0.0.1:" + house.address().rsplit(":", 1)[1]
-            specs = [[i, address, str(out), spec, replicas, dead, after, timeout]
-                     for i in range(replicas)]
-            forker, pids = start_replicas(specs, out, module=__name__)
-            # Step 4: the forker reaps every replica (their exit codes), then ends
+    out = Path(tempfile.mkdtemp(prefix="torchft_kill_"))
+    with check.lighthouse(out, min_replicas=replicas - 1, heartbeat_timeout_ms=heartbeat_ms,
+                          join_timeout_ms=int(timeout * 1e3)) as address:  # Steps 1, 3
+        forker, pids = start_replicas([[i, address, str(out), replicas, dead, after, timeout]
+                                       for i in range(replicas)], out, module=__name__)
+        try:  # Step 4: the forker reaps every replica (their exit codes), then ends
             wait_until(lambda: forker.poll() is not None, time.time() + timeout,
                        "every replica's end")
-        finally:
-            if forker is not None:
-                if forker.poll() is None:
-                    os.killpg(forker.pid, signal.SIGKILL)  # the forker and its replicas
-                forker.wait(5)
-                forker.stdout.close()
-            house.shutdown()
+        finally:  # start_replicas stops a forker that did not start; this one, here
+            if forker.poll() is None:
+                os.killpg(forker.pid, signal.SIGKILL)  # the forker and its replicas
+            forker.wait(5)
+            forker.stdout.close()
     return {"exit": [json.loads((out / f"exit_{pid}").read_text()) for pid in pids],
-            "final": {i: torch.load(out / f"final_{i}.pt") for i in range(replicas) if i != dead},
-            **{name: list(sim.run(lambda c, s=shrink: check.ours(
-                Dropping(c, dead, after // period, s), spec), replicas))
-               for name, shrink in (("ours", True), ("control", False))}}
+            "final": {i: torch.load(out / f"final_{i}.pt") for i in range(replicas) if i != dead}}
 
 
 if __name__ == "__main__":  # the replicas' forker, started by tft_procs.start_replicas

@@ -1,4 +1,5 @@
-"""Streaming DiLoCo under torchft's manager with a SIGKILLed replica (torchft_kill.py)."""
+"""Streaming DiLoCo under torchft's manager with a SIGKILLed replica (torchft_kill.py), and the
+witness lesson 12 shows beside it: ours with the dead rank's pseudo-gradient dropped."""
 
 import signal
 import time
@@ -14,6 +15,32 @@ from syncedu.faults.torchft_run import available
 TOL = 1e-6  # stated before looking: a 3-way sum in another order, a few float32 ulps
 
 
+class Dropping:
+    """The witness's comm (as lesson 12's cell writes it): the dead rank sends zeros after its
+    first `syncs` allreduces, while the others divide by one fewer (`shrink=False`: still by
+    all, the negative control)."""
+
+    def __init__(self, comm, dead: int, syncs: int, shrink: bool = True):
+        self.comm, self.dead, self.syncs, self.shrink = comm, dead, syncs, shrink
+        self.world_size = comm.world_size  # what StreamingDiLoCo.start divides by
+
+    def __getattr__(self, name):
+        return getattr(self.comm, name)
+
+    def all_reduce(self, t, async_op: bool = False):
+        if self.syncs <= 0 and self.comm.rank == self.dead:
+            t.zero_()
+        self.syncs -= 1
+        self.world_size = self.comm.world_size - (self.shrink and self.syncs <= 0)
+        return self.comm.all_reduce(t, async_op=async_op)
+
+
+def witness(replicas: int, dead: int, after: int, shrink: bool = True) -> list[dict]:
+    period = check.JOB["inner_steps"] // check.JOB["fragments"]
+    return list(sim.run(lambda c: check.ours(Dropping(c, dead, after // period, shrink),
+                                             check.JOB), replicas))
+
+
 def _diff(a: dict, b: dict) -> float:
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
@@ -26,13 +53,14 @@ def test_kill_shrinks_the_quorum_and_survivors_match_ours(dead, after):
     t0 = time.time()
     r = torchft_kill.run(3, dead, after)
     assert time.time() - t0 < 60
+    ours, control = witness(3, dead, after), witness(3, dead, after, shrink=False)
     assert r["exit"][dead] == -signal.SIGKILL  # the launcher's own count: who died, how
     alive = [i for i, code in enumerate(r["exit"]) if code == 0]
     assert alive == [i for i in range(3) if i != dead] == sorted(r["final"])
     for i in alive:  # the manager's quorum, step by step, against the launcher's count
         assert r["final"][i]["participants"] == [3] * after + [len(alive)] * (24 - after)
-        assert _diff(r["final"][i]["params"], r["ours"][i]) < TOL  # the witness
-        assert _diff(r["final"][i]["params"], r["control"][i]) > 1e-3  # the dead counted: off
+        assert _diff(r["final"][i]["params"], ours[i]) < TOL  # the witness
+        assert _diff(r["final"][i]["params"], control[i]) > 1e-3  # the dead counted: off
     assert not _orphans()
 
 
@@ -55,11 +83,9 @@ def test_a_dead_replica_never_dropped_times_out_without_orphans():
 def test_dropping_changes_nothing_before_the_kill():
     """The witness's comm with a kill after every sync of the run is plain ours, bit for bit;
     with a kill it is not (sim only: no torchft needed)."""
-    from syncedu.decentralized.torchft_kill import Dropping
-
     plain = sim.run(check.ours, 3, args=(check.JOB,))
-    late = sim.run(lambda c: check.ours(Dropping(c, 2, 99), check.JOB), 3)
-    early = sim.run(lambda c: check.ours(Dropping(c, 2, 4), check.JOB), 3)
+    late = witness(3, 2, 4 * 99)
+    early = witness(3, 2, 16)
     assert all(torch.equal(a[k], b[k]) for a, b in zip(plain, late) for k in a)
     assert _diff(plain[0], early[0]) > 1e-3
 

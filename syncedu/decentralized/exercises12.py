@@ -50,10 +50,11 @@ class Watched:
         return self.comm.isend(tensor, dst, tag)
 
 
-def _run_round(comm, fn):
+def _answer(comm, fn, *args):
+    """`fn(Watched(comm), x, *args)` on this rank's start: (what it returns, else x; the comm)."""
     x, watched = _start(comm.rank), Watched(comm)
-    fn(watched, x)
-    return x, watched
+    out = fn(watched, x, *args)
+    return (x if out is None else out), watched
 
 
 def _p2p_only(res, edge, graph: str) -> str | None:
@@ -69,7 +70,7 @@ def _p2p_only(res, edge, graph: str) -> str | None:
 def check_gossip_round(fn, topology: str = "ring", n: int = 6) -> bool:
     """Exercise 1: one gossip round of `topology` on `n` ranks, point-to-point."""
     name = f"gossip round ({topology}, {n} ranks)"
-    ok, res = attempt(name, lambda: sim.run(_run_round, n, args=(fn,)))
+    ok, res = attempt(name, lambda: sim.run(_answer, n, args=(fn,)))
     if not ok:
         return False
     w, x0 = mixing_matrix(topology, n), torch.stack([_start(r) for r in range(n)])
@@ -142,16 +143,12 @@ def check_rounds(answer, topology: str = "ring", n: int = 16, target: float = 1e
         else f"|lambda_2|^{answer} = {left:.1e} is below {target:g}, but not the smallest t"))
 
 
-def _push_run(comm, fn, keeps):
-    x, w, watched = _start(comm.rank), torch.ones(1, dtype=torch.float64), Watched(comm)
-    return fn(watched, x, w, keeps[comm.rank]), watched
-
-
 @checker
 def check_push_sum(fn, keeps=(0.9, 0.2, 0.5, 0.3, 0.7, 0.25)) -> bool:
     """Exercise 3: `fn(comm, x, w, keep)` runs push-sum rounds and returns the estimate."""
     name = "push-sum de-biased"
-    ok, res = attempt(name, lambda: sim.run(_push_run, len(keeps), args=(fn, list(keeps))))
+    ok, res = attempt(name, lambda: sim.run(lambda c: _answer(
+        c, fn, torch.ones(1, dtype=torch.float64), keeps[c.rank]), len(keeps)))
     if not ok:
         return False
     n = len(keeps)

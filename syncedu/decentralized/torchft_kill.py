@@ -78,14 +78,13 @@ def run(replicas: int = 3, dead: int = 2, after: int = 8, *, heartbeat_ms: int =
                           join_timeout_ms=int(timeout * 1e3)) as address:  # Steps 1, 3
         forker, pids = start_replicas([[i, address, str(out), replicas, dead, after, timeout]
                                        for i in range(replicas)], out, module=__name__)
-        try:  # Step 4: the forker reaps every replica (their exit codes), then ends
-            wait_until(lambda: forker.poll() is not None, time.time() + timeout,
-                       "every replica's end")
-        finally:  # start_replicas stops a forker that did not start; this one, here
-            if forker.poll() is None:
-                os.killpg(forker.pid, signal.SIGKILL)  # the forker and its replicas
-            forker.wait(5)
-            forker.stdout.close()
+        with forker:  # Popen's exit closes its pipe and reaps it
+            try:  # Step 4: the forker reaps every replica (their exit codes), then ends
+                wait_until(lambda: forker.poll() is not None, time.time() + timeout,
+                           "every replica's end")
+            finally:
+                if forker.poll() is None:
+                    os.killpg(forker.pid, signal.SIGKILL)  # the forker and its replicas
     return {"exit": [json.loads((out / f"exit_{pid}").read_text()) for pid in pids],
             "final": {i: torch.load(out / f"final_{i}.pt") for i in range(replicas) if i != dead}}
 

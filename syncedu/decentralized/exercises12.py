@@ -101,21 +101,16 @@ def check_gossip_round(fn, topology: str = "ring", n: int = 6) -> bool:
          f"({float(w[0, 0]):.3f} each); the average is kept")) if wrong), "the result is not W x"))
 
 
-def measured_rounds(topology: str, n: int, target: float, limit: int = 2000) -> int:
-    """The first round after which the consensus distance is <= `target` of its start."""
+def measured_rounds(topology: str, n: int, target: float, limit: int = 2000) -> int | None:
+    """The first round after which the consensus distance is <= `target` of its start (None
+    if not within `limit` rounds)."""
     def run(comm):
-        x, out = _start(comm.rank), []
-        for r in range(limit):
-            gossip(comm, x, topology, round=r)
-            out.append(x.clone())
-        return out
+        x = _start(comm.rank)
+        return [gossip(comm, x, topology, round=r).clone() for r in range(limit)]
 
-    res = sim.run(run, n)
-    d0 = consensus_distance([_start(r) for r in range(n)])
-    for t in range(limit):
-        if consensus_distance([res[i][t] for i in range(n)]) <= target * d0:
-            return t + 1
-    raise ValueError(f"target={target} not reached in {limit} rounds")
+    res, d0 = sim.run(run, n), consensus_distance([_start(r) for r in range(n)])
+    return next((t + 1 for t in range(limit)
+                 if consensus_distance([res[i][t] for i in range(n)]) <= target * d0), None)
 
 
 @checker

@@ -47,10 +47,12 @@ from syncedu.decentralized.streaming import StreamingConfig, StreamingDiLoCo, la
 JOB = dict(inner_steps=4, fragments=2, delay=1, alpha=0.5, steps=24)
 
 
-def _model() -> nn.Module:
+def _model() -> tuple[nn.Module, torch.optim.Optimizer]:
+    """The seeded model and its inner optimizer, the same on both sides."""
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(),
-                         nn.Linear(16, 4))
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(),
+                          nn.Linear(16, 4))
+    return model, torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)
 
 
 def _train(model, inner, replica: int, steps: int, after_step) -> dict:
@@ -66,8 +68,7 @@ def _train(model, inner, replica: int, steps: int, after_step) -> dict:
 
 def ours(comm, spec: dict) -> dict:
     """One rank of our streaming DiLoCo on `spec` (like `JOB`); its final parameters."""
-    model = _model()
-    inner = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)  # the same
+    model, inner = _model()
     algo = StreamingDiLoCo(model, comm, inner, inner_steps=spec["inner_steps"],
                            fragments=spec["fragments"],
                            config=StreamingConfig(delay=spec["delay"], alpha=spec["alpha"]))
@@ -88,8 +89,7 @@ def theirs(comm, spec: dict, lighthouse: str, folder: str, hook=None) -> dict:
 
     loopback_patches()
     store, _sock = loopback_store()
-    model, wait = _model(), datetime.timedelta(seconds=30)
-    inner = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)  # the same
+    (model, inner), wait = _model(), datetime.timedelta(seconds=30)
     frags = [nn.ModuleList(g) for g in split(layers(model), spec["fragments"])]  # our cut
     outers = [torch.optim.SGD(m.parameters(), lr=0.7, momentum=0.9, nesterov=True) for m in frags]
 

@@ -149,11 +149,8 @@ def push_shares(n: int, i: int, keep: float) -> dict[int, float]:
 def push_matrix(keeps) -> torch.Tensor:
     """The column-stochastic W of `push_sum` with rank i keeping `keeps[i]` (float64)."""
     n = len(keeps)
-    w = torch.zeros(n, n, dtype=torch.float64)
-    for i, keep in enumerate(keeps):
-        for j, share in push_shares(n, i, keep).items():
-            w[j, i] = share
-    return w
+    cols = [push_shares(n, i, keep) for i, keep in enumerate(keeps)]  # W[j, i]: i's share to j
+    return torch.tensor([[col.get(j, 0.0) for col in cols] for j in range(n)], dtype=torch.float64)
 
 
 def push_sum(comm, tensor: torch.Tensor, weight: torch.Tensor, keep: float, *,

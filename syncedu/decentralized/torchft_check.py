@@ -1,21 +1,26 @@
 """Streaming DiLoCo (streaming.py) against torchft 0.2.0's `DiLoCo` with fragments, on real ranks.
 
 The same seeded job twice: once with our `StreamingDiLoCo` (2 real ranks over `TorchComm`
-and Gloo, or 2 simulated ones: the same arithmetic), once as 2 torchft replica groups of one rank each (a `Manager` per
-replica, a lighthouse in the caller), then every rank's final parameters compared bit for bit.
+and Gloo, or 2 simulated ones: the same arithmetic), once as 2 torchft replica groups of one
+rank each (a `Manager` per replica, a lighthouse in the caller), then every rank's final
+parameters compared bit for bit.
 Getting the same bits took the details torchft's local_sgd.py fixes (streaming.py, Steps 2-4):
 the fragment schedule (`_step_post_hook`), the pseudo-gradient taken when the delayed allreduce
 starts (`prepare_sync`), pseudo-gradients averaged, not parameters, and the global copy
 saved before the `fragment_update_alpha` mix (`perform_sync`). Two more choices here:
 
-- `Manager(init_sync=False)`: with the default True, the first quorum (at the first
-  fragment's sync, not at step 0) heals replica 1 from replica 0's state of that moment
-  (read in manager.py: `_async_quorum` fetches the checkpoint, `should_commit` applies it;
-  not run here); both replicas here start from the same seeded weights instead, as our
-  broadcast makes them;
-- one outer optimizer per fragment, as torchft's own tests build them (one optimizer over the
-  whole model is accepted, and each fragment's outer step then also moves the other
-  fragments with their old momentum: silently wrong).
+- `Manager(init_sync=False)`: with the default True, the first quorum heals replica 1 from
+  replica 0's state of that moment. That quorum comes at the first fragment's prepare step
+  (H/F - tau, step 1 of `JOB`: local_sgd.py:759-767 calls `start_quorum()` there), and with
+  the `use_async_quorum=False` that `DiLoCo` requires, `start_quorum` waits for it and applies
+  the healed state at once (manager.py:606-615), before the pseudo-gradient is taken. Both
+  replicas here start from the same seeded weights instead, as our broadcast makes them;
+- one outer optimizer per fragment, as torchft's own tests build them. One optimizer over the
+  whole model is accepted and silently wrong: `torch.optim.SGD` skips a parameter whose
+  `.grad` is None, but here every `.grad` still holds the last inner backward's gradient
+  (`_train` zeroes before `backward()`, not after the step), so each fragment's outer step
+  also applies the other fragments' leftover inner gradients, with outer lr 0.7 and momentum
+  (2.2 off in the outside review's run; harmless only if `.grad` is None at each sync).
 
 The negative control is ours with one detail wrong, the pseudo-gradient taken at the sync step
 instead of when the delayed allreduce starts (our delay 0 against torchft's delay >= 1): a
@@ -26,6 +31,7 @@ Every torchft server binds 127.0.0.1 (lesson 11's `faults.torchft_run` patches, 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import tempfile
@@ -41,10 +47,12 @@ from syncedu.decentralized.streaming import StreamingConfig, StreamingDiLoCo, la
 JOB = dict(inner_steps=4, fragments=2, delay=1, alpha=0.5, steps=24)
 
 
-def _model() -> nn.Module:
+def _model() -> tuple[nn.Module, torch.optim.Optimizer]:
+    """The seeded model and its inner optimizer, the same on both sides."""
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(),
-                         nn.Linear(16, 4))
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(),
+                          nn.Linear(16, 4))
+    return model, torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)
 
 
 def _train(model, inner, replica: int, steps: int, after_step) -> dict:
@@ -60,19 +68,19 @@ def _train(model, inner, replica: int, steps: int, after_step) -> dict:
 
 def ours(comm, spec: dict) -> dict:
     """One rank of our streaming DiLoCo on `spec` (like `JOB`); its final parameters."""
-    model = _model()
-    inner = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)  # the same
+    model, inner = _model()
     algo = StreamingDiLoCo(model, comm, inner, inner_steps=spec["inner_steps"],
                            fragments=spec["fragments"],
                            config=StreamingConfig(delay=spec["delay"], alpha=spec["alpha"]))
     return _train(model, inner, comm.rank, spec["steps"], algo.after_step)
 
 
-def theirs(comm, spec: dict, lighthouse: str, folder: str) -> dict:
-    """One torchft replica group (this rank alone) on the same job; its final parameters."""
+def theirs(comm, spec: dict, lighthouse: str, folder: str, hook=None) -> dict:
+    """One torchft replica group (this rank alone) on the same job; its final parameters.
+    `hook(manager)`, if given, returns what runs after each inner step (torchft_kill.py)."""
     replica = comm.rank
-    log = os.open(os.path.join(folder, f"rank_{comm.rank}.log"), os.O_WRONLY | os.O_CREAT)
-    os.dup2(log, 2)  # torchft's own logs to a file, not the notebook
+    log = os.path.join(folder, f"rank_{comm.rank}.log")
+    os.dup2(os.open(log, os.O_WRONLY | os.O_CREAT), 2)  # torchft's own logs there, not the notebook
     from torchft import Manager, ProcessGroupGloo
     from torchft.checkpointing.http_transport import HTTPTransport
     from torchft.local_sgd import DiLoCo
@@ -81,12 +89,9 @@ def theirs(comm, spec: dict, lighthouse: str, folder: str) -> dict:
 
     loopback_patches()
     store, _sock = loopback_store()
-    model, wait = _model(), datetime.timedelta(seconds=30)
-    inner = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)  # the same
+    (model, inner), wait = _model(), datetime.timedelta(seconds=30)
     frags = [nn.ModuleList(g) for g in split(layers(model), spec["fragments"])]  # our cut
-
-    def outer(params):
-        return torch.optim.SGD(params, lr=0.7, momentum=0.9, nesterov=True)
+    outers = [torch.optim.SGD(m.parameters(), lr=0.7, momentum=0.9, nesterov=True) for m in frags]
 
     manager = Manager(
         pg=ProcessGroupGloo(timeout=wait), min_replica_size=2, use_async_quorum=False,
@@ -96,46 +101,47 @@ def theirs(comm, spec: dict, lighthouse: str, folder: str) -> dict:
         quorum_timeout=wait, connect_timeout=wait,
         checkpoint_transport=HTTPTransport(timeout=wait, num_chunks=0))
     try:
-        with DiLoCo(manager, frags, inner, [outer(m.parameters()) for m in frags], sync_every=spec["inner_steps"],
-                    fragment_sync_delay=spec["delay"],
-                    fragment_update_alpha=spec["alpha"]):
-            return _train(model, inner, replica, spec["steps"], lambda: None)
+        with DiLoCo(manager, frags, inner, outers, sync_every=spec["inner_steps"],
+                    fragment_sync_delay=spec["delay"], fragment_update_alpha=spec["alpha"]):
+            return _train(model, inner, replica, spec["steps"],
+                          hook(manager) if hook else lambda: None)
     finally:
         manager.shutdown(wait=False)
 
 
-def compare(spec: dict | None = None, *, pool=None, simulate: bool = False,
-            timeout: float = 120.0) -> dict:
-    """Ours on 2 real ranks (`pool`: a warm `launch.Pool(2)`; `simulate=True`: 2 simulated
-    ranks, the same arithmetic without process start-up) and torchft on 2 real ones;
-    {"equal" / "control_equal": every tensor bit for bit on both replicas, "max_diff" /
-    "control_max_diff", "ours", "control", "theirs": per replica, name -> tensor}."""
+@contextlib.contextmanager
+def lighthouse(folder, **options):
+    """A torchft `LighthouseServer` on 127.0.0.1 for the block, its log in `folder`; yields
+    its address. `options`: the server's (min_replicas, heartbeat_timeout_ms, ...)."""
     from torchft._torchft import LighthouseServer
 
     from syncedu.faults.tft_procs import _stderr_to
 
+    with _stderr_to(os.path.join(folder, "lighthouse.log")):
+        house = LighthouseServer(bind="127.0.0.1:0", **options)
+        try:
+            yield "http://127.0.0.1:" + house.address().rsplit(":", 1)[1]
+        finally:
+            house.shutdown()
+
+
+def compare(spec: dict | None = None, *, simulate: bool = False, timeout: float = 120.0) -> dict:
+    """Ours on 2 real ranks (`simulate=True`: 2 simulated ranks, the same arithmetic without
+    process start-up) and torchft on 2 real ones;
+    {"equal" / "control_equal": every tensor bit for bit on both replicas, "max_diff" /
+    "control_max_diff", "ours", "control", "theirs": per replica, name -> tensor}."""
     spec = {**JOB, **(spec or {})}
     if spec["delay"] < 1:
         raise ValueError(f"spec['delay']={spec['delay']} must be >= 1: the negative control "
                          f"takes the pseudo-gradient that many steps late")
 
-    def run_ours(job_spec):
-        if simulate:
-            return list(sim.run(ours, 2, args=(job_spec,)))
-        if pool is not None:
-            return list(pool.run(ours, args=(job_spec,), timeout=timeout))
-        return list(launch.run(ours, 2, args=(job_spec,), timeout=timeout, output="quiet"))
-
-    out = {"ours": run_ours(spec), "control": run_ours({**spec, "delay": 0})}
+    run_ours = (lambda s: sim.run(ours, 2, args=(s,))) if simulate else (
+        lambda s: launch.run(ours, 2, args=(s,), timeout=timeout, output="quiet"))
+    out = {"ours": list(run_ours(spec)), "control": list(run_ours({**spec, "delay": 0}))}
     folder = tempfile.mkdtemp(prefix="torchft_diloco_")
-    with _stderr_to(os.path.join(folder, "lighthouse.log")):
-        house = LighthouseServer(bind="127.0.0.1:0", min_replicas=2)
-        try:
-            address = "http://127.0.0.1:" + house.address().rsplit(":", 1)[1]
-            out["theirs"] = list(launch.run(theirs, 2, args=(spec, address, folder),
-                                            timeout=timeout, output="quiet"))
-        finally:
-            house.shutdown()
+    with lighthouse(folder, min_replicas=2) as address:
+        out["theirs"] = list(launch.run(theirs, 2, args=(spec, address, folder),
+                                        timeout=timeout, output="quiet"))
     for name, mine in (("", out["ours"]), ("control_", out["control"])):
         pairs = [(x[k], y[k]) for x, y in zip(mine, out["theirs"]) for k in x]
         out[name + "equal"] = all(torch.equal(x, y) for x, y in pairs)

@@ -44,11 +44,12 @@ def wait_until(predicate, deadline: float, what: str) -> None:
         time.sleep(0.02)
 
 
-def start_replicas(specs: list, out: Path) -> tuple[subprocess.Popen, list[int]]:
-    """The forker (`fork_main`) on `specs` (`replica_main`'s arguments); one `killpg` reaches
-    it and its replicas."""
+def start_replicas(specs: list, out: Path, module: str = "syncedu.faults.torchft_run"
+                   ) -> tuple[subprocess.Popen, list[int]]:
+    """The forker (`fork_main`, run by `module`'s main block) on `specs` (its replica
+    function's arguments, the folder third); one `killpg` reaches it and its replicas."""
     # The forker runs torchft_run as its main module: it imports this file, not the reverse.
-    forker = subprocess.Popen([sys.executable, "-m", "syncedu.faults.torchft_run", "fork",
+    forker = subprocess.Popen([sys.executable, "-m", module, "fork",
                                json.dumps(specs)], stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                               start_new_session=True)

@@ -66,8 +66,7 @@ def rotated_naive(my_allreduce, world_sizes=(2, 3, 6)) -> bool:
         if set(res.ledger.ops) - _P2P:
             return verdict(name, False, "write it with comm.send/recv (or isend/irecv), "
                             f"not a ready-made collective (saw {sorted(set(res.ledger.ops))})")
-        strays = sorted({(s, d) for s, d in res.trace.pairs() if n - 1 not in (s, d)})
-        if strays:
+        if strays := sorted({(s, d) for s, d in res.trace.pairs() if n - 1 not in (s, d)}):
             return verdict(name, False, f"with {n} ranks messages went {strays[:3]} (source, "
                             f"destination): every message of a naive allreduce goes to or "
                             f"from the root, rank {n - 1}")
@@ -170,19 +169,16 @@ def ring_from_send_recv(my_ring_allreduce, cases=((3, 7), (5, 13), (5, 7), (4, 9
             lines = str(e).split("\n--- traceback")[0].splitlines()
             return verdict(name, False, f"with {n} ranks and {numel} elements: "
                             f"{'; '.join(x.strip() for x in lines[:n + 1])}{hint}")
-        wrong = _first_wrong(res, n, numel)
-        if wrong:
+        if wrong := _first_wrong(res, n, numel):
             return verdict(name, False, f"with {n} ranks and {numel} elements, {wrong}{hint}")
-        used = set(res.ledger.ops) - _P2P
-        if used:
+        if used := set(res.ledger.ops) - _P2P:
             return verdict(name, False, "write it from comm.send/recv or isend/irecv, not a "
                             f"ready-made collective (saw {sorted(used)})")
         msgs = res.ledger.counted.msgs_sent
         if len(res.trace) and msgs != [2 * (n - 1)] * n:
             return verdict(name, False, f"with {n} ranks each rank sent {msgs} messages; a "
                             f"ring takes 2(N-1) = {2 * (n - 1)} steps of one chunk each")
-        pattern = _ring_pattern(res.trace, n)
-        if pattern:
+        if pattern := _ring_pattern(res.trace, n):
             return verdict(name, False, f"with {n} ranks: {pattern}")
         want_bytes = sum(ring_allreduce_elements(numel, n, r)[0] * 4 for r in range(n))
         if sum(res.ledger.counted.sent) != want_bytes:

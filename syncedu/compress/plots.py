@@ -69,5 +69,4 @@ def winner_maps(maps: dict, world_sizes, bandwidths_gbit, names, *, title: str =
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[n]) for n in names]
     fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=8)
     fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    return fig
+    return finish_figure(fig, rect=(0, 0.08, 1, 1))

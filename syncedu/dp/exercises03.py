@@ -16,7 +16,7 @@ from torch import nn
 
 from syncedu.comm import sim
 from syncedu.dp.buckets import build_buckets, trainable_parameters
-from syncedu.ui.checkers import answered, checker, number, verdict
+from syncedu.ui.checkers import answered, answered_number, checker, verdict
 
 
 class CheckerNet(nn.Module):
@@ -265,7 +265,7 @@ def bucketed_overlap(bucketed_sync, world_sizes=(2, 3), caps=BUCKET_CAPS) -> boo
 def quick_scaled_lr(answer) -> bool:
     """Quick check: the linear scaling rule, lr 0.1 at batch 256, batch 8192."""
     name = "Quick check (linear scaling rule)"
-    got = number(name, answer)
+    got = answered_number(name, answer)
     if abs(got - 3.2) < 1e-9:
         return verdict(name, True, "0.1 x 8192/256 = 3.2 (Goyal et al. 2017)")
     if abs(got - 0.1 * (8192 / 256) ** 0.5) < 1e-9:
@@ -277,7 +277,7 @@ def quick_scaled_lr(answer) -> bool:
 def quick_hiding_bandwidth(answer) -> bool:
     """Quick check: Gbit/s to hide a ring allreduce of 100 MB on 64 ranks in 120 ms."""
     name = "Quick check (bandwidth to hide communication)"
-    got = number(name, answer)
+    got = answered_number(name, answer)
     want = 2 * 63 / 64 * 100e6 / 0.120 * 8 / 1e9  # 13.125
     if abs(got - want) <= 0.01 * want:  # 13.1 or 13 accepted; 13.33 (no (N-1)/N) is not
         return verdict(name, True, f"{want:.1f} Gbit/s = 2(N-1)/N * S / T, in bits")

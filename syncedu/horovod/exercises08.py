@@ -63,8 +63,7 @@ def convert(my_horovod_train) -> bool:
     name = "Exercise 1 (convert DDP to Horovod)"
     if _stub(my_horovod_train):
         not_attempted(name)
-    why_not = _shortcut(my_horovod_train)
-    if why_not:
+    if why_not := _shortcut(my_horovod_train):
         return verdict(name, False, why_not)
     ok, why = horovod_launch.available()
     if not ok:

@@ -27,8 +27,7 @@ def _refuse_copied(name: str, answer, library) -> None:
     """End the grading (False) if the answer calls the package's own functions (it must build
     them itself)."""
     code = getattr(answer, "__code__", None)
-    copied = sorted(_names(code) & library) if code else []
-    if copied:
+    if copied := (sorted(_names(code) & library) if code else []):
         refuse(name, f"your answer calls the package's {', '.join(copied)}: build it yourself")
 
 
@@ -89,8 +88,7 @@ def outer_step(answer) -> bool:
             return verdict(name, False, f"with {n} ranks the anchor is off by {max(res):.2g}: "
                             "average (anchor - local) over the ranks, then v = m v + delta, "
                             "anchor -= lr (delta + m v)")
-        wrong = _pattern(res, n)
-        if wrong:
+        if wrong := _pattern(res, n):
             return verdict(name, False, wrong)
     return verdict(name, True, "three outer steps equal DiLoCo's on 2, 3 and 4 ranks, "
                                "one allreduce of the model per step (the trace)")

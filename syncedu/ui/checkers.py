@@ -11,15 +11,15 @@ from syncedu.comm.errors import DeadlockError
 
 
 class _Unanswered(Exception):
-    """Raised by `answered`, `number`, `refuse` and `not_attempted` once they have printed why
-    the grading ends;
-    `checker` turns it into the verdict False, so a checker needs no `if not ok` after each."""
+    """Raised by `answered`, `answered_number`, `refuse` and `not_attempted` once they have
+    printed why the grading ends; `checker` turns it into the verdict False, so a checker
+    needs no `if not ok` after each."""
 
 
 def checker(grade):
     """Turn `grade(answer) -> bool` into a notebook checker that prints and returns None;
-    `.grade` returns the bool (False where `answered`, `number`, `refuse` or `not_attempted`
-    ended the grading)."""
+    `.grade` returns the bool (False where `answered`, `answered_number`, `refuse` or
+    `not_attempted` ended the grading)."""
     @functools.wraps(grade)
     def graded(*args, **kwargs) -> bool:
         try:
@@ -82,7 +82,7 @@ def attempt(name: str, call, deadlock: str = P2P_HINT):
         return False, None
 
 
-def number(name: str, answer):
+def answered_number(name: str, answer):
     """A quick check's answer (a number, or a function returning one), for use inside a
     `checker`; anything else is reported and ends the grading with False, as in `answered`."""
     got = answered(name, answer if callable(answer) else lambda: answer)
@@ -91,3 +91,12 @@ def number(name: str, answer):
     if isinstance(got, bool) or not isinstance(got, (int, float)):
         refuse(name, f"answer with a number, got {got!r}")
     return got
+
+
+def number(name: str, answer):
+    """(True, value) of a quick check's answer, or (False, None) where `answered_number`
+    printed why there is nothing to grade: for a checker that goes on after it."""
+    try:
+        return True, answered_number(name, answer)
+    except _Unanswered:
+        return False, None

@@ -113,7 +113,9 @@ def judge(res: list) -> bool:
     good = diff < 1e-5
     return verdict(name, good, "" if good else f"the parameters differ by {diff:.3g} from one "
                     f"process on the global batch ({EPOCHS} epochs): sampler.set_epoch(epoch) "
-                    "every epoch? lr scaled by hvd.size()? op=hvd.Average?")
+                    "every epoch? lr scaled by hvd.size()? op=hvd.Average? "
+                    "hvd.broadcast_parameters before the first step (after training, it only "
+                    "copies rank 0's end over the others)?")
 
 
 @checker

@@ -2,7 +2,8 @@
 answers a learner would plausibly write are rejected with a message naming the mistake
 (issue 23, checkers list: the page's recipe called, no broadcast with rank-seeded models,
 no set_epoch, op=hvd.Sum with an unscaled lr, judged by the op the run recorded since it
-trains to the same parameters; and the articles' commented-out DistributedOptimizer)."""
+trains to the same parameters; and the articles' commented-out DistributedOptimizer; issue 42:
+the broadcast called after training, which leaves the ranks equal but off the reference)."""
 
 import pytest
 
@@ -18,7 +19,8 @@ real_horovod = [pytest.mark.horovod, pytest.mark.real, pytest.mark.slow,
                 pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")]
 
 
-def answer(broadcast=True, set_epoch=True, op_sum=False, wrapper=True, seed_by_rank=True):
+def answer(broadcast=True, set_epoch=True, op_sum=False, wrapper=True, seed_by_rank=True,
+           broadcast_after=False):
     """A learner's conversion; the flags leave a line out. A closure: sent by value."""
     def my_horovod_train():
         import horovod.torch as hvd
@@ -40,7 +42,7 @@ def answer(broadcast=True, set_epoch=True, op_sum=False, wrapper=True, seed_by_r
         if wrapper:  # the articles comment it out as "optional compression"
             opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
                                            op=hvd.Sum if op_sum else hvd.Average)
-        if broadcast:
+        if broadcast and not broadcast_after:
             hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         for epoch in range(2):
             if set_epoch:
@@ -49,6 +51,8 @@ def answer(broadcast=True, set_epoch=True, op_sum=False, wrapper=True, seed_by_r
                 opt.zero_grad()
                 F.cross_entropy(model(x), y).backward()
                 opt.step()
+        if broadcast_after:  # too late: the ranks trained apart, now they agree on rank 0's end
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         return {k: v.detach().clone() for k, v in model.state_dict().items()}
     return my_horovod_train
 
@@ -86,6 +90,8 @@ WRONG = [({"broadcast": False}, "broadcast_parameters"),
          # cell 3's seed=0 without the broadcast: the checker seeds by rank, so it still fails
          ({"broadcast": False, "seed_by_rank": False}, "broadcast_parameters"),
          ({"set_epoch": False}, "set_epoch"),
+         # the ranks end equal, so only the gap to one process tells; the hint names the order
+         ({"broadcast_after": True}, "broadcast_parameters before the first step"),
          # the same SGD step as the right answer: only the op the run recorded tells
          ({"op_sum": True}, "op=hvd.Sum and ends"),
          ({"wrapper": False}, "DistributedOptimizer never ran")]

@@ -104,15 +104,13 @@ class StreamingDiLoCo:
         self.globals = [self._flat(f).clone() for f in range(fragments)]
         self.bufs = [torch.zeros_like(g) for g in self.globals]  # outer momentum per fragment
         self.dirty = [False] * fragments  # local steps since the fragment's last sync
-        self.steps, self.local_step, self.syncs, self.pending = 0, 0, 0, None
-        self.sync_log: list[tuple[int, int, int]] = []  # (inner step, fragment, bytes sent)
+        self.local_step, self.syncs, self.pending = 0, 0, None
 
     def _flat(self, f: int) -> torch.Tensor:
         return torch.nn.utils.parameters_to_vector(self.fragments[f]).detach()
 
     def after_step(self) -> bool:
         """Steps 2-4 after one inner step; True if a fragment synchronized."""
-        self.steps += 1
         self.local_step += 1
         self.dirty = [True] * len(self.fragments)
         if self.local_step == self.period - self.config.delay:
@@ -129,7 +127,6 @@ class StreamingDiLoCo:
         n = self.comm.world_size
         work = self.comm.all_reduce(delta.div_(n), async_op=True) if n > 1 else None
         self.pending = (f, delta, work)
-        self.sync_log.append((self.steps, f, delta.numel() * delta.element_size()))
 
     def complete(self, alpha: float | None = None) -> None:
         """Step 4: wait, outer step, save theta_f, mix with the local parameters."""

@@ -61,5 +61,4 @@ def _streaming(module, comm, cfg) -> Parts:  # Step 2
     inner = make_optimizer(module.parameters(), cfg)
     algo = StreamingDiLoCo(module, comm, inner, inner_steps=cfg.inner_steps,
                            fragments=cfg.fragments, config=cfg.strategy_config)
-    return Parts(module, inner, after_step=algo.after_step, close=algo.finish,
-                 report=lambda: {"syncs": algo.sync_log})
+    return Parts(module, inner, after_step=algo.after_step, close=algo.finish)

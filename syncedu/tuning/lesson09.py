@@ -74,8 +74,7 @@ class HelperExplorer(Explorer):
         self.ms = _slider(w.FloatLogSlider, "compute (ms/step)", value=100, base=10, min=0, max=3.5)
         self.network = w.Dropdown(options=list(PRESETS), value="ethernet_10g",
                                   description="network")
-        self.n = w.SelectionSlider(options=[2, 8, 32, 128, 512, 1024], value=32,
-                                   description="N", continuous_update=False)
+        self.n = _slider(w.SelectionSlider, "N", options=[2, 8, 32, 128, 512, 1024], value=32)
         super().__init__({"mb": self.mb, "ms": self.ms, "network": self.network, "n": self.n},
                          self.run, image=False)
 

@@ -18,6 +18,9 @@ hide (a share `overlap` of it) is exposed.
 6. asynchronous parameter servers, one shard per worker (`cost.ps_time`);
 7. mark the first of 2-6 reaching `target` (exact before lossy, small changes
    before large), else the most efficient.
+
+`accumulation_plan` prices a global batch too large for the GPUs' memory (micro-batches K
+and the step time), and `time_to_target` turns measured steps into wall-clock with it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 
 from syncedu.collectives import cost
 from syncedu.comm.network import Network
+from syncedu.comm.runs import check_int, check_number
 from syncedu.dp import timeline
 
 MB = 2 ** 20
@@ -73,6 +77,36 @@ def local_sgd_every(model_bytes, compute, world_size, network, target=0.9) -> tu
     t_comm = timeline.comm_seconds(model_bytes, world_size, network)
     effs = [(h, compute / (compute + t_comm / h)) for h in SYNC_EVERY]
     return next(((h, e) for h, e in effs if e >= target), effs[-1])
+
+
+def accumulation_plan(global_batch: int, world_size: int, max_per_gpu: int,
+                      sample_seconds: float, model_bytes: float, network: Network,
+                      **options) -> tuple[int, float]:
+    """(K, seconds per optimizer step) for `global_batch` samples on `world_size` GPUs whose
+    memory holds at most `max_per_gpu` samples of activations at once; `options` (`overlap`,
+    `bucket_bytes`) as `timeline.overlap_step_time`:
+
+    1. the per-GPU batch is B / N; if it exceeds `max_per_gpu`, accumulate over
+       K = ceil(B / (N max_per_gpu)) micro-batches of B / (N K) samples each (K = 1 if it
+       fits; an uneven split is priced at its mean);
+    2. one micro-batch computes c = `sample_seconds` x its samples;
+    3. under `no_sync` the first K - 1 micro-batches send nothing, and the gradient allreduce
+       (the same bytes as without accumulation) runs only in the last one's backward:
+       step = (K - 1) c + `overlap_step_time(model_bytes, c, N, network)`.
+    What it costs: the same compute per sample, the same bytes per optimizer step, but only
+    1/K of the backward left to hide them under. Without `no_sync` every micro-batch would
+    pay the allreduce: K of them per step (lesson 05's bug).
+    """
+    n, m = check_int("world_size", world_size), check_int("max_per_gpu", max_per_gpu)
+    k = -(-check_int("global_batch", global_batch, n) // (n * m))  # Step 1: ceil
+    c = check_number("sample_seconds", sample_seconds, 1e-9) * global_batch / (n * k)  # Step 2
+    return k, (k - 1) * c + timeline.overlap_step_time(model_bytes, c, n, network, **options)
+
+
+def time_to_target(steps: int, global_batch: int, *plan, **options) -> float:
+    """Wall-clock seconds to a target loss: `steps` to reach it (measured; 0: never, inf) x
+    the step seconds of `accumulation_plan(global_batch, *plan, **options)` (modeled)."""
+    return steps * accumulation_plan(global_batch, *plan, **options)[1] if steps else float("inf")
 
 
 def recommend(model_bytes: float, compute_seconds: float, world_size: int, network: Network,

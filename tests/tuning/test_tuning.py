@@ -209,6 +209,52 @@ def test_recommend_prefers_exact_options_on_fast_networks_and_local_sgd_on_a_wan
         scaling.recommend(100e6, 0.1, 8, Network.preset("wan"), target=0)
 
 
+def test_accumulation_plan_counts_micro_batches_and_names_bad_arguments():
+    net, s = Network.preset("ethernet_10g"), 100e6
+    assert scaling.accumulation_plan(512, 4, 128, 1e-3, s, net)[0] == 1  # 128 per GPU: fits
+    assert scaling.accumulation_plan(512, 4, 64, 1e-3, s, net)[0] == 2
+    k, t = scaling.accumulation_plan(512, 4, 48, 1e-3, s, net)  # ceil(128 / 48) = 3
+    c = 1e-3 * 512 / (4 * 3)  # micro-batches of 42.7 samples
+    assert k == 3 and t == pytest.approx(2 * c + timeline.overlap_step_time(s, c, 4, net))
+    # the same compute and bytes as one micro-batch of 128, but 1/3 of its backward to hide
+    # the bytes under: more is exposed
+    whole = timeline.overlap_step_time(s, 1e-3 * 128, 4, net)
+    assert t - 3 * c > whole - 1e-3 * 128 > 0
+    for args, name in [((512, 4, 0, 1e-3), "max_per_gpu"), ((3, 4, 8, 1e-3), "global_batch"),
+                       ((512, 4, 8, 0.0), "sample_seconds"), ((512, 0, 8, 1e-3), "world_size")]:
+        with pytest.raises(ValueError, match=name):
+            scaling.accumulation_plan(*args, s, net)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_accumulation_plan_matches_simulated_no_sync_and_rejects_syncing_every_micro_batch(k):
+    # Witness: the simulator runs train.run's accumulation (no_sync on the first K - 1
+    # micro-batches) with one bucket, which cannot overlap: the plan's overlap=0 case.
+    net, micro_c, steps = Network.preset("ethernet_1g", latency=1e-3), 0.01, 3
+    per_gpu = 64 // 4 // k  # the largest micro-batch that fits, so that K micro-batches are needed
+    plan_k, plan_t = scaling.accumulation_plan(64, 4, per_gpu, micro_c / per_gpu,
+                                               4 * 8970, net, overlap=0.0)
+    kw = dict(steps=steps, global_batch=64, accumulation=k, simulate=True, network=net,
+              compute_seconds=micro_c, bucket_cap_mb=25.0)
+    r = train.run("bucketed", 4, **kw)
+    assert plan_k == k and r.ledger.ops["all_reduce"].calls[0] == steps  # traffic: last only
+    # within 1e-5: the simulator's ring sends whole elements (8970 / 4 rounds up to 2243 per
+    # chunk: 12 bytes more per allreduce, 96 ns at 1 Gbit/s), the formula S / N bytes
+    assert r.sim_seconds / steps == pytest.approx(plan_t, rel=1e-5)
+    if k > 1:  # without no_sync: K allreduces per step, which the plan does not price
+        bad = train.run("bucketed", 4, mistake="sync_every", **kw)
+        assert bad.ledger.ops["all_reduce"].calls[0] == k * steps
+        assert bad.sim_seconds / steps > plan_t + (k - 1) * 6e-3  # 2(N-1) alpha per extra
+
+
+def test_time_to_target_is_measured_steps_times_modeled_step_seconds():
+    net = Network.preset("ethernet_10g")
+    plan = (4, 32, 1e-3, 100e6, net)
+    assert scaling.time_to_target(0, 512, *plan) == math.inf  # never reached
+    assert scaling.time_to_target(63, 512, *plan) == pytest.approx(
+        63 * scaling.accumulation_plan(512, *plan)[1])
+
+
 # --------------------------------------------------------------- exercises
 def test_lesson09_checkers_accept_the_reference_and_reject_wrong_answers(capsys):
     from syncedu.tuning import exercises09 as ex

@@ -6,7 +6,7 @@ import torch
 
 from syncedu.collectives import cost
 from syncedu.comm import sim
-from syncedu.ui.checkers import attempt, checker, verdict
+from syncedu.ui.checkers import answered, checker, verdict
 
 _P2P = {"send", "recv"}
 NUMEL = 20_000  # 80,000 bytes of float32: above even Open MPI's 64 KiB eager limit
@@ -27,9 +27,7 @@ def all_gather_from_send_recv(my_all_gather, world_sizes=(2, 3, 5)) -> bool:
         return [torch.as_tensor(t).clone() for t in my_all_gather(comm, rank_data(comm.rank))]
 
     for n in world_sizes:
-        ok, res = attempt(name, lambda n=n: sim.run(worker, n))  # a deadlock: a verdict
-        if not ok:
-            return False
+        res = answered(name, lambda n=n: sim.run(worker, n))  # a deadlock: a verdict
         builtin = sorted(set(res.ledger.ops) - _P2P)
         wrong = (_gather_mistake(n, list(res)) or (builtin and "use only send/recv (or "
                  f"isend/irecv), no built-in collective (saw {builtin})") or
@@ -86,9 +84,7 @@ def allreduce_from_collectives(my_allreduce, world_sizes=(2, 3, 4), numel: int =
         return x.tolist()
 
     for n in world_sizes:
-        ok, res = attempt(name, lambda n=n: sim.run(worker, n))  # a deadlock: a verdict
-        if not ok:
-            return False
+        res = answered(name, lambda n=n: sim.run(worker, n))  # a deadlock: a verdict
         want = sum(rank_data(r, numel) for r in range(n)).tolist()
         bad = [r for r, got in enumerate(res) if got != want]
         used = sorted(res.ledger.ops)
@@ -124,9 +120,7 @@ def quick_busbw(answer) -> bool:
     """Quick check: busbw (bytes/s) of an all-reduce of 64 MiB on 8 ranks that took 0.1 s."""
     name = "Quick check (bus bandwidth)"
     s, t, n = 64 * 2**20, 0.1, 8  # bytes, seconds, ranks: the question's numbers
-    ok, got = attempt(name, answer if callable(answer) else lambda: answer)
-    if not ok:
-        return False
+    got = answered(name, answer if callable(answer) else lambda: answer)
     want = cost.busbw("all_reduce", s, t, n)  # the wrong answers a learner would give:
     wrong = {cost.algbw(s, t): "that is the algorithm bandwidth S/t; multiply by 2(N-1)/N",
              cost.busbw("all_gather", s, t, n): "(N-1)/N is the factor of reduce-scatter and "

@@ -11,7 +11,7 @@ from syncedu.comm import sim
 from syncedu.comm.errors import DeadlockError
 from syncedu.comm.ledger import ring_allreduce_elements, ring_chunks
 from syncedu.comm.network import Network
-from syncedu.ui.checkers import attempt, checker, verdict
+from syncedu.ui.checkers import answered, checker, not_attempted, verdict
 
 _P2P = {"send", "recv"}
 
@@ -21,9 +21,7 @@ def ring_time(my_ring_time) -> bool:
     """Exercise 02.1: `my_ring_time(n, nbytes, alpha, beta)`: the ring's alpha-beta time."""
     name = "Exercise 1 (the ring's formula)"
     for n, s, a, b in [(2, 1e6, 1e-5, 1e-9), (8, 4096, 5e-5, 8e-10), (1000, 1e8, 2e-6, 2e-11)]:
-        ok, got = attempt(name, lambda n=n, s=s, a=a, b=b: my_ring_time(n, s, a, b))
-        if not ok:
-            return False
+        got = answered(name, lambda n=n, s=s, a=a, b=b: my_ring_time(n, s, a, b))
         want = 2 * (n - 1) * (a + s / n * b)  # Patarasuk & Yuan 2009: 2(N-1) steps of S/N
         if got is None or not math.isclose(got, want, rel_tol=1e-9):
             return verdict(name, False, f"N={n}, S={s:g}: got {got!r}, expected {want:.6g}")
@@ -34,9 +32,7 @@ def ring_time(my_ring_time) -> bool:
 def crossover(answer, world_size: int = 64, network: str = "ethernet_10g") -> bool:
     """Exercise 02.2: the smallest power-of-two size at which the ring beats the tree."""
     name = "Exercise 2 (where the ring overtakes the tree)"
-    ok, got = attempt(name, answer if callable(answer) else (lambda: answer))
-    if not ok:
-        return False
+    got = answered(name, answer if callable(answer) else (lambda: answer))
     # graded by the closed form, not by the function the learner calls: the ring's
     # 2(N-1)(a + S/N b) equals the tree's 2k(a + S b), k = ceil(log2 N), at
     # S* = (2(N-1) - 2k) a / ((2k - 2(N-1)/N) b); the answer is the first power of two above
@@ -61,9 +57,7 @@ def rotated_naive(my_allreduce, world_sizes=(2, 3, 6)) -> bool:
         return x.tolist()
 
     for n in world_sizes:
-        ok, res = attempt(name, lambda n=n: sim.run(worker, n))
-        if not ok:
-            return False
+        res = answered(name, lambda n=n: sim.run(worker, n))
         want = [n * (n + 1) / 2] * 5
         if any(got != want for got in res):
             bad = next(r for r, got in enumerate(res) if got != want)
@@ -72,8 +66,7 @@ def rotated_naive(my_allreduce, world_sizes=(2, 3, 6)) -> bool:
         if set(res.ledger.ops) - _P2P:
             return verdict(name, False, "write it with comm.send/recv (or isend/irecv), "
                             f"not a ready-made collective (saw {sorted(set(res.ledger.ops))})")
-        strays = sorted({(s, d) for s, d in res.trace.pairs() if n - 1 not in (s, d)})
-        if strays:
+        if strays := sorted({(s, d) for s, d in res.trace.pairs() if n - 1 not in (s, d)}):
             return verdict(name, False, f"with {n} ranks messages went {strays[:3]} (source, "
                             f"destination): every message of a naive allreduce goes to or "
                             f"from the root, rank {n - 1}")
@@ -172,24 +165,20 @@ def ring_from_send_recv(my_ring_allreduce, cases=((3, 7), (5, 13), (5, 7), (4, 9
                             f"{'; '.join(waits[:n])}{hint}")
         except Exception as e:  # a rank raised: the first line says who
             if "NotImplementedError" in f"{type(e).__name__}: {e}":
-                print(f"{name}: not attempted yet - write your answer and re-run this cell")
-                return False
+                not_attempted(name)
             lines = str(e).split("\n--- traceback")[0].splitlines()
             return verdict(name, False, f"with {n} ranks and {numel} elements: "
                             f"{'; '.join(x.strip() for x in lines[:n + 1])}{hint}")
-        wrong = _first_wrong(res, n, numel)
-        if wrong:
+        if wrong := _first_wrong(res, n, numel):
             return verdict(name, False, f"with {n} ranks and {numel} elements, {wrong}{hint}")
-        used = set(res.ledger.ops) - _P2P
-        if used:
+        if used := set(res.ledger.ops) - _P2P:
             return verdict(name, False, "write it from comm.send/recv or isend/irecv, not a "
                             f"ready-made collective (saw {sorted(used)})")
         msgs = res.ledger.counted.msgs_sent
         if len(res.trace) and msgs != [2 * (n - 1)] * n:
             return verdict(name, False, f"with {n} ranks each rank sent {msgs} messages; a "
                             f"ring takes 2(N-1) = {2 * (n - 1)} steps of one chunk each")
-        pattern = _ring_pattern(res.trace, n)
-        if pattern:
+        if pattern := _ring_pattern(res.trace, n):
             return verdict(name, False, f"with {n} ranks: {pattern}")
         want_bytes = sum(ring_allreduce_elements(numel, n, r)[0] * 4 for r in range(n))
         if sum(res.ledger.counted.sent) != want_bytes:

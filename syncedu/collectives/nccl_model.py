@@ -20,41 +20,30 @@ So NCCL charges a ring's latency once per hop, not per message at each sender's 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
-from syncedu.comm.runs import check_choice
+from syncedu.comm.runs import check_choice, check_int
 
 ALGORITHMS = ("ring", "tree")
 PROTOCOLS = ("LL", "LL128", "Simple")
 ARCHS = ("volta", "ampere", "hopper", "blackwell")  # NCCL's compute-capability index
 
-# tuning.cc, ncclTunerConstantsDefaults (NCCL 2.30.7), per protocol (LL, LL128, Simple):
-BASE_LATENCY = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4)}  # us
-HW_LATENCY = {  # us per hop, by hardware of the hop
-    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4)},
-    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7)},
-    "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)},
-}
+# The tables are numbers copied from tuning.cc (NCCL 2.30.7), so they live in the data file
+# nccl_tuning.json beside this module, by these names in lower case:
+_TABLES = json.loads(Path(__file__).with_name("nccl_tuning.json").read_text("utf-8"))
+# ncclTunerConstantsDefaults, per protocol (LL, LL128, Simple): BASE_LATENCY[algorithm] in us;
+# HW_LATENCY[hardware of the hop: "nvlink", "pci", "net"][algorithm], us per hop.
+BASE_LATENCY, HW_LATENCY = _TABLES["base_latency"], _TABLES["hw_latency"]
 # Indexed [arch][nodes index: 1, 2, >2 nodes]; llMaxBws' first index is the arch on
 # one node and the CPU (0 Intel, 1 AMD) on several.
-LL_MAX_BW = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0),
-             (282.0, 90.0, 70.0))
-PER_CH_MAX_RING_LL128_BW = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7),
-                            (40.0, 40.0, 40.0))
-PER_CH_MAX_TREE_LL128_BW = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0),
-                            (55.6, 31.67, 20.0))
-PER_CH_MAX_TREE_BW = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0),
-                      (70.0, 42.8, 24.0))
+LL_MAX_BW, PER_CH_MAX_TREE_BW = _TABLES["ll_max_bw"], _TABLES["per_ch_max_tree_bw"]
+PER_CH_MAX_RING_LL128_BW = _TABLES["per_ch_max_ring_ll128_bw"]
+PER_CH_MAX_TREE_LL128_BW = _TABLES["per_ch_max_tree_ll128_bw"]
 # ncclTopoGetAlgoTime's treeCorrectionFactor[protocol][log2(bytes / 64)], 0..22 used.
-TREE_CORRECTION = (
-    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0,
-     1.0, 1.0, 1.0),
-    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9,
-     1.0, 1.0, 1.0),
-    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9,
-     .9, .9),
-)
-NET_OVERHEAD = {"intel": 1.0, "amd": 2.0}  # us, getNetOverhead (other CPUs: 1.0)
+TREE_CORRECTION = _TABLES["tree_correction"]
+NET_OVERHEAD = _TABLES["net_overhead"]  # us, getNetOverhead (other CPUs: 1.0)
 
 
 @dataclass(frozen=True)
@@ -142,8 +131,7 @@ def latency(sys: NcclSystem, algorithm: str, protocol: str) -> float:
 def predict(sys: NcclSystem, nbytes: int, algorithm: str = "ring",
             protocol: str = "Simple") -> float:
     """Step 4: NCCL's predicted all-reduce time of `nbytes` bytes, in seconds."""
-    if not isinstance(nbytes, int) or nbytes < 0:
-        raise ValueError(f"nbytes={nbytes!r} must be an int >= 0")
+    check_int("nbytes", nbytes, 0)
     bw, lat = bandwidth(sys, algorithm, protocol), latency(sys, algorithm, protocol)
     p = PROTOCOLS.index(protocol)
     log_size = _log2i(nbytes >> 6)

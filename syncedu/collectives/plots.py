@@ -6,6 +6,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import to_rgb
 
+from syncedu.ui.plots import finish_figure
+
 ALGO_COLORS = {"naive": "tab:red", "ring": "tab:blue", "ring_pipelined": "tab:cyan",
                "tree": "tab:green", "halving_doubling": "tab:purple",
                "recursive_doubling": "tab:pink", "hierarchical": "tab:orange",
@@ -49,16 +51,12 @@ def holdings(before, after, title: str = ""):
     _grid(axes[0], before, n, "before")
     _grid(axes[1], after, n, "after")
     fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+    return finish_figure(fig)
 
 
 def _finish(fig, ax, xlabel: str, ylabel: str, title: str, legend: bool = True):
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
-    if legend:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return finish_figure(fig, legend_on=ax if legend else None)
 
 
 def bytes_per_rank(sent: dict, formula: float | None = None, title: str = "bytes sent per rank"):

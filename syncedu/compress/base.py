@@ -14,7 +14,6 @@ from typing import ClassVar
 import torch
 
 from syncedu.comm.runs import check_bool
-from syncedu.dp.buckets import flatten, unflatten_  # noqa: F401  (zero/ imports them from here)
 from syncedu.train.compression import GradientCompressor
 
 

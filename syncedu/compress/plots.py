@@ -5,6 +5,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.colors import ListedColormap
 
+from syncedu.ui.plots import finish_figure
+
 COLORS = {"fp16": "#4c72b0", "topk": "#dd8452", "signsgd": "#55a868", "powersgd": "#c44e52",
           "fp32": "#8c8c8c", "onebit": "#8172b3"}
 
@@ -19,9 +21,7 @@ def _lines(series: dict, xlabel: str, ylabel: str, title: str, xs=None, log: boo
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return finish_figure(fig, legend_on=ax)
 
 
 def loss_curves(histories: dict, *, title: str = "training loss (global mean)"):
@@ -50,8 +50,7 @@ def side_by_side(histories: dict, sent: dict, *, title: str = ""):
     b.bar(list(sent), list(sent.values()), color=["#8c8c8c", "#dd8452"][:len(sent)])
     b.set(yscale="log", ylabel="bytes per rank per step")
     fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+    return finish_figure(fig)
 
 
 def winner_maps(maps: dict, world_sizes, bandwidths_gbit, names, *, title: str = ""):
@@ -70,5 +69,4 @@ def winner_maps(maps: dict, world_sizes, bandwidths_gbit, names, *, title: str =
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[n]) for n in names]
     fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=8)
     fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    return fig
+    return finish_figure(fig, rect=(0, 0.08, 1, 1))

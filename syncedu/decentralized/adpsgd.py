@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 import torch
 
 from syncedu.comm import sim
-from syncedu.train.sampling import check_int, check_number
+from syncedu.comm.runs import check_int, check_number
 
 REQUEST, REPLY = 120, 121  # point-to-point tags
 

@@ -36,7 +36,7 @@ import math
 
 import torch
 
-from syncedu.train.sampling import check_int
+from syncedu.comm.runs import check_int
 
 TOPOLOGIES = ("ring", "torus", "exponential", "one_peer_exponential", "complete")
 TAG = 12  # the point-to-point tag of a gossip round (lesson 12)

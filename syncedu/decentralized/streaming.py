@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from syncedu.train.sampling import check_int
+from syncedu.comm.runs import check_int
 from syncedu.tuning.diloco import _WIRE, nesterov_step
 from syncedu.tuning.local_sgd import broadcast_state, copy_flat
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from syncedu.comm import sim
 from syncedu.dp.buckets import build_buckets, trainable_parameters
-from syncedu.ui.checkers import attempt, checker, number, verdict
+from syncedu.ui.checkers import answered, answered_number, checker, verdict
 
 
 class CheckerNet(nn.Module):
@@ -119,9 +119,7 @@ def flat_sync(sync, world_sizes=(2, 3)) -> bool:
     """Exercise 03.1: average every gradient with ONE all_reduce of a flat buffer."""
     name = "Exercise 1 (flat buffer)"
     for n in world_sizes:
-        ok, res = attempt(name, lambda n=n: sim.run(_grads_worker, n, args=(sync,)))
-        if not ok:
-            return False
+        res = answered(name, lambda n=n: sim.run(_grads_worker, n, args=(sync,)))
         calls = res.ledger.ops["all_reduce"].calls if "all_reduce" in res.ledger.ops else [0] * n
         many = None if calls == [1] * n else (f"{calls[0]} comm.all_reduce calls per rank; use "
                                                f"exactly one, on the flat buffer")
@@ -249,10 +247,8 @@ def bucketed_overlap(bucketed_sync, world_sizes=(2, 3), caps=BUCKET_CAPS) -> boo
     name = "Exercise 2 (bucketed overlap)"
     for n in world_sizes:
         for cap in caps:
-            ok, res = attempt(name, lambda n=n, cap=cap: sim.run(
+            res = answered(name, lambda n=n, cap=cap: sim.run(
                 _overlap_worker, n, args=(bucketed_sync, cap)))
-            if not ok:
-                return False
             pairs, (_, _, passes, waits) = [(grads, xy) for grads, xy, _, _ in res], res[0]
             why = [_overlap_mistake(res, calls, waits, cap) for calls in passes]
             why = why[0] or (why[1] and f"in the second backward: {why[1]} (reset each bucket's "
@@ -269,9 +265,7 @@ def bucketed_overlap(bucketed_sync, world_sizes=(2, 3), caps=BUCKET_CAPS) -> boo
 def quick_scaled_lr(answer) -> bool:
     """Quick check: the linear scaling rule, lr 0.1 at batch 256, batch 8192."""
     name = "Quick check (linear scaling rule)"
-    ok, got = number(name, answer)
-    if not ok:
-        return False
+    got = answered_number(name, answer)
     if abs(got - 3.2) < 1e-9:
         return verdict(name, True, "0.1 x 8192/256 = 3.2 (Goyal et al. 2017)")
     if abs(got - 0.1 * (8192 / 256) ** 0.5) < 1e-9:
@@ -283,9 +277,7 @@ def quick_scaled_lr(answer) -> bool:
 def quick_hiding_bandwidth(answer) -> bool:
     """Quick check: Gbit/s to hide a ring allreduce of 100 MB on 64 ranks in 120 ms."""
     name = "Quick check (bandwidth to hide communication)"
-    ok, got = number(name, answer)
-    if not ok:
-        return False
+    got = answered_number(name, answer)
     want = 2 * 63 / 64 * 100e6 / 0.120 * 8 / 1e9  # 13.125
     if abs(got - want) <= 0.01 * want:  # 13.1 or 13 accepted; 13.33 (no (N-1)/N) is not
         return verdict(name, True, f"{want:.1f} Gbit/s = 2(N-1)/N * S / T, in bits")

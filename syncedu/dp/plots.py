@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from syncedu.ui.plots import COLORS
+from syncedu.ui.plots import COLORS, finish_figure
 
 
 def timeline(rows: dict, *, title: str = "one step: compute vs communication"):
@@ -30,16 +30,13 @@ def timeline(rows: dict, *, title: str = "one step: compute vs communication"):
              "comm": "allreduce in flight", "step": "optimizer step"}
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in kinds]
     ax.legend(handles, list(kinds.values()), loc="lower right", fontsize=8)
-    fig.tight_layout()
-    return fig
+    return finish_figure(fig)
 
 
 def _finish(fig, ax, xlabel: str, ylabel: str, title: str):
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return finish_figure(fig, legend_on=ax)
 
 
 def curves(x, series: dict, *, xlabel: str, ylabel: str, title: str = "", logx: bool = False):
@@ -70,5 +67,4 @@ def sampler_orders(orders: dict, *, show: int = 24):
         ax.set_yticks(range(len(grid)), [f"epoch {i}" for i in range(len(grid))])
         ax.set_xlabel("position in rank 0's shard")
         ax.set_title(name)
-    fig.tight_layout()
-    return fig
+    return finish_figure(fig)

@@ -21,7 +21,6 @@ Deterministic on simulated ranks; `reference` replays the committed steps.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -92,14 +91,9 @@ def status(cfg: FTConfig, replica: int, t: int) -> str:
     return "up"
 
 
-@functools.cache
-def _digits() -> tuple[torch.Tensor, torch.Tensor]:
-    return data.digits().tensors  # the harness's dataset, read once per process
-
-
 def replica_batch(cfg: FTConfig, step: int, replica: int):
     """The digits replica `replica` trains on at committed step `step` (same on any retry)."""
-    x, y = _digits()
+    x, y = data.digits_tensors()  # the harness's dataset
     g = torch.Generator().manual_seed(cfg.seed * 100_003 + step * 101 + replica)
     pick = torch.randint(0, len(y), (cfg.batch,), generator=g)
     return x[pick], y[pick]

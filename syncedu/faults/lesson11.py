@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
+from syncedu.ui.plots import finish_figure
+
 from . import goodput
 
 WORLD_SIZES = (256, 1024, 4096, 16_384, 65_536, 131_072)
@@ -32,6 +34,4 @@ def plot_goodput(job: goodput.Job, sizes=WORLD_SIZES):
     ax.axhline(3600 / job.step, color="grey", lw=0.8, ls=":", label="no failures")
     ax.set_xscale("log", base=2)
     ax.set(xlabel="GPUs", ylabel="useful steps per hour")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return finish_figure(fig, legend_on=ax)

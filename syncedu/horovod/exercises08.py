@@ -7,7 +7,7 @@ import inspect
 
 from syncedu.comm.ledger import ring_allreduce_elements
 from syncedu.horovod import launch as horovod_launch
-from syncedu.ui.checkers import attempt, checker, verdict
+from syncedu.ui.checkers import answered, checker, not_attempted, verdict
 
 # The DDP script the learner converts: the MLP seeded by the rank (only a broadcast makes the
 # ranks agree), 16 samples per rank, lr 0.05 x world size, two epochs (a missing set_epoch shows).
@@ -62,10 +62,8 @@ def convert(my_horovod_train) -> bool:
     """Exercise 08.1: the DDP script, converted to Horovod, run on 2 Horovod ranks."""
     name = "Exercise 1 (convert DDP to Horovod)"
     if _stub(my_horovod_train):
-        print(f"{name}: not attempted yet - write your answer and re-run this cell")
-        return False
-    why_not = _shortcut(my_horovod_train)
-    if why_not:
+        not_attempted(name)
+    if why_not := _shortcut(my_horovod_train):
         return verdict(name, False, why_not)
     ok, why = horovod_launch.available()
     if not ok:
@@ -123,9 +121,7 @@ def wire_bytes(answer) -> bool:
     """Exercise 08.2: bytes one rank sends per optimizer step under DistributedOptimizer."""
     name = "Exercise 2 (bytes on the wire)"
     cases = [(8970, 2, 1, False), (8970, 2, 4, False), (8970, 2, 1, True), (1000, 4, 2, True)]
-    ok, got = attempt(name, lambda: [answer(p, n, k, f) for p, n, k, f in cases])
-    if not ok:
-        return False
+    got = answered(name, lambda: [answer(p, n, k, f) for p, n, k, f in cases])
     want = [ring_allreduce_elements(p, n, 0)[0] * (2 if f else 4) for p, n, _, f in cases]
     good = [round(g) for g in got] == want
     return verdict(name, good, "" if good else f"got {got}; a ring sends 2(N-1)/N of the "

@@ -8,7 +8,7 @@ import textwrap
 import matplotlib.pyplot as plt
 
 from syncedu.horovod import launch as horovod_launch
-from syncedu.ui.plots import COLORS
+from syncedu.ui.plots import COLORS, finish_figure
 
 PHASES = {"NEGOTIATE_ALLREDUCE": "#bbbbbb", "MEMCPY_IN_FUSION_BUFFER": "#8172b2",
           "GLOO_ALLREDUCE": COLORS["comm"], "MEMCPY_OUT_FUSION_BUFFER": "#55a868"}
@@ -53,7 +53,4 @@ def timelines(rows: list, ddp_segments: list, *, title: str = ""):
     for ax in (left, right):
         ax.set_xlabel("time (ms)")
         ax.invert_yaxis()
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+    return finish_figure(fig, title)

@@ -8,7 +8,7 @@ import torch
 
 from syncedu.ps import training as ps_train
 from syncedu.ps.config import PULL_TAG, PUSH_TAG, shard_ranges
-from syncedu.ui.checkers import attempt, checker, verdict
+from syncedu.ui.checkers import answered, checker, not_attempted, verdict
 
 
 @checker
@@ -18,9 +18,7 @@ def server_ingress(answer, cases=((3, 1), (4, 2), (5, 3), (4, 4))) -> bool:
     name = "Quick check (server ingress)"
     n = ps_train.numel()
     for workers, servers in cases:
-        ok, value = attempt(name, lambda w=workers, s=servers: answer(w, s, n))
-        if not ok:
-            return False
+        value = answered(name, lambda w=workers, s=servers: answer(w, s, n))
         h = ps_train.run("sync", workers, servers=servers, steps=1, global_batch=workers * 8,
                          simulate=True, compute_seconds=0.0)
         want = h.ledger.ops["ps_push"].received[workers]
@@ -40,9 +38,7 @@ def ssp_rule(answer) -> bool:
         if low > next_step:
             continue
         for clocks in ([low, next_step, next_step + 1], [next_step + 1, next_step, low]):
-            ok, value = attempt(name, lambda c=next_step, k=clocks, t=tau: answer(c, list(k), t))
-            if not ok:
-                return False
+            value = answered(name, lambda c=next_step, k=clocks, t=tau: answer(c, list(k), t))
             want = next_step - min(clocks) <= tau
             if bool(value) != want:
                 return verdict(name, False, f"next_step={next_step}, clocks={clocks}, "
@@ -60,9 +56,7 @@ def sync_update(answer) -> bool:
         shard = torch.randn(7, generator=g)
         grads = [torch.randn(7, generator=g) for _ in range(workers)]
         copies = (shard.clone(), [x.clone() for x in grads])
-        ok, value = attempt(name, lambda c=copies: answer(c[0], c[1], 0.5))
-        if not ok:
-            return False
+        value = answered(name, lambda c=copies: answer(c[0], c[1], 0.5))
         want = shard - 0.5 * torch.stack(grads).mean(0)
         if not isinstance(value, torch.Tensor) or not torch.allclose(value, want, atol=1e-6):
             return verdict(name, False, f"with {workers} workers got {value!r}, expected "
@@ -108,8 +102,7 @@ def push_pull(answer, steps: int = 4) -> bool:
             got = ps_train.run(mode, workers, worker_step=answer, **run)
         except Exception as exc:  # a deadlock, a size mismatch, the learner's own error
             if isinstance(exc, NotImplementedError) or "NotImplementedError" in str(exc):
-                print(f"{name}: not attempted yet - write your answer and re-run this cell")
-                return False
+                not_attempted(name)
             return verdict(name, False, f"{label}: {_diagnose(exc)}")
         if bad := _pattern(got, workers, kw["servers"], steps, ps_train.numel()):
             return verdict(name, False, f"{label}: {bad}")

@@ -7,6 +7,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from syncedu.ps.config import shard_ranges
+from syncedu.ui.plots import finish_figure
 
 # Li et al., OSDI 2014 (FACTS.md): 800 workers + 200 servers, idle share vs bounded delay.
 OSDI_IDLE = {0: 0.50, 16: 0.017}
@@ -54,8 +55,7 @@ def idle_and_loss_vs_tau(taus, idle, final_loss, seconds):
     c = b.twinx()
     c.plot(labels, seconds, "s--", color="#888888", label="run time")
     c.set_ylabel("logical seconds")
-    fig.tight_layout()
-    return fig
+    return finish_figure(fig)
 
 
 def loss_vs_time(histories: dict):
@@ -64,9 +64,7 @@ def loss_vs_time(histories: dict):
     for label, h in histories.items():
         ax.plot(*h.loss_vs_time(), label=label)
     ax.set(xlabel="seconds (logical on simulated ranks)", ylabel="minibatch loss (running mean)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return finish_figure(fig, legend_on=ax)
 
 
 def run_panels(h, title: str = ""):
@@ -79,10 +77,7 @@ def run_panels(h, title: str = ""):
     hist = h.staleness_histogram()
     c.bar(list(hist), list(hist.values()), color="#f4a261")
     c.set(xlabel="staleness (steps)", ylabel="gradients")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return fig
+    return finish_figure(fig, title, fontsize=10)
 
 
 def traffic(rows: dict):
@@ -92,5 +87,4 @@ def traffic(rows: dict):
     ax.barh(labels, [rows[k] / 1e3 for k in labels], color="#2a9d8f")
     ax.set_xlabel("kB received per step by the busiest rank")
     ax.invert_yaxis()
-    fig.tight_layout()
-    return fig
+    return finish_figure(fig)

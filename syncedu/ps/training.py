@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import collections
-import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -152,7 +151,7 @@ def run(mode: str, workers: int, *, servers: int = 1, staleness: int = 0, steps,
     if not isinstance(global_batch, int) or global_batch < 1 or global_batch % workers:
         raise ValueError(f"global_batch={global_batch!r} must be a positive multiple of "
                          f"workers={workers}")
-    x, y = _digits()
+    x, y = data.digits_tensors()  # train.run's data set
     sampling.steps_per_epoch(len(x), global_batch)  # ValueError if larger than the data
     args = (cfg, x, y, global_batch, worker_step)
     res = runner.run(rank_main, cfg.world_size, args, pool=pool, network=network,  # Step 3
@@ -184,12 +183,6 @@ def _history(cfg: PSConfig, res, x, y) -> PSHistory:
         applied=min(len(s.events) for s in slogs), staleness=[worst[k] for k in order],
         idle_fraction=[w.idle_fraction for w in wlogs], events=slogs[0].events,
         final_loss=final_loss, accuracy=acc.item(), trace=res.trace, delay=[late[k] for k in order])
-
-
-@functools.cache
-def _digits():
-    """`train.run`'s data set, read once per process (nothing writes to it)."""
-    return data.digits().tensors
 
 
 def numel() -> int:

@@ -8,7 +8,7 @@ from torch import nn
 
 from syncedu.comm import sim
 from syncedu.comm.ledger import ring_allreduce_elements
-from syncedu.ui.checkers import attempt, checker, verdict
+from syncedu.ui.checkers import answered, attempt, checker, verdict
 
 _SIZES = (3, 1, 0, 5)  # uneven, with a single-sample rank and an empty one
 
@@ -137,9 +137,7 @@ def syncbn_backward(backward) -> bool:
         return backward(comm, case["dys"][r].clone(), case["xhats"][r].clone(),
                         case["invstd"].clone(), case["weight"].clone(), case["count"])
 
-    ok, res = attempt(name, lambda: sim.run(rank, len(case["sizes"])))
-    if not ok:
-        return False
+    res = answered(name, lambda: sim.run(rank, len(case["sizes"])))
     for r, out in enumerate(res):
         if not (isinstance(out, (tuple, list)) and len(out) == 3):
             return verdict(name, False, f"rank {r} returned {type(out).__name__}; return "
@@ -172,9 +170,7 @@ def syncbn_backward(backward) -> bool:
 def step_bytes(answer, channels=(16, 32, 64), world_size: int = 8) -> bool:
     """Quick check: SyncBN bytes rank 0 sends per step (16, 32, 64 channels; 8 ranks)."""
     name = "Quick check (SyncBN bytes per step)"
-    ok, value = attempt(name, answer if callable(answer) else (lambda: answer))
-    if not ok:
-        return False
+    value = answered(name, answer if callable(answer) else (lambda: answer))
     want = 8 * sum(ring_allreduce_elements(2 * c + k, world_size, 0)[0]   # fwd 2C+1, bwd 2C
                    for c in channels for k in (1, 0))
     return verdict(name, value == want, "" if value == want else
@@ -201,9 +197,7 @@ def average_running_stats(worker, world_size: int = 3) -> bool:
         worker(comm, model)
         return [b.clone() for n, b in model.named_buffers() if "running" in n]
 
-    ok, res = attempt(name, lambda: sim.run(run, world_size))
-    if not ok:
-        return False
+    res = answered(name, lambda: sim.run(run, world_size))
     models = [_bn_model(r) for r in range(world_size)]
     want = [torch.stack(bs).mean(0) for bs in zip(*[[b for n, b in m.named_buffers()
                                                      if "running" in n] for m in models])]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
+from syncedu.ui.plots import finish_figure
+
 COLORS = {"plain": "tab:red", "syncbn": "tab:blue", "single": "black"}
 LABELS = {"plain": "plain BN per rank", "syncbn": "SyncBN", "single": "one process"}
 
@@ -24,8 +26,7 @@ def experiment(results: dict, window: int = 20, layer: str | None = None):
     ax_loss.legend()
     _accuracy(ax_acc, results)
     _running_var(ax_var, results, layer)
-    fig.tight_layout()
-    return fig
+    return finish_figure(fig)
 
 
 def _accuracy(ax, results: dict) -> None:
@@ -65,6 +66,5 @@ def stat_noise(noise: dict, world_size: int = 4, per_rank_batch: int = 2):
     ax.set(xlabel="images in the batch BatchNorm sees", ylabel="RMS error",
            title="how noisy are one batch's statistics?")
     ax.legend()
-    fig.tight_layout()
-    return fig
+    return finish_figure(fig)
 

@@ -4,6 +4,8 @@ Alpaydin & Kaynak 1998), scaled to [0, 1]; `synthetic()` seeded Gaussian blobs."
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch.utils.data import TensorDataset
 
@@ -37,6 +39,13 @@ def digits(images: bool = False) -> TensorDataset:
     if images:
         x = x.view(-1, 1, 8, 8)
     return TensorDataset(x, y)
+
+
+@functools.cache
+def digits_tensors() -> tuple[torch.Tensor, torch.Tensor]:
+    """`digits()`'s (features, labels), read once per process and shared: never write to them
+    (the parameter-server and fault-tolerance runs index them)."""
+    return digits().tensors
 
 
 def synthetic(n: int = 1024, features: int = 16, classes: int = 4, *, noise: float = 1.0,

@@ -18,8 +18,7 @@ from collections.abc import Iterator
 
 import torch
 
-# check_bool and check_number too: zero/ and decentralized/ still import them from here.
-from syncedu.comm.runs import check_bool, check_int, check_number  # noqa: F401
+from syncedu.comm.runs import check_int
 
 
 def steps_per_epoch(n: int, global_batch: int) -> int:

@@ -7,7 +7,7 @@ import torch
 from syncedu.comm import sim
 from syncedu.comm.network import Network
 from syncedu.tuning.scaling import SYNC_EVERY, local_sgd_every
-from syncedu.ui.checkers import attempt, checker, verdict
+from syncedu.ui.checkers import answered, checker, refuse, verdict
 
 _LIBRARY_1 = {"outer_gradient", "nesterov_step", "outer_step", "DiLoCo", "after_step"}
 _LIBRARY_2 = {"two_batch", "NoiseScale", "noise_scale"}
@@ -23,14 +23,12 @@ def _names(code) -> set[str]:
     return out
 
 
-def _copied(name: str, answer, library) -> bool:
-    """Whether the answer calls the package's own functions (it must build them itself)."""
+def _refuse_copied(name: str, answer, library) -> None:
+    """End the grading (False) if the answer calls the package's own functions (it must build
+    them itself)."""
     code = getattr(answer, "__code__", None)
-    copied = sorted(_names(code) & library) if code else []
-    if copied:
-        verdict(name, False, f"your answer calls the package's {', '.join(copied)}: "
-                             "build it yourself")
-    return bool(copied)
+    if copied := (sorted(_names(code) & library) if code else []):
+        refuse(name, f"your answer calls the package's {', '.join(copied)}: build it yourself")
 
 
 def _outer_worker(comm, answer, seed):
@@ -83,18 +81,14 @@ def _pattern(res, n: int) -> str:
 def outer_step(answer) -> bool:
     """Exercise 09.1: `answer(comm, anchor, local, buf, lr, momentum)`: anchor, buf in place."""
     name = "Exercise 1 (DiLoCo's outer step)"
-    if _copied(name, answer, _LIBRARY_1):
-        return False
+    _refuse_copied(name, answer, _LIBRARY_1)
     for n in (2, 3, 4):
-        ok, res = attempt(name, lambda n=n: sim.run(_outer_worker, n, args=(answer, 10 + n)))
-        if not ok:
-            return False
+        res = answered(name, lambda n=n: sim.run(_outer_worker, n, args=(answer, 10 + n)))
         if max(res) > 1e-5:
             return verdict(name, False, f"with {n} ranks the anchor is off by {max(res):.2g}: "
                             "average (anchor - local) over the ranks, then v = m v + delta, "
                             "anchor -= lr (delta + m v)")
-        wrong = _pattern(res, n)
-        if wrong:
+        if wrong := _pattern(res, n):
             return verdict(name, False, wrong)
     return verdict(name, True, "three outer steps equal DiLoCo's on 2, 3 and 4 ranks, "
                                "one allreduce of the model per step (the trace)")
@@ -104,13 +98,10 @@ def outer_step(answer) -> bool:
 def two_batch(answer) -> bool:
     """Exercise 09.2: `answer(small_sq, big_sq, b_small, b_big)` -> (|G|^2, tr(Sigma))."""
     name = "Exercise 2 (the two-batch estimator)"
-    if _copied(name, answer, _LIBRARY_2):
-        return False
+    _refuse_copied(name, answer, _LIBRARY_2)
     for g2, trace, bs, bb in ((1.0, 10.0, 4, 16), (0.3, 50.0, 8, 64), (2.0, 1.0, 1, 2)):
         small, big = g2 + trace / bs, g2 + trace / bb
-        ok, got = attempt(name, lambda s=small, b=big, x=bs, y=bb: answer(s, b, x, y))
-        if not ok:
-            return False
+        got = answered(name, lambda s=small, b=big, x=bs, y=bb: answer(s, b, x, y))
         try:
             good = abs(got[0] - g2) < 1e-6 * max(1, g2) and abs(got[1] - trace) < 1e-6 * trace
         except (TypeError, IndexError):
@@ -126,17 +117,14 @@ def two_batch(answer) -> bool:
 def pick_sync_every(answer) -> bool:
     """Quick check 09.3: `answer(model_bytes, compute_seconds, world_size, network)` -> H."""
     name = "Quick check 3 (how often to synchronize)"
-    if _copied(name, answer, _LIBRARY_3):
-        return False
+    _refuse_copied(name, answer, _LIBRARY_3)
     # The last case is bandwidth-bound at N = 2, where the ring's (N-1)/N halves the bytes:
     # a ring cost without it, 2(N-1) alpha + 2 S beta, answers 8 there instead of 4.
     cases = [(100e6, 0.1, 8, Network.preset("wan")), (25e6, 0.2, 16, Network.preset("ethernet_1g")),
              (4e6, 0.05, 64, Network.preset("ethernet_10g")), (1e6, 0.5, 4, Network.preset("wan")),
              (10e6, 0.2, 2, Network.preset("ethernet_1g"))]
     for s, c, n, net in cases:
-        ok, got = attempt(name, lambda s=s, c=c, n=n, net=net: answer(s, c, n, net))
-        if not ok:
-            return False
+        got = answered(name, lambda s=s, c=c, n=n, net=net: answer(s, c, n, net))
         want = local_sgd_every(s, c, n, net)[0]
         if got != want:
             return verdict(name, False, f"{s / 1e6:g} MB, {c} s compute, N={n}, {net.name}: "

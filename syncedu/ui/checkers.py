@@ -10,12 +10,27 @@ from syncedu.comm import launch
 from syncedu.comm.errors import DeadlockError
 
 
+class _Unanswered(Exception):
+    """Raised by `answered`, `answered_number`, `refuse` and `not_attempted` once they have
+    printed why the grading ends; `checker` turns it into the verdict False, so a checker
+    needs no `if not ok` after each."""
+
+
 def checker(grade):
-    """Turn `grade(answer) -> bool` into a notebook checker that prints and returns None."""
+    """Turn `grade(answer) -> bool` into a notebook checker that prints and returns None;
+    `.grade` returns the bool (False where `answered`, `answered_number`, `refuse` or
+    `not_attempted` ended the grading)."""
+    @functools.wraps(grade)
+    def graded(*args, **kwargs) -> bool:
+        try:
+            return grade(*args, **kwargs)
+        except _Unanswered:
+            return False
+
     @functools.wraps(grade)
     def check(*args, **kwargs) -> None:
-        grade(*args, **kwargs)
-    check.grade = grade
+        graded(*args, **kwargs)
+    check.grade = graded
     return check
 
 
@@ -26,34 +41,62 @@ def verdict(name: str, ok: bool, detail: str = "") -> bool:
     return ok
 
 
+def refuse(name: str, detail: str):
+    """Inside a `checker`: print `name: not yet right - detail` and end the grading (False)."""
+    verdict(name, False, detail)
+    raise _Unanswered(name)
+
+
+def not_attempted(name: str):
+    """Inside a `checker`: print that `name` is not attempted yet and end the grading (False)."""
+    print(f"{name}: not attempted yet - write your answer and re-run this cell")
+    raise _Unanswered(name)
+
+
 P2P_HINT = ("On Gloo and NCCL a send waits for its receive at any size: post isend and irecv "
             "together and wait for both, or let even ranks send first, odd ranks receive first")
 
 
-def attempt(name: str, call, deadlock: str = P2P_HINT):
-    """(True, `call()`), or (False, None) and a message if it is not answered yet, a rank
-    raised (a send buffer changed before its wait, a send never waited on, ...) or the ranks
-    deadlocked (a verdict naming who waits for what, then `deadlock`, not a traceback)."""
+def answered(name: str, call, deadlock: str = P2P_HINT):
+    """`call()`'s value, for use inside a `checker`; if it is not answered yet, a rank raised
+    (a send buffer changed before its wait, a send never waited on, ...) or the ranks
+    deadlocked, print a message (a verdict naming who waits for what, then `deadlock`, not a
+    traceback) and end the grading with False."""
     try:
-        return True, call()
+        return call()
     except DeadlockError as e:
         waits = "; ".join(line.strip() for line in str(e).splitlines()[1:3])
-        verdict(name, False, f"the ranks deadlock ({waits}). {deadlock}")
+        refuse(name, f"the ranks deadlock ({waits}). {deadlock}")
     except (NotImplementedError, launch.WorkerError) as e:
         if isinstance(e, launch.WorkerError) and "NotImplementedError" not in str(e):
-            verdict(name, False, f"rank {e.rank} raised: {str(e).splitlines()[0]}")
-        else:
-            print(f"{name}: not attempted yet - write your answer and re-run this cell")
-    return False, None
+            refuse(name, f"rank {e.rank} raised: {str(e).splitlines()[0]}")
+        not_attempted(name)
+
+
+def attempt(name: str, call, deadlock: str = P2P_HINT):
+    """(True, `call()`), or (False, None) where `answered` printed why there is nothing to
+    grade: for a checker that goes on after an unanswered call."""
+    try:
+        return True, answered(name, call, deadlock)
+    except _Unanswered:
+        return False, None
+
+
+def answered_number(name: str, answer):
+    """A quick check's answer (a number, or a function returning one), for use inside a
+    `checker`; anything else is reported and ends the grading with False, as in `answered`."""
+    got = answered(name, answer if callable(answer) else lambda: answer)
+    if got is None:
+        not_attempted(name)
+    if isinstance(got, bool) or not isinstance(got, (int, float)):
+        refuse(name, f"answer with a number, got {got!r}")
+    return got
 
 
 def number(name: str, answer):
-    """(ok, value) of a quick check's answer: a number, or a function returning one."""
-    ok, got = attempt(name, answer if callable(answer) else lambda: answer)
-    if ok and got is None:
-        print(f"{name}: not attempted yet - write your answer and re-run this cell")
+    """(True, value) of a quick check's answer, or (False, None) where `answered_number`
+    printed why there is nothing to grade: for a checker that goes on after it."""
+    try:
+        return True, answered_number(name, answer)
+    except _Unanswered:
         return False, None
-    if ok and (isinstance(got, bool) or not isinstance(got, (int, float))):
-        verdict(name, False, f"answer with a number, got {got!r}")
-        return False, None
-    return ok, got

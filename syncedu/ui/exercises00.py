@@ -6,7 +6,7 @@ from __future__ import annotations
 from syncedu.comm import sim
 from syncedu.comm.ledger import ring_allreduce_elements
 from syncedu.comm.work import CollectiveWork
-from syncedu.ui.checkers import attempt, checker, verdict
+from syncedu.ui.checkers import answered, checker, verdict
 
 
 class _Spy:
@@ -56,9 +56,7 @@ def sum_of_squares(worker, world_sizes=(1, 3)) -> bool:
     """Exercise 00.1: every rank must return 1^2 + 2^2 + ... + N^2, summed by the all_reduce."""
     name = "Exercise 1 (sum of squares)"
     for n in world_sizes:
-        ok, res = attempt(name, lambda n=n: sim.run(_spied(worker), n))
-        if not ok:
-            return False
+        res = answered(name, lambda n=n: sim.run(_spied(worker), n))
         want = n * (n + 1) * (2 * n + 1) // 6
         values = [v for v, _, _ in res]
         try:
@@ -79,9 +77,7 @@ def sum_of_squares(worker, world_sizes=(1, 3)) -> bool:
                 return verdict(name, False, f"rank {r} returned {value}, which is not what its "
                                f"all_reduce produced ({outs[0][:4]}): return the reduced value")
     # once more with the all_reduce's result marked (+1000): a closed formula misses it
-    ok, res = attempt(name, lambda: sim.run(_spied(worker, 1000.0), n))
-    if not ok:
-        return False
+    res = answered(name, lambda: sim.run(_spied(worker, 1000.0), n))
     if [float(v) for v, _, _ in res] != [float(want + 1000)] * n:
         return verdict(name, False, "your answer does not change when the all_reduce's result "
                        "does: return the reduced tensor's value, not a closed formula")
@@ -92,9 +88,7 @@ def sum_of_squares(worker, world_sizes=(1, 3)) -> bool:
 def ring_bytes(answer, numel: int = 1000, world_size: int = 4, itemsize: int = 4) -> bool:
     """Quick check: bytes rank 0 sends in a ring all_reduce of `numel` float32."""
     name = "Quick check (predict the ledger)"
-    ok, value = attempt(name, answer if callable(answer) else (lambda: answer))
-    if not ok:
-        return False
+    value = answered(name, answer if callable(answer) else (lambda: answer))
     want = ring_allreduce_elements(numel, world_size, 0)[0] * itemsize
     return verdict(name, value == want, "" if value == want else
                     f"{value!r} is not it: count the chunks sent in each of the two phases")
@@ -125,12 +119,10 @@ def pass_the_token(worker, world_sizes=(2, 3, 5)) -> bool:
     """Exercise 00.2: rank 0 starts a token 0; each rank adds its rank and passes it on."""
     name = "Exercise 2 (pass the token)"
     for n in world_sizes:
-        ok, res = attempt(name, lambda n=n: sim.run(worker, n), deadlock=(
+        res = answered(name, lambda n=n: sim.run(worker, n), deadlock=(
             f"With {n} ranks: rank 0 sends first, the others receive first, and rank 0 "
             "receives the token back from the last rank (Gloo: every send waits for its "
             "receive)"))
-        if not ok:
-            return False
         # rank r > 0 returns what it sent on (0 + ... + r), rank 0 the total that came back
         want = [n * (n - 1) // 2] + [r * (r + 1) // 2 for r in range(1, n)]
         wrong = _token_mistake(name, n, list(res), want)
@@ -149,9 +141,7 @@ def pass_the_token(worker, world_sizes=(2, 3, 5)) -> bool:
             return verdict(name, False, f"with {n} ranks the messages went {sorted(pairs)}; "
                             f"the token goes round the ring {sorted(ring)}")
     # once more with rank 1's receive adding 1000: every later value must carry it
-    ok, res = attempt(name, lambda: sim.run(_spied(worker, 1000.0), n))
-    if not ok:
-        return False
+    res = answered(name, lambda: sim.run(_spied(worker, 1000.0), n))
     values = [v for v, _, _ in res]
     if list(map(float, values)) != [w + 1000.0 for w in want]:
         return verdict(name, False, f"when rank 1's recv adds 1000 to the token, the ranks "

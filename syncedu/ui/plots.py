@@ -23,5 +23,16 @@ def ledger_bars(ledger, title: str = "bytes sent per rank"):
            xticks=ranks if len(ranks) <= 16 else ranks[:: max(1, len(ranks) // 16)])
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small")
-    fig.tight_layout()
+    return finish_figure(fig)
+
+
+def finish_figure(fig, title: str = "", *, legend_on=None, rect=None, **title_style):
+    """Every figure helper's last step: a small legend on the axes `legend_on` (if given),
+    `fig` under `title` (if any, with `title_style`, e.g. fontsize), laid out tight (inside
+    `rect`, figure fractions, if given) so that labels do not overlap; returns `fig`."""
+    if legend_on is not None:
+        legend_on.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, **title_style)
+    fig.tight_layout(rect=rect)
     return fig

@@ -27,7 +27,7 @@ import torch
 from syncedu.comm.runs import check_bool, check_choice, check_int
 from syncedu.comm.torch_comm import TorchComm
 from syncedu.comm.work import CollectiveWork
-from syncedu.compress.base import flatten, unflatten_
+from syncedu.dp.buckets import flatten, unflatten_
 from syncedu.zero.fully_shard import FullyShard
 from syncedu.zero.shards import Layout, ring_all_gather_pieces, ring_reduce_scatter_pieces
 

@@ -26,7 +26,7 @@ import torch
 
 from syncedu.comm.runs import check_bool, check_int
 from syncedu.comm.torch_comm import TorchComm
-from syncedu.compress.base import flatten, unflatten_
+from syncedu.dp.buckets import flatten, unflatten_
 from syncedu.train.memory import state_bytes
 from syncedu.zero.shards import (
     Layout,

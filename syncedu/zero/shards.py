@@ -17,10 +17,10 @@ from torch import nn
 
 from syncedu.collectives.algorithms import ring_all_gather_chunks, ring_reduce_scatter_chunks
 from syncedu.comm.ledger import ring_chunks
-from syncedu.compress.base import flatten, unflatten_
+from syncedu.comm.runs import check_int, check_number
+from syncedu.dp.buckets import flatten, unflatten_
 from syncedu.dp.data_parallel import sync_paused
 from syncedu.train.memory import KINDS, model_state_bytes
-from syncedu.train.sampling import check_int, check_number
 
 
 @dataclass(frozen=True)

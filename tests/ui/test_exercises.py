@@ -127,3 +127,46 @@ def test_lesson04_checkers(capsys):
     assert "Quick check (the synchronous update): not yet right" in capsys.readouterr().out
     assert not ex4.ssp_rule.grade(stub_any)
     assert "not attempted yet" in capsys.readouterr().out
+
+
+# ------------------------------------------------ the shared helpers (ui/checkers.py)
+def test_helpers_end_the_grading_with_false_and_attempt_still_returns_a_pair(capsys):
+    """`answered`, `answered_number`, `refuse` and `not_attempted` end a `checker` with False
+    after their message (issue 44: no `if not ok: return False` in each checker); `attempt`
+    and `number`, which some checkers still use, keep their (ok, value) pairs."""
+    from syncedu.ui.checkers import (
+        answered,
+        answered_number,
+        attempt,
+        checker,
+        not_attempted,
+        number,
+        refuse,
+        verdict,
+    )
+
+    @checker
+    def grade(answer, then=None) -> bool:
+        got = answered("Q", answer)
+        if then is not None:
+            then("Q")
+        return verdict("Q", got == 3)
+
+    assert grade.grade(lambda: 3) and "Q: correct" in capsys.readouterr().out
+    assert grade(lambda: 3) is None  # the notebook form prints and returns None
+    capsys.readouterr()
+    assert not grade.grade(stub_any)
+    assert "Q: not attempted yet" in capsys.readouterr().out
+    assert not grade.grade(lambda: 3, then=lambda name: refuse(name, "a named mistake"))
+    assert capsys.readouterr().out == "Q: not yet right - a named mistake\n"
+    assert not grade.grade(lambda: 3, then=not_attempted)
+    assert "not attempted yet" in capsys.readouterr().out
+    assert checker(lambda a: answered_number("N", a) == 2).grade(2)
+    assert not checker(lambda a: answered_number("N", a) == 2).grade("two")
+    assert "answer with a number, got 'two'" in capsys.readouterr().out
+    assert number("N", 2) == (True, 2) and number("N", "two") == (False, None)
+    assert number("N", None) == (False, None)
+    assert "N: not attempted yet" in capsys.readouterr().out
+    assert attempt("A", lambda: 5) == (True, 5)
+    assert attempt("A", stub_any) == (False, None)
+    assert "A: not attempted yet" in capsys.readouterr().out

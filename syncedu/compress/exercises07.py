@@ -8,7 +8,7 @@ import torch
 
 from syncedu.comm import sim
 from syncedu.compress import PowerSGD, TopK
-from syncedu.ui.checkers import attempt, checker, verdict
+from syncedu.ui.checkers import answered, checker, verdict
 
 
 def _rounds(comm, compressor, rounds: int = 3):
@@ -59,9 +59,7 @@ def topk_compressor(make, ratio: float = 0.1, world_sizes=(2, 3)) -> bool:
     """Exercise 07.1: `make()` returns a top-k compressor with error feedback (ratio 0.1)."""
     name = "Exercise 1 (top-k with error feedback)"
     for n in world_sizes:
-        ok, res = attempt(name, lambda n=n: sim.run(_rounds, n, args=(make(),)))
-        if not ok:
-            return False
+        res = answered(name, lambda n=n: sim.run(_rounds, n, args=(make(),)))
         want = sim.run(_rounds, n, args=(TopK(ratio),))
         miss = _first_miss(res, want, n)
         if miss is not None:
@@ -85,12 +83,12 @@ def topk_compressor(make, ratio: float = 0.1, world_sizes=(2, 3)) -> bool:
         if max(res.ledger.sent) > 2 * max(want.ledger.sent):
             return verdict(name, False, f"right values, but {max(res.ledger.sent)} bytes per "
                             f"rank: send only values and indices (about {max(want.ledger.sent)})")
-    ok, res = attempt(name, lambda: sim.run(_odd_buckets, 2, args=(make(),)))
-    if ok and not _close(res[0], sim.run(_odd_buckets, 2, args=(TopK(ratio),))[0]):
+    res = answered(name, lambda: sim.run(_odd_buckets, 2, args=(make(),)))
+    if not _close(res[0], sim.run(_odd_buckets, 2, args=(TopK(ratio),))[0]):
         return verdict(name, False, "the buckets of 37 are right, those of 32 and 20 entries "
                        "(ratio x d = 3.2 and 2.0) are not: k = ceil(ratio * d), 4 and 2, not "
                        "round(), int() + 1 or a fixed k")
-    return ok and verdict(name, True)
+    return verdict(name, True)
 
 
 @checker
@@ -98,9 +96,7 @@ def topk_bytes(answer) -> bool:
     """Exercise 07.2: bytes one rank sends for top-k over an all-gather ring."""
     name = "Exercise 2 (top-k bytes grow with N)"
     cases = [(2, 1000, 0.01), (8, 1000, 0.01), (64, 25_557_032, 0.001), (4, 10, 0.5)]
-    ok, got = attempt(name, lambda: [answer(n, d, r) for n, d, r in cases])
-    if not ok:
-        return False
+    got = answered(name, lambda: [answer(n, d, r) for n, d, r in cases])
     want = [(n - 1) * math.ceil(r * d) * (4 + 4) for n, d, r in cases]
     good = got == want
     return verdict(name, good, "" if good else f"got {got}; each rank forwards N-1 "
@@ -114,9 +110,7 @@ def powersgd_elements(answer) -> bool:
     cases = [((64, 64), 1), ((10, 64), 2), ((64,), 4), ((8, 3, 3, 3), 2), ((4, 4), 2),
              ((10, 3), 2), ((4, 4), 1),  # not worth it; the 2nd on 2r(n+m) == nm (torch: strict <)
              ((3, 400), 5)]  # r > min(n, m): still plain (2 min(n,m) (n+m) > n m always)
-    ok, got = attempt(name, lambda: [answer(s, r) for s, r in cases])
-    if not ok:
-        return False
+    got = answered(name, lambda: [answer(s, r) for s, r in cases])
     want = [PowerSGD(r).wire_elements([s]) for s, r in cases]
     good = got == want
     edge = "" if good or got[:6] + got[7:] != want[:6] + want[7:] else " (<, not <=: = is plain)"

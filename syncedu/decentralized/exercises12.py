@@ -26,7 +26,7 @@ import torch
 from syncedu.comm import sim
 from syncedu.decentralized.gossip import (TAG, consensus_distance, gossip, mixing_matrix,
                                           out_peers, push_shares, second_eigenvalue)
-from syncedu.ui.checkers import attempt, checker, number, verdict
+from syncedu.ui.checkers import answered, answered_number, checker, verdict
 
 
 def _start(rank: int) -> torch.Tensor:
@@ -70,9 +70,7 @@ def _p2p_only(res, edge, graph: str) -> str | None:
 def check_gossip_round(fn, topology: str = "ring", n: int = 6) -> bool:
     """Exercise 1: one gossip round of `topology` on `n` ranks, point-to-point."""
     name = f"gossip round ({topology}, {n} ranks)"
-    ok, res = attempt(name, lambda: sim.run(_answer, n, args=(fn,)))
-    if not ok:
-        return False
+    res = answered(name, lambda: sim.run(_answer, n, args=(fn,)))
     w, x0 = mixing_matrix(topology, n), torch.stack([_start(r) for r in range(n)])
     got, calls = torch.stack([x for x, _ in res]), {c for _, wc in res for c in wc.calls}
     if wrong := _p2p_only(res, lambda src, dst: w[dst, src] > 0, f"the {topology} graph"):
@@ -117,9 +115,9 @@ def measured_rounds(topology: str, n: int, target: float, limit: int = 2000) -> 
 def check_rounds(answer, topology: str = "ring", n: int = 16, target: float = 1e-3) -> bool:
     """Exercise 2: the smallest t with |lambda_2|^t <= `target`; the measurement printed."""
     name = f"rounds to {target:g} ({topology}, {n} ranks)"
-    ok, answer = number(name, answer)  # None: not attempted; a bool or a str: not a number
-    if not ok or not isinstance(answer, int):
-        return ok and verdict(name, False, f"answer {answer!r} must be a whole number of rounds")
+    answer = answered_number(name, answer)  # None: not attempted; a bool or a str: not a number
+    if not isinstance(answer, int):
+        return verdict(name, False, f"answer {answer!r} must be a whole number of rounds")
     lam = second_eigenvalue(mixing_matrix(topology, n))
     bound = math.ceil(math.log(target) / math.log(lam))
     seen = measured_rounds(topology, n, target, limit=bound + 5)
@@ -142,10 +140,8 @@ def check_rounds(answer, topology: str = "ring", n: int = 16, target: float = 1e
 def check_push_sum(fn, keeps=(0.9, 0.2, 0.5, 0.3, 0.7, 0.25)) -> bool:
     """Exercise 3: `fn(comm, x, w, keep)` runs push-sum rounds and returns the estimate."""
     name = "push-sum de-biased"
-    ok, res = attempt(name, lambda: sim.run(lambda c: _answer(
+    res = answered(name, lambda: sim.run(lambda c: _answer(
         c, fn, torch.ones(1, dtype=torch.float64), keeps[c.rank]), len(keeps)))
-    if not ok:
-        return False
     n = len(keeps)
     if wrong := _p2p_only(res, lambda src, dst: dst in out_peers("exponential", n, src),
                           "the directed exponential graph"):

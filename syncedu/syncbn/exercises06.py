@@ -8,7 +8,7 @@ from torch import nn
 
 from syncedu.comm import sim
 from syncedu.comm.ledger import ring_allreduce_elements
-from syncedu.ui.checkers import answered, attempt, checker, verdict
+from syncedu.ui.checkers import answered, checker, verdict
 
 _SIZES = (3, 1, 0, 5)  # uneven, with a single-sample rank and an empty one
 
@@ -25,15 +25,14 @@ def _calls(ledger) -> int:
 
 
 def _check_stats(name, worker, xs, atol_mean, atol_var, what):
-    """(True, result) if every rank returned the global (mean, var) of `xs`, else (False, None)."""
-    ok, res = attempt(name, lambda: sim.run(lambda comm: worker(comm, xs[comm.rank]), len(xs)))
-    if not ok:
-        return False, None
+    """The result if every rank returned the global (mean, var) of `xs`, else None (the
+    verdict printed); an unanswered or raising `worker` ends the grading (`answered`)."""
+    res = answered(name, lambda: sim.run(lambda comm: worker(comm, xs[comm.rank]), len(xs)))
     var, mean = torch.var_mean(torch.cat(xs).double(), dim=0, correction=0)
     for r, out in enumerate(res):
         if not (isinstance(out, tuple) and len(out) == 2):
             return verdict(name, False, f"rank {r} returned {type(out).__name__}; "
-                            "return a (mean, var) pair"), None
+                            "return a (mean, var) pair") or None
         got_mean, got_var = (torch.as_tensor(t).double() for t in out)
         if not (torch.allclose(got_mean, mean, rtol=0, atol=atol_mean)
                 and torch.allclose(got_var, var, rtol=0, atol=atol_var)):
@@ -41,8 +40,8 @@ def _check_stats(name, worker, xs, atol_mean, atol_var, what):
             return verdict(name, False, f"{what}: rank {r} (batch of {_SIZES[r]}) got mean "
                             f"{got_mean.tolist()} and var {got_var.tolist()}; expected "
                             f"{mean.tolist()} and {var.tolist()} (var off by {err:.3g})"
-                            + _mean_of_means(xs, got_mean)), None
-    return True, res
+                            + _mean_of_means(xs, got_mean)) or None
+    return res
 
 
 def _mean_of_means(xs, got_mean) -> str:
@@ -59,18 +58,16 @@ def _mean_of_means(xs, got_mean) -> str:
 def global_mean_var(worker) -> bool:
     """Exercise 06.1: `worker(comm, x)` -> global (mean, biased var), with one all_reduce."""
     name = "Exercise 1 (global statistics)"
-    ok, res = _check_stats(name, worker, _case(), 1e-9, 1e-9, "float64 data")
-    if ok is not True:
+    if (res := _check_stats(name, worker, _case(), 1e-9, 1e-9, "float64 data")) is None:
         return False
     if (calls := _calls(res.ledger)) != 1:
         return verdict(name, False, f"rank 0 made {calls} communication calls; pack sum, "
                         "sum of squares and count into ONE all_reduce")
     # float32 values near 3000 with spread 1: sum(x^2)/N - mean^2 in float32 loses
     # every digit of the variance (section 3's warning); float64 sums keep it.
-    ok, _ = _check_stats(name, worker, _case(offset=3000.0, scale=1.0, dtype=torch.float32),
-                         1e-3, 1e-3, "float32 data with mean 3000 and std 1 (the right "
-                         "answer on float64 data)")
-    if ok is not True:
+    if _check_stats(name, worker, _case(offset=3000.0, scale=1.0, dtype=torch.float32),
+                    1e-3, 1e-3, "float32 data with mean 3000 and std 1 (the right "
+                    "answer on float64 data)") is None:
         print("  hint: compute the sums in float64 (x.double()), or each rank's mean and "
               "squared deviations first (torch.var_mean), as section 3 describes")
         return False

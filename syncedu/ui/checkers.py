@@ -73,15 +73,6 @@ def answered(name: str, call, deadlock: str = P2P_HINT):
         not_attempted(name)
 
 
-def attempt(name: str, call, deadlock: str = P2P_HINT):
-    """(True, `call()`), or (False, None) where `answered` printed why there is nothing to
-    grade: for a checker that goes on after an unanswered call."""
-    try:
-        return True, answered(name, call, deadlock)
-    except _Unanswered:
-        return False, None
-
-
 def answered_number(name: str, answer):
     """A quick check's answer (a number, or a function returning one), for use inside a
     `checker`; anything else is reported and ends the grading with False, as in `answered`."""
@@ -92,11 +83,3 @@ def answered_number(name: str, answer):
         refuse(name, f"answer with a number, got {got!r}")
     return got
 
-
-def number(name: str, answer):
-    """(True, value) of a quick check's answer, or (False, None) where `answered_number`
-    printed why there is nothing to grade: for a checker that goes on after it."""
-    try:
-        return True, answered_number(name, answer)
-    except _Unanswered:
-        return False, None

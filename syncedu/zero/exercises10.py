@@ -30,7 +30,7 @@ import torch
 from syncedu.comm import sim
 from syncedu.comm.ledger import ring_chunks
 from syncedu.train import memory
-from syncedu.ui.checkers import attempt, checker, verdict
+from syncedu.ui.checkers import answered, checker, verdict
 
 LR, MOMENTUM = 0.1, 0.9
 ROOT_OPS = ("reduce", "gather", "broadcast", "scatter")
@@ -128,10 +128,8 @@ def _judge(n: int, numel: int, steps: int, res, nan: bool) -> str | None:
 
 def _grade(name: str, answer, steps: int, world_sizes, numel: int, praise: str) -> bool:
     for n, nan in ((n, nan) for nan in (False, True) for n in world_sizes):
-        ok, res = attempt(name, lambda n=n, nan=nan: sim.run(
+        res = answered(name, lambda n=n, nan=nan: sim.run(
             _worker, n, args=(answer, numel, steps, nan), output="quiet"))
-        if not ok:
-            return False
         if wrong := _judge(n, numel, steps, res, nan):
             return verdict(name, False, wrong)
     return verdict(name, True, f"world sizes {list(world_sizes)}, Psi={numel}: {praise}")
@@ -158,9 +156,7 @@ def memory_per_rank(answer) -> bool:
     cases = [(7.5e9, 64, 0), (7.5e9, 64, 1), (7.5e9, 64, 2), (7.5e9, 64, 3), (1e9, 8, 2),
              (175e9, 1024, 3), (10, 4, 3)]
     for psi, n, stage in cases:
-        ok, got = attempt(name, lambda psi=psi, n=n, stage=stage: answer(psi, n, stage))
-        if not ok:
-            return False
+        got = answered(name, lambda psi=psi, n=n, stage=stage: answer(psi, n, stage))
         if not isinstance(got, dict) or set(got) != set(memory.KINDS):
             return verdict(name, False, f"return a dict with the keys {memory.KINDS}, got {got!r}")
         for kind in memory.KINDS:  # Psi/N, or ceil(Psi/N) elements per shard where it is sharded

@@ -130,17 +130,14 @@ def test_lesson04_checkers(capsys):
 
 
 # ------------------------------------------------ the shared helpers (ui/checkers.py)
-def test_helpers_end_the_grading_with_false_and_attempt_still_returns_a_pair(capsys):
+def test_helpers_end_the_grading_with_false(capsys):
     """`answered`, `answered_number`, `refuse` and `not_attempted` end a `checker` with False
-    after their message (issue 44: no `if not ok: return False` in each checker); `attempt`
-    and `number`, which some checkers still use, keep their (ok, value) pairs."""
+    after their message (issue 44: no `if not ok: return False` in each checker)."""
     from syncedu.ui.checkers import (
         answered,
         answered_number,
-        attempt,
         checker,
         not_attempted,
-        number,
         refuse,
         verdict,
     )
@@ -164,9 +161,5 @@ def test_helpers_end_the_grading_with_false_and_attempt_still_returns_a_pair(cap
     assert checker(lambda a: answered_number("N", a) == 2).grade(2)
     assert not checker(lambda a: answered_number("N", a) == 2).grade("two")
     assert "answer with a number, got 'two'" in capsys.readouterr().out
-    assert number("N", 2) == (True, 2) and number("N", "two") == (False, None)
-    assert number("N", None) == (False, None)
+    assert not checker(lambda a: answered_number("N", a) == 2).grade(None)
     assert "N: not attempted yet" in capsys.readouterr().out
-    assert attempt("A", lambda: 5) == (True, 5)
-    assert attempt("A", stub_any) == (False, None)
-    assert "A: not attempted yet" in capsys.readouterr().out

@@ -47,7 +47,7 @@ def _diff(a: dict, b: dict) -> float:
 
 @pytest.mark.skipif(available() is not None, reason="torchft is not importable here")
 @pytest.mark.parametrize("dead, after", [(2, 8), (0, 4)])
-def test_kill_shrinks_the_quorum_and_survivors_match_ours(dead, after):
+def test_kill_shrinks_the_quorum_and_survivors_match_ours(dead, after, started):
     from syncedu.decentralized import torchft_kill
 
     t0 = time.time()
@@ -61,23 +61,52 @@ def test_kill_shrinks_the_quorum_and_survivors_match_ours(dead, after):
         assert r["final"][i]["participants"] == [3] * after + [len(alive)] * (24 - after)
         assert _diff(r["final"][i]["params"], ours[i]) < TOL  # the witness
         assert _diff(r["final"][i]["params"], control[i]) > 1e-3  # the dead counted: off
-    assert not _orphans()
+    assert len(started) == 4 and not _orphans(started)
 
 
-def _orphans() -> list[int]:
-    return [p.pid for p in psutil.process_iter(["cmdline"])
-            if "syncedu.decentralized.torchft_kill" in " ".join(p.info["cmdline"] or [])]
+@pytest.fixture
+def started(monkeypatch):
+    """The pids this test's run started (the forker and its replicas), caught where
+    torchft_kill calls start_replicas: matching every process by its command line also caught
+    another run's replicas (lesson 12's cell on the other pytest worker) as orphans in CI."""
+    from syncedu.decentralized import torchft_kill
+
+    pids: list[int] = []
+    original = torchft_kill.start_replicas
+
+    def recording(*args, **kwargs):
+        forker, replicas = original(*args, **kwargs)
+        pids.extend([forker.pid, *replicas])
+        return forker, replicas
+
+    monkeypatch.setattr(torchft_kill, "start_replicas", recording)
+    return pids
+
+
+def _orphans(pids: list[int], grace: float = 5.0) -> list[int]:
+    """Those of `pids` still running after `grace` seconds (a SIGKILLed process can take a
+    moment to go; a zombie has ended)."""
+    def alive(pid):
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.time() + grace
+    while (left := [p for p in pids if alive(p)]) and time.time() < deadline:
+        time.sleep(0.1)
+    return left
 
 
 @pytest.mark.skipif(available() is not None, reason="torchft is not importable here")
-def test_a_dead_replica_never_dropped_times_out_without_orphans():
+def test_a_dead_replica_never_dropped_times_out_without_orphans(started):
     """Negative control: a heartbeat timeout longer than the run's, so the lighthouse keeps
     waiting for the dead replica: the run must raise in time and leave no process behind."""
     from syncedu.decentralized import torchft_kill
 
     with pytest.raises(TimeoutError, match="every replica's end"):
         torchft_kill.run(heartbeat_ms=60_000, timeout=5)
-    assert not _orphans()
+    assert len(started) == 4 and not _orphans(started)
 
 
 def test_dropping_changes_nothing_before_the_kill():

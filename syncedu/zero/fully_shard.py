@@ -361,7 +361,7 @@ class FullyShard(Prefetching, Synced):
     @torch.no_grad()
     def load_sharded_state_dict(self, saved: list[dict],
                                 optimizer: torch.optim.Optimizer | None = None) -> None:
-        """Load the `sharded_state_dict()`s of every rank of a run at any world size (in rank
+        """Load the `sharded_state_dict()`s of every rank of a run at any world size (in any
         order; `torch.load(..., mmap=True)` reads only the rows used): this rank's rows of each
         parameter and of the optimizer's per-element state, cut from the saved pieces."""
         where = self._where()
@@ -369,7 +369,9 @@ class FullyShard(Prefetching, Synced):
             raise ValueError("saved is a checkpoint of another model: its parameter names or "
                              "global shapes differ from this module's")
         for name, p in self.module.named_parameters():
-            pieces, (_, lo, hi) = [s[name] for s in saved], where[name]
+            # in row order, whatever the list's (sorted file names put rank10 before rank2)
+            pieces = sorted((s[name] for s in saved), key=lambda e: e["row"] or 0)
+            lo, hi = where[name][1:]
             p.copy_(_cut(pieces, "param", lo, hi))
             if optimizer is not None and any(k.startswith("optim.") for k in pieces[0]):
                 optimizer.state[p] = {k[6:]: _cut(pieces, k, lo, hi) for k in pieces[0]

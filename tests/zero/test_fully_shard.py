@@ -317,6 +317,9 @@ def test_a_sharded_checkpoint_saved_on_2_ranks_trains_on_at_3(tmp_path):
     resumed = sim.run(_resume_worker, 3, args=(range(2, 4), saved))
     for _, params in resumed:
         _close(params, unbroken, 1e-6)
+    # the files in any order (sorted names put rank10 before rank2): the rows go by "row"
+    for _, params in sim.run(_resume_worker, 3, args=(range(2, 4), saved[::-1])):
+        _close(params, unbroken, 1e-6)
     fresh = sim.run(_resume_worker, 3, args=(range(2, 4), saved, False))[0][1]
     assert max((fresh[k] - unbroken[k]).abs().max() for k in unbroken) > 1e-3
 
